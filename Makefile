@@ -1,0 +1,48 @@
+# The project's entry point. On a fresh machine with Python 3.11:
+#   make book   # create .venv, install everything, build the book (HTML in _build/html)
+#   make test   # unit tests, smoke run of every chapter, strict book build, freshness check
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+NB     ?=
+ARGS   ?=
+
+.PHONY: install book test test-fast smoke full check sync provenance clean
+
+$(BIN)/.installed: requirements.txt pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+install: $(BIN)/.installed
+
+book: install
+	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going --quiet
+	@echo "book: $(CURDIR)/_build/html/index.html"
+
+test: install
+	$(BIN)/python -m pytest $(ARGS)
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+
+smoke: install
+	$(BIN)/python -m gmlm_lib.book run smoke $(if $(NB),$(NB),--all)
+
+full: install
+	$(BIN)/python -m gmlm_lib.book run full $(if $(NB),$(NB),--all)
+
+check: install
+	$(BIN)/python -m gmlm_lib.book check
+
+sync: install
+	$(BIN)/python -m gmlm_lib.book sync
+
+provenance: install
+	$(BIN)/python -m gmlm_lib.book provenance
+
+clean:
+	rm -rf _build

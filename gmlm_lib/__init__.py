@@ -1,0 +1,10 @@
+"""gmlm_lib: the library behind the gmlm-book, an executable companion to
+*Promises and Pitfalls of Generative Masked Language Modeling* (Li et al., ICML 2024).
+
+Modules: :mod:`~gmlm_lib.ising` (Ising models, exact numerics), :mod:`~gmlm_lib.masks`
+(mask distributions), :mod:`~gmlm_lib.mple` (likelihood and pseudolikelihood losses,
+fitting), :mod:`~gmlm_lib.plotting` (the book's figure style), :mod:`gmlm_lib.book`
+(notebook runner, checks, provenance).
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,125 @@
+"""Sync and freshness checks for the chapter pairs, and the generated provenance page.
+
+A chapter fails the check when
+
+- its ``.ipynb`` is missing, or was not produced by a ``full`` run of the runner;
+- its ``.md`` and ``.ipynb`` disagree in any code cell (source or tags) or markdown cell;
+- the code that produced the ``.ipynb``'s outputs (the SHA-256 stored at run time) is not
+  the code the ``.ipynb`` now holds: a code cell was edited without rerunning.
+
+``book/provenance.md`` is generated from the notebooks' metadata and must match it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+
+from gmlm_lib.book import sources
+
+PROVENANCE_PAGE = Path("book") / "provenance.md"
+
+
+def check_pair(md: Path, ipynb: Path) -> list[str]:
+    """Problems with one chapter pair; empty when it is in sync and fresh."""
+    name = md.stem
+    if not md.is_file():
+        return [f"{name}: the text source {md} is missing."]
+    if not ipynb.is_file():
+        return [f"{name}: {ipynb} is missing; run `make full NB={name}`."]
+    text = sources.read_text_notebook(md)
+    nb = nbformat.read(ipynb, as_version=4)
+    problems = []
+    if sources.code_cells(text) != sources.code_cells(nb):
+        problems.append(f"{name}: the code cells of {md.name} and {ipynb.name} differ; rerun `make full NB={name}`.")
+    if sources.markdown_cells(text) != sources.markdown_cells(nb):
+        problems.append(f"{name}: the markdown cells of {md.name} and {ipynb.name} differ; run `make sync`.")
+    meta = nb.metadata.get("gmlm")
+    if not meta:
+        problems.append(f"{name}: {ipynb.name} was not executed by the runner; run `make full NB={name}`.")
+        return problems
+    if meta.get("profile") != "full":
+        problems.append(f"{name}: {ipynb.name} holds a {meta.get('profile')!r} run, not a full one; run `make full NB={name}`.")
+    if meta.get("code_sha256") != sources.code_hash(nb):
+        problems.append(
+            f"{name}: the outputs of {ipynb.name} were not produced by its current code "
+            f"(code changed since the last run); rerun `make full NB={name}`."
+        )
+    return problems
+
+
+def provenance_page(root: Path) -> str:
+    """The text of ``book/provenance.md``, generated from every chapter's metadata."""
+    lines = [
+        "# Provenance of every result",
+        "",
+        "Every number and figure in this book was produced by the last full run of its chapter.",
+        "This page is generated from the notebooks' metadata by `make provenance` (and after every",
+        "`make full`), and the test suite fails when it disagrees with them.",
+        "",
+        "| Chapter | Profile | Wall time (s) | gmlm_lib commit | JAX | Backend (devices) | Run started (UTC) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    details = []
+    for name in sources.toc_notebooks(root):
+        ipynb = root / "notebooks" / f"{name}.ipynb"
+        if not ipynb.is_file():
+            lines.append(f"| {{doc}}`../notebooks/{name}` | not run | | | | | |")
+            continue
+        meta = nbformat.read(ipynb, as_version=4).metadata.get("gmlm", {})
+        rec = meta.get("provenance", {})
+        lines.append(
+            f"| {{doc}}`../notebooks/{name}` | {meta.get('profile', 'not run')} | {meta.get('total_wall_time_s', '')} | "
+            f"`{rec.get('gmlm_lib_commit', '')[:12]}` | {rec.get('jax_version', '')} | "
+            f"{rec.get('backend', '')} ({rec.get('device_count', '')} x {rec.get('device_kind', '')}) | "
+            f"{rec.get('started_at', '')} |"
+        )
+        params = rec.get("parameters", {})
+        details += [f"**{name}**: " + (", ".join(f"`{k} = {v!r}`" for k, v in params.items()) or "no parameters"), ""]
+    lines += ["", "## Parameters of each run", "", *details]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_provenance_page(root: Path) -> Path:
+    path = root / PROVENANCE_PAGE
+    path.write_text(provenance_page(root))
+    return path
+
+
+def check_all(root: Path) -> list[str]:
+    """Every problem in the book's chapters and its provenance page."""
+    problems = []
+    chapters = sources.toc_notebooks(root)
+    for name in chapters:
+        problems += check_pair(root / "notebooks" / f"{name}.md", root / "notebooks" / f"{name}.ipynb")
+    for md in sorted((root / "notebooks").glob("*.md")):
+        if md.stem not in chapters:
+            problems.append(f"{md.stem}: notebooks/{md.name} is not listed in _toc.yml.")
+    page = root / PROVENANCE_PAGE
+    if not page.is_file() or page.read_text() != provenance_page(root):
+        problems.append(f"{PROVENANCE_PAGE} does not match the notebooks' metadata; run `make provenance`.")
+    return problems
+
+
+def sync(root: Path) -> list[Path]:
+    """Copy markdown edits from each ``.md`` into its ``.ipynb``, keeping outputs and metadata.
+
+    Code cells are taken from the ``.md`` too; if they changed, the freshness check will
+    (rightly) report the outputs as stale until the chapter is rerun.
+    """
+    import jupytext
+
+    updated = []
+    for name in sources.toc_notebooks(root):
+        md, ipynb = root / "notebooks" / f"{name}.md", root / "notebooks" / f"{name}.ipynb"
+        if not ipynb.is_file():
+            continue
+        old = nbformat.read(ipynb, as_version=4)
+        new = jupytext.combine.combine_inputs_with_outputs(sources.read_text_notebook(md), old, fmt="md:myst")
+        new.metadata.pop("jupytext", None)
+        new.metadata["gmlm"] = old.metadata.get("gmlm", {})
+        if new != old:
+            nbformat.write(new, ipynb)
+            updated.append(ipynb)
+    return updated

@@ -1,0 +1,126 @@
+"""Provenance of a notebook run: parameters, wall time, gmlm_lib commit, JAX, backend, device.
+
+Used inside notebooks::
+
+    run = provenance.start(dict(seed=seed, n=n))   # right after the parameters cell
+    ...
+    provenance.finish(run)                          # last cell: prints one visible line
+
+When the notebook is executed by :mod:`gmlm_lib.book.runner`, ``start`` checks that the
+names it is given are exactly the notebook's ``parameters`` cell, and ``finish`` hands the
+record to the runner, which stores it in the notebook's metadata (``metadata.gmlm``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import time
+from dataclasses import dataclass, field
+from importlib import metadata as _metadata
+from pathlib import Path
+
+ENV_PARAMETERS = "GMLM_PARAMETERS"  # JSON of the parameters the runner executed with
+ENV_RECORD = "GMLM_PROVENANCE_FILE"  # where finish() writes its record for the runner
+ENV_PROFILE = "GMLM_PROFILE"  # "smoke" or "full"
+
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def git_commit(path: Path = _PACKAGE_DIR) -> str:
+    """Commit of the gmlm_lib source: ``git rev-parse HEAD`` (with ``-dirty`` when the library
+    or notebook sources differ from it), else the commit pip recorded for a VCS install,
+    else ``"unknown"``."""
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path, capture_output=True, text=True, check=True).stdout.strip()
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=top, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "gmlm_lib", "notebooks/*.md", "params", "pyproject.toml"],
+            cwd=top, capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    try:
+        direct = json.loads(_metadata.distribution("gmlm-book").read_text("direct_url.json") or "{}")
+        return direct.get("vcs_info", {}).get("commit_id", "unknown")
+    except (_metadata.PackageNotFoundError, ValueError):
+        return "unknown"
+
+
+def environment() -> dict:
+    """JAX version, backend, device kind and count, Python version, host platform."""
+    import jax
+
+    devices = jax.devices()
+    return {
+        "jax_version": jax.__version__,
+        "backend": jax.default_backend(),
+        "device_kind": devices[0].device_kind,
+        "device_count": len(devices),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+@dataclass
+class Run:
+    """An open notebook run: its parameters and start time."""
+
+    parameters: dict
+    started: float = field(default_factory=time.perf_counter)
+    started_at: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+
+def start(parameters: dict) -> Run:
+    """Open a run with the notebook's parameters (a dict of the ``parameters`` cell's names).
+
+    Under the runner, a name missing from or extra to the ``parameters`` cell is an error,
+    so the record can never silently omit a parameter.
+    """
+    expected = os.environ.get(ENV_PARAMETERS)
+    if expected is not None:
+        want = set(json.loads(expected))
+        got = set(parameters)
+        if want != got:
+            raise ValueError(
+                "provenance.start() must receive exactly the parameters cell's names; "
+                f"missing {sorted(want - got)}, extra {sorted(got - want)}."
+            )
+    return Run(parameters=dict(parameters))
+
+
+def record(run: Run) -> dict:
+    """The provenance record of ``run`` as a JSON-able dict."""
+    return {
+        "parameters": run.parameters,
+        "profile": os.environ.get(ENV_PROFILE, "interactive"),
+        "wall_time_s": round(time.perf_counter() - run.started, 2),
+        "started_at": run.started_at,
+        "gmlm_lib_commit": git_commit(),
+        **environment(),
+    }
+
+
+def summary_line(rec: dict) -> str:
+    """The one visible line a notebook ends with."""
+    params = ", ".join(f"{k}={v!r}" for k, v in rec["parameters"].items())
+    return (
+        f"Provenance: profile {rec['profile']}; parameters {params}; wall time {rec['wall_time_s']:.1f} s; "
+        f"gmlm_lib {rec['gmlm_lib_commit'][:12]}; JAX {rec['jax_version']} on {rec['backend']} "
+        f"({rec['device_count']} x {rec['device_kind']}); run started {rec['started_at']}."
+    )
+
+
+def finish(run: Run) -> dict:
+    """Close ``run``: print the visible provenance line, hand the record to the runner. Returns it."""
+    rec = record(run)
+    print(summary_line(rec))
+    out = os.environ.get(ENV_RECORD)
+    if out:
+        Path(out).write_text(json.dumps(rec, indent=1, default=str))
+    return rec

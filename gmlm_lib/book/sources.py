@@ -1,0 +1,106 @@
+"""The book's notebook sources: where they are, their parameters, and the hash of their code.
+
+A chapter is a pair ``notebooks/NAME.md`` (MyST markdown, the source you edit) and
+``notebooks/NAME.ipynb`` (the outputs of its last full run). The chapters are the
+``notebooks/...`` entries of ``_toc.yml``.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from pathlib import Path
+
+import nbformat
+import yaml
+
+INJECTED_TAG = "injected-parameters"  # papermill's tag for the cell it adds
+PARAMETERS_TAG = "parameters"
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The book's root: the nearest folder upward holding ``_toc.yml`` and ``notebooks/``."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "_toc.yml").is_file() and (folder / "notebooks").is_dir():
+            return folder
+    raise FileNotFoundError(f"no book root (a folder with _toc.yml and notebooks/) at or above {here}.")
+
+
+def _toc_files(entries) -> list[str]:
+    files = []
+    for entry in entries or []:
+        if "file" in entry:
+            files.append(entry["file"])
+        for key in ("chapters", "sections", "parts"):
+            files.extend(_toc_files(entry.get(key)))
+    return files
+
+
+def toc_notebooks(root: Path) -> list[str]:
+    """Names of the chapters (``notebooks/NAME``) listed in ``_toc.yml``, in book order."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    files = _toc_files([toc])
+    return [Path(f).name for f in files if Path(f).parent.as_posix() == "notebooks"]
+
+
+def read_text_notebook(path: Path) -> nbformat.NotebookNode:
+    """Read a MyST-markdown notebook with jupytext."""
+    import jupytext
+
+    return jupytext.read(path, fmt="md:myst")
+
+
+def code_cells(nb) -> list[dict]:
+    """The code cells that are the notebook's own (papermill's injected cell excluded):
+    their source (trailing whitespace dropped) and tags."""
+    cells = []
+    for cell in nb.cells:
+        tags = list(cell.get("metadata", {}).get("tags", []))
+        if cell.cell_type != "code" or INJECTED_TAG in tags:
+            continue
+        cells.append({"source": cell.source.rstrip(), "tags": sorted(tags)})
+    return cells
+
+
+def markdown_cells(nb) -> list[str]:
+    return [cell.source.strip() for cell in nb.cells if cell.cell_type == "markdown"]
+
+
+def code_hash(nb) -> str:
+    """SHA-256 of the notebook's own code cells (sources and tags), the freshness key."""
+    blob = json.dumps(code_cells(nb), sort_keys=True, ensure_ascii=False).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def parameters_cell(nb) -> dict:
+    """The defaults of the single cell tagged ``parameters``, as a dict.
+
+    Each statement must be ``name = <literal>``: no derived values, no imports, no calls.
+    """
+    tagged = [c for c in nb.cells if c.cell_type == "code" and PARAMETERS_TAG in c.get("metadata", {}).get("tags", [])]
+    if len(tagged) != 1:
+        raise ValueError(f"a notebook must have exactly one cell tagged 'parameters'; found {len(tagged)}.")
+    params = {}
+    for stmt in ast.parse(tagged[0].source).body:
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+            raise ValueError(f"the parameters cell may only hold `name = literal` lines; got: {ast.unparse(stmt)!r}.")
+        name = stmt.targets[0].id
+        try:
+            params[name] = ast.literal_eval(stmt.value)
+        except ValueError:
+            raise ValueError(
+                f"parameter {name!r} must be a literal (a number, string, bool, None, list, tuple or dict); "
+                f"got {ast.unparse(stmt.value)!r}. Compute derived values in a later cell."
+            ) from None
+    return params
+
+
+def smoke_overrides(root: Path) -> dict:
+    """``params/smoke.yaml``: ``{notebook name: {parameter: value}}``."""
+    path = root / "params" / "smoke.yaml"
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must map notebook names to parameter overrides.")
+    return data

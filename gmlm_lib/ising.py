@@ -1,0 +1,391 @@
+"""Ising models with exact numerics [Definition 12, Eq. 5; Eq. 6].
+
+``p_{J,h}(x) = exp(sum_{i<j} J_ij x_i x_j + sum_i h_i x_i) / Z(J, h)`` over ``x in {-1,+1}^n``.
+
+Everything here is float64 (x64 is switched on when this module is imported) and exact:
+sums over all ``2^n`` states, up to :data:`MAX_EXACT_N` sites. States are ``int8`` arrays of
+``-1``/``+1``; state number ``b`` of :func:`enumerate_states` has ``x_i = +1`` exactly when bit
+``n-1-i`` of ``b`` is set, so the order is lexicographic with ``-1 < +1``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+MAX_EXACT_N = 20
+"""Largest number of sites for exact enumeration (2^20 = 1,048,576 states)."""
+
+_CHUNK_BITS = 16  # states are summed over in chunks of 2^16 to bound memory
+
+
+class IsingModel(NamedTuple):
+    """Parameters of an Ising model: ``J`` (n, n) symmetric, zero diagonal; ``h`` (n,).
+
+    A pytree, so it passes through ``jit``/``vmap``/``grad``. Build it with
+    :func:`ising_model`, which validates; the constructor itself does not.
+    """
+
+    J: jax.Array
+    h: jax.Array
+
+    @property
+    def n(self) -> int:
+        return self.h.shape[-1]
+
+
+def _is_concrete(*arrays) -> bool:
+    return not any(isinstance(a, jax.core.Tracer) for a in arrays)
+
+
+def ising_model(J, h, *, atol: float = 1e-12) -> IsingModel:
+    """Validated :class:`IsingModel` in float64 [Definition 12].
+
+    ``J`` must be a finite, symmetric (n, n) matrix with zero diagonal (the model has no
+    self-couplings; ``x_i^2 = 1`` would only shift ``log Z``), ``h`` a finite (n,) vector.
+    """
+    J = jnp.asarray(J, dtype=jnp.float64)
+    h = jnp.asarray(h, dtype=jnp.float64)
+    if J.ndim != 2 or J.shape[0] != J.shape[1]:
+        raise ValueError(f"J must be a square (n, n) matrix; got shape {J.shape}.")
+    n = J.shape[0]
+    if n < 1:
+        raise ValueError("J must have at least one site (n >= 1).")
+    if h.shape != (n,):
+        raise ValueError(f"h must have shape ({n},) to match J of shape {J.shape}; got {h.shape}.")
+    if _is_concrete(J, h):
+        Jn, hn = np.asarray(J), np.asarray(h)
+        if not (np.all(np.isfinite(Jn)) and np.all(np.isfinite(hn))):
+            raise ValueError("J and h must be finite (no NaN or inf entries).")
+        asym = float(np.max(np.abs(Jn - Jn.T)))
+        if asym > atol:
+            raise ValueError(
+                f"J must be symmetric: max |J - J^T| = {asym:.3g} > {atol:g}. "
+                "Pass (J + J.T) / 2 if you meant the symmetric part."
+            )
+        diag = float(np.max(np.abs(np.diag(Jn))))
+        if diag > atol:
+            raise ValueError(
+                f"J must have a zero diagonal: max |J_ii| = {diag:.3g}. "
+                "Self-couplings are constant on {-1,+1}^n; set the diagonal to 0."
+            )
+    return IsingModel(J=J, h=h)
+
+
+def random_model(key: jax.Array, n: int, coupling_scale: float, field_scale: float) -> IsingModel:
+    """A random Ising model: ``J_ij ~ N(0, coupling_scale^2)`` for i<j, ``h_i ~ N(0, field_scale^2)``."""
+    if not (isinstance(n, (int, np.integer)) and n >= 1):
+        raise ValueError(f"n must be a positive integer; got {n!r}.")
+    if coupling_scale < 0 or field_scale < 0:
+        raise ValueError(f"scales must be >= 0; got coupling_scale={coupling_scale}, field_scale={field_scale}.")
+    kj, kh = jax.random.split(key)
+    iu, ju = np.triu_indices(n, k=1)
+    upper = coupling_scale * jax.random.normal(kj, (len(iu),), dtype=jnp.float64)
+    J = jnp.zeros((n, n), dtype=jnp.float64).at[iu, ju].set(upper).at[ju, iu].set(upper)
+    return ising_model(J, field_scale * jax.random.normal(kh, (n,), dtype=jnp.float64))
+
+
+def num_params(n: int) -> int:
+    """Dimension of ``theta = (J_ij for i<j, h_i)``: ``n(n-1)/2 + n``."""
+    return n * (n - 1) // 2 + n
+
+
+def to_theta(model: IsingModel) -> jax.Array:
+    """Flatten to the exponential-family vector ``theta`` (p,): ``J_ij`` for i<j (row-major), then ``h``."""
+    iu, ju = np.triu_indices(model.n, k=1)
+    return jnp.concatenate([model.J[..., iu, ju], model.h], axis=-1)
+
+
+def from_theta(theta: jax.Array, n: int) -> IsingModel:
+    """Inverse of :func:`to_theta`: (p,) -> :class:`IsingModel` (no validation; traceable)."""
+    theta = jnp.asarray(theta, dtype=jnp.float64)
+    if theta.shape[-1] != num_params(n):
+        raise ValueError(f"theta must have {num_params(n)} entries for n = {n}; got {theta.shape[-1]}.")
+    iu, ju = np.triu_indices(n, k=1)
+    m = len(iu)
+    J = jnp.zeros(theta.shape[:-1] + (n, n), dtype=theta.dtype)
+    J = J.at[..., iu, ju].set(theta[..., :m]).at[..., ju, iu].set(theta[..., :m])
+    return IsingModel(J=J, h=theta[..., m:])
+
+
+def sufficient_statistics(x: jax.Array) -> jax.Array:
+    """``T(x) = (x_i x_j for i<j, x_i)``. (..., n) -> (..., p), float64, ordered as :func:`to_theta`."""
+    x = jnp.asarray(x, dtype=jnp.float64)
+    iu, ju = np.triu_indices(x.shape[-1], k=1)
+    return jnp.concatenate([x[..., iu] * x[..., ju], x], axis=-1)
+
+
+def energy(model: IsingModel, x: jax.Array) -> jax.Array:
+    """``E(x) = -(sum_{i<j} J_ij x_i x_j + sum_i h_i x_i)``, so ``p(x) ∝ exp(-E(x))``. (..., n) -> (...)."""
+    x = jnp.asarray(x, dtype=jnp.float64)
+    return -(0.5 * jnp.einsum("...i,ij,...j->...", x, model.J, x) + x @ model.h)
+
+
+def check_exact_n(n: int) -> None:
+    """Raise a clear error when ``n`` is too large for exact enumeration."""
+    if n > MAX_EXACT_N:
+        raise ValueError(
+            f"n = {n} is too large for exact enumeration: the limit is n <= {MAX_EXACT_N} "
+            f"({2**MAX_EXACT_N:,} states). Use a sampler, or a model with a closed form "
+            "such as clique_plus_independent_log_partition."
+        )
+
+
+def states_from_index(index: jax.Array, n: int) -> jax.Array:
+    """State number(s) -> states. (...,) int -> (..., n) int8 in {-1,+1}."""
+    shifts = jnp.arange(n - 1, -1, -1, dtype=jnp.int64)
+    bits = (jnp.asarray(index, dtype=jnp.int64)[..., None] >> shifts) & 1
+    return (2 * bits - 1).astype(jnp.int8)
+
+
+def index_from_states(x: jax.Array) -> jax.Array:
+    """Inverse of :func:`states_from_index`. (..., n) -> (...,) int64."""
+    x = jnp.asarray(x)
+    n = x.shape[-1]
+    weights = jnp.left_shift(jnp.int64(1), jnp.arange(n - 1, -1, -1, dtype=jnp.int64))
+    return jnp.sum((x > 0).astype(jnp.int64) * weights, axis=-1)
+
+
+def enumerate_states(n: int) -> jax.Array:
+    """All ``2^n`` states. Returns (2^n, n) int8; at most :data:`MAX_EXACT_N` sites."""
+    check_exact_n(n)
+    return states_from_index(jnp.arange(2**n), n)
+
+
+def log_weights(model: IsingModel) -> jax.Array:
+    """Unnormalised log-probabilities ``-E(x)`` of all states. Returns (2^n,) float64."""
+    check_exact_n(model.n)
+    return -energy(model, enumerate_states(model.n))
+
+
+def log_partition(model: IsingModel) -> jax.Array:
+    """``log Z(J, h)`` by a log-sum-exp over all ``2^n`` states (Eq. 5). Returns ().
+
+    States are generated and summed in chunks of ``2^16`` so that n = 20 needs no more
+    than a few MB; each chunk and the total use the max-shifted log-sum-exp, so values of
+    ``|E|`` in the thousands (|J| = 10 at n = 20) stay exact to float64 rounding.
+    """
+    n = model.n
+    check_exact_n(n)
+    chunk_bits = min(n, _CHUNK_BITS)
+    num_chunks = 2 ** (n - chunk_bits)
+    offsets = jnp.arange(2**chunk_bits, dtype=jnp.int64)
+
+    def chunk_lse(c):
+        x = states_from_index(c * 2**chunk_bits + offsets, n)
+        return jax.nn.logsumexp(-energy(model, x))
+
+    if num_chunks == 1:
+        return chunk_lse(jnp.int64(0))
+    return jax.nn.logsumexp(jax.lax.map(chunk_lse, jnp.arange(num_chunks, dtype=jnp.int64)))
+
+
+def log_prob(model: IsingModel, x: jax.Array) -> jax.Array:
+    """Exact ``log p(x)``. (..., n) -> (...)."""
+    return -energy(model, x) - log_partition(model)
+
+
+def probabilities(model: IsingModel) -> jax.Array:
+    """``p(x)`` for every state, in :func:`enumerate_states` order. Returns (2^n,)."""
+    lw = log_weights(model)
+    return jnp.exp(lw - jax.nn.logsumexp(lw))
+
+
+def _check_subset(subset, n: int) -> np.ndarray:
+    s = np.asarray(subset, dtype=np.int64).reshape(-1)
+    if s.size == 0:
+        raise ValueError("subset must name at least one site.")
+    if np.any((s < 0) | (s >= n)):
+        raise ValueError(f"subset entries must lie in [0, {n - 1}]; got {s.tolist()}.")
+    if len(np.unique(s)) != len(s):
+        raise ValueError(f"subset must not repeat a site; got {s.tolist()}.")
+    return s
+
+
+def marginal(model: IsingModel, subset) -> jax.Array:
+    """Exact marginal law of ``x_S``. Returns (2^|S|,), ordered as ``enumerate_states(|S|)``
+    over the sites of ``subset`` in the order given."""
+    s = _check_subset(subset, model.n)
+    p = probabilities(model)
+    sub_index = index_from_states(enumerate_states(model.n)[:, s])
+    return jnp.zeros(2 ** len(s), dtype=p.dtype).at[sub_index].add(p)
+
+
+def moments(model: IsingModel) -> jax.Array:
+    """``E_p[T(X)]``: the means of ``x_i x_j`` (i<j) and ``x_i``, ordered as :func:`to_theta`. (p,)."""
+    return probabilities(model) @ sufficient_statistics(enumerate_states(model.n))
+
+
+def sample(model: IsingModel, key: jax.Array, num_samples: int) -> jax.Array:
+    """Exact i.i.d. samples by inverse-CDF over all ``2^n`` states. Returns (num_samples, n) int8."""
+    if int(num_samples) < 0:
+        raise ValueError(f"num_samples must be >= 0; got {num_samples}.")
+    cdf = jnp.cumsum(probabilities(model))
+    u = jax.random.uniform(key, (int(num_samples),), dtype=jnp.float64) * cdf[-1]
+    index = jnp.minimum(jnp.searchsorted(cdf, u, side="right"), cdf.shape[0] - 1)
+    return states_from_index(index, model.n)
+
+
+# --- Conditionals p(x_S | x_{-S}) -------------------------------------------------------------
+
+
+def check_spins(x: jax.Array, n: int) -> jax.Array:
+    """Validate a batch of states: shape (..., n), entries in {-1, +1}."""
+    x = jnp.asarray(x)
+    if x.ndim < 1 or x.shape[-1] != n:
+        raise ValueError(f"x must have shape (..., {n}) for an n = {n} model; got {x.shape}.")
+    if _is_concrete(x):
+        xn = np.asarray(x)
+        if not np.all((xn == 1) | (xn == -1)):
+            raise ValueError("x must contain only -1 and +1 (Ising spins); map {0,1} data by 2x - 1.")
+    return x
+
+
+def mask_to_indices(mask: jax.Array, size: int) -> jax.Array:
+    """Positions of the masked sites, padded with ``n``. (..., n) bool -> (..., size) int64."""
+    mask = jnp.asarray(mask, dtype=bool)
+    n = mask.shape[-1]
+    flat = mask.reshape(-1, n)
+    idx = jax.vmap(lambda m: jnp.nonzero(m, size=size, fill_value=n)[0])(flat)
+    return idx.reshape(mask.shape[:-1] + (size,))
+
+
+def resolve_max_size(mask: jax.Array, max_size: int | None) -> int:
+    """The number of completion slots for a batch of masks: ``max_size`` or the largest ``|S|``."""
+    if max_size is None:
+        if not _is_concrete(mask):
+            raise ValueError("mask is traced (inside jit/vmap): pass max_size, the largest |S|, as a static int.")
+        return int(np.max(np.sum(np.asarray(mask, dtype=bool), axis=-1), initial=0))
+    max_size = int(max_size)
+    if _is_concrete(mask):
+        largest = int(np.max(np.sum(np.asarray(mask, dtype=bool), axis=-1), initial=0))
+        if largest > max_size:
+            raise ValueError(f"a mask has {largest} sites but max_size = {max_size}; raise max_size.")
+    return max_size
+
+
+def _completion_log_weights(model: IsingModel, x: jax.Array, idx: jax.Array, patterns: jax.Array):
+    """Log-weights of the completions of ``x`` on slots ``idx``, up to a term in ``x_{-S}``.
+
+    x (B, n), idx (B, m) padded with n, patterns (P, m) -> (B, P), and the observed pattern's
+    log-weight (B,). Uses only the local fields ``h_i + sum_{j not in S} J_ij x_j`` and the
+    couplings inside ``S``, so the cost is O(B P m^2), not O(B P n^2).
+    """
+    n = model.n
+    xf = x.astype(jnp.float64)
+    in_s = jnp.zeros(x.shape[:-1] + (n + 1,), dtype=bool).at[jnp.arange(x.shape[0])[:, None], idx].set(True)[:, :n]
+    field = model.h + jnp.where(in_s, 0.0, xf) @ model.J  # (B, n)
+    field = jnp.pad(field, ((0, 0), (0, 1)))  # padding slot has zero field
+    Jpad = jnp.pad(model.J, ((0, 1), (0, 1)))  # ... and no couplings
+    f = jnp.take_along_axis(field, idx, axis=-1)  # (B, m)
+    Js = Jpad[idx[:, :, None], idx[:, None, :]]  # (B, m, m)
+    c = patterns.astype(jnp.float64)
+    lw = f @ c.T + 0.5 * jnp.einsum("pi,bij,pj->bp", c, Js, c)
+    xobs = jnp.take_along_axis(jnp.pad(xf, ((0, 0), (0, 1))), idx, axis=-1)  # padding slot reads 0
+    lw_obs = jnp.sum(f * xobs, -1) + 0.5 * jnp.einsum("bi,bij,bj->b", xobs, Js, xobs)
+    return lw, lw_obs
+
+
+def conditional_log_probs(model: IsingModel, x: jax.Array, idx: jax.Array) -> jax.Array:
+    """``log p(x_S = c | x_{-S})`` for every pattern ``c`` of the slots ``idx``.
+
+    x (B, n); idx (B, m) site indices, padded with ``n`` where ``|S| < m``. Returns (B, 2^m),
+    patterns in ``enumerate_states(m)`` order. A padded slot does not change the state, so
+    each distinct completion appears ``2^(m - |S|)`` times and each copy gets an equal share
+    of its probability: rows sum to one, and sampling a pattern is sampling a completion.
+    """
+    patterns = enumerate_states(idx.shape[-1])
+    lw, _ = _completion_log_weights(model, x, idx, patterns)
+    return lw - jax.nn.logsumexp(lw, axis=-1, keepdims=True)
+
+
+def log_conditional(model: IsingModel, x: jax.Array, mask: jax.Array, max_size: int | None = None) -> jax.Array:
+    """Exact ``log p(x_S | x_{-S})`` of the observed ``x_S``, one mask per state.
+
+    x (B, n) in {-1,+1}; mask (B, n) bool or (n,) bool (broadcast), ``S = {i : mask_i}``.
+    ``max_size`` (static) bounds ``|S|``; it defaults to the largest mask, which needs a
+    concrete mask. Inside ``jit`` a row with more than ``max_size`` sites gives NaN.
+    Returns (B,). The sum runs over ``2^max_size`` completions.
+    """
+    x = check_spins(x, model.n)
+    squeeze = x.ndim == 1
+    x = jnp.atleast_2d(x)
+    mask = jnp.broadcast_to(jnp.asarray(mask, dtype=bool), x.shape)
+    m = resolve_max_size(mask, max_size)
+    idx = mask_to_indices(mask, m)
+    lw, lw_obs = _completion_log_weights(model, x, idx, enumerate_states(m))
+    k = jnp.sum(mask, axis=-1)
+    out = lw_obs - jax.nn.logsumexp(lw, axis=-1) + (m - k) * jnp.log(2.0)
+    out = jnp.where(k > m, jnp.nan, out)
+    return out[0] if squeeze else out
+
+
+# --- The clique-plus-independent model (Eq. 6) --------------------------------------------------
+
+
+def _check_clique(n: int, c: int) -> None:
+    if not (isinstance(c, (int, np.integer)) and isinstance(n, (int, np.integer))):
+        raise TypeError(f"n and c must be integers; got n={n!r}, c={c!r}.")
+    if c < 1:
+        raise ValueError(f"the clique must have at least one site: c = {c}; use 1 <= c <= n.")
+    if c > n:
+        raise ValueError(f"the clique size c = {c} exceeds the number of sites n = {n}; use 1 <= c <= n.")
+
+
+def clique_plus_independent(n: int, c: int, J: float, h: float, h_rest: float | None = None) -> IsingModel:
+    """The clique-plus-independent Ising model [Eq. 6].
+
+    Sites ``0..c-1`` form a clique with ``J_ij = J`` for every pair; sites ``c..n-1`` are
+    independent (no edges). Every clique site has field ``h`` and every other site
+    ``h_rest`` (default ``h``). With ``J > 0`` (ferromagnetic) and ``h > 0`` the two modes
+    ``X_+ = {x_C = +1}`` and ``X_- = {x_C = -1}`` [Eqs. 7-8] carry almost all the mass
+    when ``J`` is large, and ``X_+`` is the heavier one. (The paper's formula was lost in
+    extraction; this is the form its Appendix G uses: a clique site in ``X_-`` flips with
+    probability ``sigmoid(-2(J(c-1) - h))``.)
+    """
+    _check_clique(n, c)
+    h_rest = h if h_rest is None else h_rest
+    in_c = np.arange(n) < c
+    Jm = float(J) * np.outer(in_c, in_c)
+    np.fill_diagonal(Jm, 0.0)
+    hv = np.where(in_c, float(h), float(h_rest))
+    return ising_model(Jm, hv)
+
+
+def _clique_log_weights(c: int, J: float, h: float) -> np.ndarray:
+    """log of the total weight of clique configurations with m sites at +1, m = 0..c. (c+1,)."""
+    m = np.arange(c + 1)
+    s = 2 * m - c
+    log_binom = np.array([math.lgamma(c + 1) - math.lgamma(k + 1) - math.lgamma(c - k + 1) for k in m])
+    return log_binom + J * (s * s - c) / 2.0 + h * s
+
+
+def clique_plus_independent_log_partition(n: int, c: int, J: float, h: float, h_rest: float | None = None) -> float:
+    """Closed-form ``log Z`` of :func:`clique_plus_independent`, for any n (no enumeration).
+
+    The clique contributes ``sum_m C(c,m) exp(J (s^2 - c)/2 + h s)`` with ``s = 2m - c``; each
+    independent site ``2 cosh(h_rest)``. Computed with log-sum-exp in float64.
+    """
+    _check_clique(n, c)
+    h_rest = h if h_rest is None else h_rest
+    lw = _clique_log_weights(c, float(J), float(h))
+    top = lw.max()
+    log_z_clique = top + math.log(np.exp(lw - top).sum())
+    log_2cosh = abs(h_rest) + math.log1p(math.exp(-2 * abs(h_rest)))  # log(e^h + e^-h)
+    return float(log_z_clique + (n - c) * log_2cosh)
+
+
+def clique_magnetisation_law(c: int, J: float, h: float) -> np.ndarray:
+    """Exact law of the number of clique sites at +1 under Eq. 6. Returns (c+1,) probabilities;
+    entry ``c`` is ``P(X_+)`` and entry ``0`` is ``P(X_-)`` (the independent sites do not matter)."""
+    _check_clique(c, c)
+    lw = _clique_log_weights(c, float(J), float(h))
+    w = np.exp(lw - lw.max())
+    return w / w.sum()
