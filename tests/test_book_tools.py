@@ -1,0 +1,180 @@
+"""The book machinery: parameters cells, the runner's parameter resolution, provenance,
+and the sync/freshness check (an edited, unrerun notebook must fail it)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from gmlm_lib.book import checks, provenance, runner, sources
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sources.toc_notebooks(ROOT)
+
+
+def _nb(*cells):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = list(cells)
+    return nb
+
+
+def _params_cell(src):
+    return nbformat.v4.new_code_cell(src, metadata={"tags": ["parameters"]})
+
+
+def test_toc_lists_chapters_with_sources():
+    assert CHAPTERS, "no chapters under notebooks/ in _toc.yml"
+    for name in CHAPTERS:
+        assert (ROOT / "notebooks" / f"{name}.md").is_file()
+
+
+def test_parameters_cell_literals_only():
+    nb = _nb(_params_cell("a = 1  # comment\nb = [1, 2]\nc = 'x'\nd = {'k': 0.5}"))
+    assert sources.parameters_cell(nb) == {"a": 1, "b": [1, 2], "c": "x", "d": {"k": 0.5}}
+    with pytest.raises(ValueError, match="'b' must be a literal.*Compute derived values in a later cell"):
+        sources.parameters_cell(_nb(_params_cell("a = 2\nb = a * 2")))
+    with pytest.raises(ValueError, match="only hold `name = literal`"):
+        sources.parameters_cell(_nb(_params_cell("import os")))
+    with pytest.raises(ValueError, match="exactly one cell tagged 'parameters'; found 2"):
+        sources.parameters_cell(_nb(_params_cell("a = 1"), _params_cell("b = 2")))
+    with pytest.raises(ValueError, match="found 0"):
+        sources.parameters_cell(_nb(nbformat.v4.new_code_cell("a = 1")))
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_every_chapter_is_runnable_by_the_book_rules(name):
+    """One literal parameters cell; smoke overrides name real parameters; the Colab badge
+    points at this notebook in the configured repository; the first code cell installs only
+    on Colab; the last code cell closes the provenance record."""
+    import yaml
+
+    nb = sources.read_text_notebook(ROOT / "notebooks" / f"{name}.md")
+    params = sources.parameters_cell(nb)
+    smoke = sources.smoke_overrides(ROOT)
+    assert name in smoke, f"params/smoke.yaml has no entry for {name}"
+    assert set(smoke[name]) <= set(params)
+    repo = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    badge = f"https://colab.research.google.com/github/{repo.removeprefix('https://github.com/')}/blob/main/notebooks/{name}.ipynb"
+    first_md = next(c for c in nb.cells if c.cell_type == "markdown")
+    assert badge in first_md.source and "colab-badge.svg" in first_md.source
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert 'if "google.colab" in sys.modules:' in code[0].source
+    assert "provenance.start(" in "".join(c.source for c in code)
+    assert code[-1].source.strip().startswith("provenance.finish(run)")
+
+
+def test_smoke_yaml_only_names_chapters():
+    assert set(sources.smoke_overrides(ROOT)) <= set(CHAPTERS)
+
+
+def test_unknown_parameter_is_an_error():
+    name = CHAPTERS[0]
+    with pytest.raises(KeyError, match="unknown parameter\\(s\\) \\['no_such_thing'\\].*from the command line"):
+        runner.resolve_parameters(ROOT, name, "smoke", {"no_such_thing": 1})
+    with pytest.raises(ValueError, match="profile must be one of"):
+        runner.resolve_parameters(ROOT, name, "fast")
+    with pytest.raises(FileNotFoundError, match="no notebook source"):
+        runner.resolve_parameters(ROOT, "missing_chapter", "smoke")
+
+
+def test_profiles_layer_parameters():
+    name = CHAPTERS[0]
+    defaults = sources.parameters_cell(sources.read_text_notebook(ROOT / "notebooks" / f"{name}.md"))
+    smoke = sources.smoke_overrides(ROOT)[name]
+    full, inject_full = runner.resolve_parameters(ROOT, name, "full")
+    assert full == defaults and inject_full == {}
+    key = next(iter(smoke))
+    params, inject = runner.resolve_parameters(ROOT, name, "smoke", {key: "cli"})
+    assert params[key] == "cli" and inject[key] == "cli"
+    assert {k: params[k] for k in smoke if k != key} == {k: v for k, v in smoke.items() if k != key}
+
+
+def test_provenance_start_checks_names(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv(provenance.ENV_PARAMETERS, json.dumps({"a": 1, "b": 2}))
+    with pytest.raises(ValueError, match="missing \\['b'\\], extra \\['c'\\]"):
+        provenance.start({"a": 1, "c": 3})
+    out = tmp_path / "rec.json"
+    monkeypatch.setenv(provenance.ENV_RECORD, str(out))
+    rec = provenance.finish(provenance.start({"a": 1, "b": 2}))
+    line = capsys.readouterr().out
+    assert line.startswith("Provenance:") and "a=1, b=2" in line and "JAX" in line
+    assert json.loads(out.read_text())["parameters"] == {"a": 1, "b": 2}
+    for key in ("wall_time_s", "gmlm_lib_commit", "jax_version", "backend", "device_kind"):
+        assert key in rec
+
+
+# --- freshness -----------------------------------------------------------------------------
+
+
+def test_committed_book_is_in_sync_and_fresh():
+    assert checks.check_all(ROOT) == []
+
+
+@pytest.fixture
+def book_copy(tmp_path):
+    """A minimal copy of the book: config, toc, params and the chapter pairs."""
+    for f in ("_toc.yml", "_config.yml"):
+        shutil.copy(ROOT / f, tmp_path / f)
+    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
+    shutil.copytree(ROOT / "book", tmp_path / "book")
+    shutil.copytree(ROOT / "params", tmp_path / "params")
+    assert checks.check_all(tmp_path) == []
+    return tmp_path
+
+
+def _edit_first_code_cell(nb):
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", []))
+    cell.source += "\nprint('edited')"
+
+
+def test_editing_code_without_rerunning_fails(book_copy):
+    """Edit a code cell in both files (in sync, as jupytext would leave them) but do not rerun:
+    the outputs were produced by other code, and the check must say so."""
+    name = CHAPTERS[0]
+    md, ipynb = book_copy / "notebooks" / f"{name}.md", book_copy / "notebooks" / f"{name}.ipynb"
+    nb = nbformat.read(ipynb, as_version=4)
+    _edit_first_code_cell(nb)
+    nbformat.write(nb, ipynb)
+    text = sources.read_text_notebook(md)
+    _edit_first_code_cell(text)
+    import jupytext
+
+    jupytext.write(text, md, fmt="md:myst")
+    problems = checks.check_all(book_copy)
+    assert any("not produced by its current code" in p for p in problems), problems
+    assert not any("code cells" in p and "differ" in p for p in problems), problems
+
+
+def test_editing_the_text_source_only_fails(book_copy):
+    name = CHAPTERS[0]
+    md = book_copy / "notebooks" / f"{name}.md"
+    md.write_text(md.read_text().replace("import jax\n", "import jax  # changed\n", 1))
+    problems = checks.check_all(book_copy)
+    assert any("code cells" in p and "differ" in p for p in problems), problems
+
+
+def test_markdown_edit_then_sync_passes(book_copy):
+    name = CHAPTERS[0]
+    md = book_copy / "notebooks" / f"{name}.md"
+    md.write_text(md.read_text().replace("## Why Ising models", "## Why Ising models (edited)", 1))
+    assert any("markdown cells" in p for p in checks.check_all(book_copy))
+    assert checks.sync(book_copy) == [book_copy / "notebooks" / f"{name}.ipynb"]
+    assert checks.check_all(book_copy) == []
+
+
+def test_smoke_output_is_not_a_committed_run(book_copy):
+    name = CHAPTERS[0]
+    ipynb = book_copy / "notebooks" / f"{name}.ipynb"
+    nb = nbformat.read(ipynb, as_version=4)
+    nb.metadata["gmlm"]["profile"] = "smoke"
+    nbformat.write(nb, ipynb)
+    problems = checks.check_all(book_copy)
+    assert any("not a full one" in p for p in problems)
+    assert any("provenance.md does not match" in p for p in problems)
+
+
+def test_unlisted_notebook_source_fails(book_copy):
+    (book_copy / "notebooks" / "stray.md").write_text("# stray\n")
+    assert any("stray" in p and "not listed in _toc.yml" in p for p in checks.check_all(book_copy))

@@ -1,0 +1,199 @@
+"""Ising numerics against the brute-force reference in brute.py (float64, tight tolerances)."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gmlm_lib import ising, masks
+
+import brute
+
+TOL = 1e-10
+
+
+@pytest.fixture(params=[1, 2, 3, 5, 6])
+def model(request):
+    rng = np.random.default_rng(request.param)
+    J, h = brute.random_model(rng, request.param)
+    return ising.ising_model(J, h), J, h
+
+
+def test_float64_is_on():
+    assert jnp.zeros(1).dtype == jnp.float64
+
+
+def test_enumeration_order_and_index_roundtrip():
+    for n in (1, 3, 6):
+        s = np.asarray(ising.enumerate_states(n))
+        np.testing.assert_array_equal(s, brute.states(n))
+        np.testing.assert_array_equal(np.asarray(ising.index_from_states(s)), np.arange(2**n))
+
+
+def test_log_partition_and_probabilities(model):
+    m, J, h = model
+    assert abs(float(ising.log_partition(m)) - brute.log_z(J, h)) < TOL
+    np.testing.assert_allclose(np.asarray(ising.probabilities(m)), brute.probs(J, h), rtol=0, atol=TOL)
+    x = brute.states(len(h))
+    np.testing.assert_allclose(
+        np.asarray(ising.log_prob(m, x)), np.log(brute.probs(J, h)), rtol=0, atol=TOL
+    )
+
+
+def test_energy_matches_definition(model):
+    m, J, h = model
+    for x in brute.states(len(h)):
+        assert abs(float(ising.energy(m, x)) + brute.log_weight(J, h, x)) < TOL
+
+
+def test_theta_roundtrip_and_statistics(model):
+    m, J, h = model
+    theta = ising.to_theta(m)
+    assert theta.shape == (ising.num_params(len(h)),)
+    back = ising.from_theta(theta, len(h))
+    np.testing.assert_array_equal(np.asarray(back.J), J)
+    # <theta, T(x)> is the unnormalised log-probability
+    x = brute.states(len(h))
+    np.testing.assert_allclose(
+        np.asarray(ising.sufficient_statistics(x) @ theta),
+        [brute.log_weight(J, h, xi) for xi in x], atol=TOL,
+    )
+
+
+def test_moments_and_marginals(model):
+    m, J, h = model
+    n = len(h)
+    p, x = brute.probs(J, h), brute.states(n)
+    iu, ju = np.triu_indices(n, 1)
+    want = np.concatenate([p @ (x[:, iu] * x[:, ju]), p @ x])
+    np.testing.assert_allclose(np.asarray(ising.moments(m)), want, atol=TOL)
+    subset = [n - 1, 0] if n > 1 else [0]
+    marg = np.asarray(ising.marginal(m, subset))
+    for r, xs in enumerate(brute.states(len(subset))):
+        assert abs(marg[r] - p[np.all(x[:, subset] == xs, axis=1)].sum()) < TOL
+
+
+def test_conditionals_every_subset(model):
+    """log p(x_S | x_-S) for every subset S and every state, batched, mixed |S| in one call."""
+    m, J, h = model
+    n = len(h)
+    x = brute.states(n)
+    subsets = [np.array([(b >> i) & 1 for i in range(n)], bool) for b in range(2**n)]
+    xs = np.repeat(x, len(subsets), axis=0)
+    ms = np.tile(np.array(subsets), (len(x), 1))
+    got = np.asarray(ising.log_conditional(m, xs, ms))
+    want = [brute.conditional(J, h, xi, np.nonzero(mi)[0]) for xi, mi in zip(xs, ms)]
+    np.testing.assert_allclose(got, want, atol=1e-9, rtol=0)
+
+
+def test_conditional_log_probs_normalised_and_consistent():
+    rng = np.random.default_rng(7)
+    J, h = brute.random_model(rng, 5)
+    m = ising.ising_model(J, h)
+    x = brute.states(5)[[3, 17, 30]]
+    idx = jnp.array([[0, 2, 5], [4, 5, 5], [1, 3, 4]])  # 5 pads
+    lp = np.asarray(ising.conditional_log_probs(m, jnp.asarray(x), idx))
+    np.testing.assert_allclose(np.exp(lp).sum(-1), 1.0, atol=TOL)
+    # the mass of each distinct completion equals the brute-force conditional
+    pat = np.asarray(ising.enumerate_states(3))
+    row = 1  # S = {4}: patterns whose first slot is +1 hold p(x_4 = +1 | rest)
+    y = x[row].copy()
+    y[4] = 1
+    assert abs(np.exp(lp[row])[pat[:, 0] == 1].sum() - np.exp(brute.conditional(J, h, y, [4]))) < TOL
+
+
+def test_conditional_with_max_size_padding_and_jit():
+    rng = np.random.default_rng(3)
+    J, h = brute.random_model(rng, 4)
+    m = ising.ising_model(J, h)
+    x = brute.states(4)[[5, 9]]
+    mk = np.array([[True, False, False, True], [False, True, False, False]])
+    eager = ising.log_conditional(m, x, mk)
+    padded = ising.log_conditional(m, x, mk, max_size=4)
+    jitted = jax.jit(lambda x, mk: ising.log_conditional(m, x, mk, max_size=3))(jnp.asarray(x), jnp.asarray(mk))
+    want = [brute.conditional(J, h, x[0], [0, 3]), brute.conditional(J, h, x[1], [1])]
+    for got in (eager, padded, jitted):
+        np.testing.assert_allclose(np.asarray(got), want, atol=TOL)
+    # inside jit an over-full mask cannot raise, so it gives NaN rather than a clipped value
+    over = jax.jit(lambda x, mk: ising.log_conditional(m, x, mk, max_size=1))(jnp.asarray(x), jnp.asarray(mk))
+    assert np.isnan(np.asarray(over)[0]) and np.isfinite(np.asarray(over)[1])
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 5), seed=st.integers(0, 2**31 - 1), scale=st.floats(0.0, 3.0))
+def test_property_conditionals_random_models(n, seed, scale):
+    rng = np.random.default_rng(seed)
+    J, h = brute.random_model(rng, n, scale)
+    m = ising.ising_model(J, h)
+    x = brute.states(n)[rng.integers(0, 2**n, size=4)]
+    mk = rng.random((4, n)) < 0.5
+    got = np.asarray(ising.log_conditional(m, x, mk))
+    want = [brute.conditional(J, h, xi, np.nonzero(mi)[0]) for xi, mi in zip(x, mk)]
+    assert got.shape == (4,)
+    np.testing.assert_allclose(got, want, atol=1e-9)
+
+
+def test_sampling_frequencies_within_standard_errors():
+    """Exact sampler: every state's frequency within 4.5 binomial standard errors (fixed seed;
+    with 32 states the chance of a false failure is below 1e-4)."""
+    rng = np.random.default_rng(11)
+    J, h = brute.random_model(rng, 5, 0.7)
+    m = ising.ising_model(J, h)
+    num = 100_000
+    draws = ising.sample(m, jax.random.key(0), num)
+    assert draws.shape == (num, 5) and draws.dtype == jnp.int8
+    freq = np.bincount(np.asarray(ising.index_from_states(draws)), minlength=32) / num
+    p = brute.probs(J, h)
+    z = (freq - p) / np.sqrt(p * (1 - p) / num)
+    assert np.max(np.abs(z)) < 4.5
+    # and the sampler is a function of its key
+    np.testing.assert_array_equal(np.asarray(ising.sample(m, jax.random.key(0), 50)), np.asarray(draws[:50]))
+
+
+def test_clique_plus_independent_structure_and_closed_form():
+    m = ising.clique_plus_independent(6, 3, 1.5, 0.2, h_rest=-0.4)
+    J = np.asarray(m.J)
+    assert np.all(J[:3, :3][~np.eye(3, dtype=bool)] == 1.5) and np.all(J[3:] == 0) and np.all(np.diag(J) == 0)
+    np.testing.assert_array_equal(np.asarray(m.h), [0.2, 0.2, 0.2, -0.4, -0.4, -0.4])
+    assert abs(ising.clique_plus_independent_log_partition(6, 3, 1.5, 0.2, -0.4) - brute.log_z(J, np.asarray(m.h))) < TOL
+    law = ising.clique_magnetisation_law(3, 1.5, 0.2)
+    p, x = brute.probs(J, np.asarray(m.h)), brute.states(6)
+    for k in range(4):
+        assert abs(law[k] - p[(x[:, :3] == 1).sum(1) == k].sum()) < TOL
+
+
+@pytest.mark.parametrize("J", [-10.0, 0.5, 10.0])
+def test_log_partition_stable_at_n20(J):
+    """n = 20 (the enumeration limit) with |J| = 10: chunked log-sum-exp equals the closed form."""
+    m = ising.clique_plus_independent(20, 12, J, 0.3)
+    got = float(ising.log_partition(m))
+    want = ising.clique_plus_independent_log_partition(20, 12, J, 0.3)
+    assert math.isfinite(got) and abs(got - want) <= 1e-12 * max(1.0, abs(want))
+
+
+def test_random_model_is_valid_and_keyed():
+    a = ising.random_model(jax.random.key(1), 7, 0.5, 0.2)
+    b = ising.random_model(jax.random.key(1), 7, 0.5, 0.2)
+    np.testing.assert_array_equal(np.asarray(a.J), np.asarray(b.J))
+    assert np.allclose(np.asarray(a.J), np.asarray(a.J).T) and np.all(np.diag(np.asarray(a.J)) == 0)
+
+
+def test_uniform_k_subsets_are_uniform():
+    n, k, num = 5, 2, 50_000
+    mk = np.asarray(masks.uniform_k_subsets(jax.random.key(4), num, n, k))
+    assert np.all(mk.sum(1) == k)
+    codes = (mk * (1 << np.arange(n))).sum(1)
+    counts = np.array([np.sum(codes == c) for c in np.unique(codes)])
+    assert len(counts) == math.comb(n, k)
+    p = 1 / math.comb(n, k)
+    z = (counts / num - p) / np.sqrt(p * (1 - p) / num)
+    assert np.max(np.abs(z)) < 4.5
+
+
+def test_all_k_subsets():
+    s = np.asarray(masks.all_k_subsets(5, 3))
+    assert s.shape == (10, 5) and np.all(s.sum(1) == 3) and len({tuple(r) for r in s}) == 10

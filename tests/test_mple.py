@@ -1,0 +1,118 @@
+"""Losses and fitting [Definitions 1-3, Appendix K]."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gmlm_lib import ising, masks, mple
+
+import brute
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    J, h = brute.random_model(rng, 5, 0.5)
+    m = ising.ising_model(J, h)
+    return m, J, h, ising.sample(m, jax.random.key(1), 400)
+
+
+def test_k_equals_n_pseudolikelihood_is_likelihood(data):
+    m, J, h, x = data
+    full = jnp.ones_like(x, dtype=bool)
+    pl = float(mple.pseudolikelihood_loss(m, x, full))
+    nll = float(mple.negative_log_likelihood(m, x))
+    want = -np.mean([np.log(brute.probs(J, h)[int(ising.index_from_states(xi))]) for xi in np.asarray(x)])
+    assert abs(pl - nll) < 1e-12 and abs(nll - want) < 1e-10
+
+
+def test_pseudolikelihood_loss_matches_brute_force(data):
+    m, J, h, x = data
+    mk = masks.uniform_k_subsets(jax.random.key(2), x.shape[0], 5, 2)
+    got = float(mple.pseudolikelihood_loss(m, x, mk))
+    xs, ms = np.asarray(x)[:60], np.asarray(mk)[:60]
+    got60 = float(mple.pseudolikelihood_loss(m, xs, ms))
+    want60 = -np.mean([brute.conditional(J, h, xi, np.nonzero(mi)[0]) for xi, mi in zip(xs, ms)])
+    assert np.isfinite(got) and abs(got60 - want60) < 1e-10
+
+
+def test_loss_is_convex_in_theta(data):
+    """Appendix K: the Hessian in theta is positive semidefinite (checked at random points)."""
+    m, _, _, x = data
+    mk = masks.uniform_k_subsets(jax.random.key(3), x.shape[0], 5, 2)
+    f = lambda t: mple.pseudolikelihood_loss(ising.from_theta(t, 5), x, mk, 2)  # noqa: E731
+    for s in range(3):
+        t = jax.random.normal(jax.random.key(s), (ising.num_params(5),))
+        assert float(jnp.linalg.eigvalsh(jax.hessian(f)(t)).min()) > -1e-12
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_fit_reaches_stationary_point(data, k):
+    m, _, _, x = data
+    mk = masks.uniform_k_subsets(jax.random.key(k), x.shape[0], 5, k)
+    fit = mple.fit_pseudolikelihood(x, mk, tol=1e-10)
+    assert bool(fit.converged)
+    g = jax.grad(lambda t: mple.pseudolikelihood_loss(ising.from_theta(t, 5), x, mk, k))(fit.theta)
+    assert float(jnp.max(jnp.abs(g))) <= 1e-10
+    # a minimiser: no nearby point is better
+    for s in range(5):
+        d = 1e-3 * jax.random.normal(jax.random.key(10 + s), fit.theta.shape)
+        assert float(mple.pseudolikelihood_loss(ising.from_theta(fit.theta + d, 5), x, mk)) >= float(fit.loss) - 1e-14
+
+
+def test_full_mask_pseudolikelihood_fit_equals_mle(data):
+    _, _, _, x = data
+    via_pl = mple.fit_pseudolikelihood(x, jnp.ones_like(x, dtype=bool), tol=1e-10)
+    via_ml = mple.fit_likelihood(x, tol=1e-10)
+    assert bool(via_pl.converged) and bool(via_ml.converged)
+    np.testing.assert_allclose(np.asarray(via_pl.theta), np.asarray(via_ml.theta), atol=1e-8)
+
+
+def test_mle_matches_moments(data):
+    """At the MLE the model's moments equal the empirical means of T(x) (exponential family)."""
+    _, _, _, x = data
+    fit = mple.fit_likelihood(x, tol=1e-11)
+    fitted = ising.from_theta(fit.theta, 5)
+    emp = np.asarray(ising.sufficient_statistics(x).mean(0))
+    np.testing.assert_allclose(np.asarray(ising.moments(fitted)), emp, atol=1e-10)
+
+
+def test_l2_regularised_fit_exists_when_mple_does_not():
+    """A site that is +1 in every sample has no finite MPLE; l2 > 0 restores one."""
+    x = np.array([[1, 1, -1], [1, -1, 1], [1, 1, 1], [1, -1, -1]] * 5)
+    mk = np.ones_like(x, dtype=bool)
+    assert not bool(mple.fit_pseudolikelihood(x, mk, max_iter=30).converged)
+    assert bool(mple.fit_pseudolikelihood(x, mk, l2=0.1).converged)
+
+
+def test_fit_repeats_shares_samples_across_k_and_is_deterministic():
+    m = ising.random_model(jax.random.key(0), 4, 0.4, 0.3)
+    a = mple.fit_repeats(jax.random.key(5), m, 300, 2, 4)
+    b = mple.fit_repeats(jax.random.key(5), m, 300, 2, 4)
+    np.testing.assert_array_equal(np.asarray(a.theta), np.asarray(b.theta))
+    assert a.theta.shape == (4, ising.num_params(4)) and bool(a.converged.all())
+    # k = n in fit_repeats is the MLE of the same samples that k < n used
+    full = mple.fit_repeats(jax.random.key(5), m, 300, 4, 4)
+    data_key = jax.random.split(jax.random.split(jax.random.key(5), 4)[2])[0]
+    mle = mple.fit_likelihood(ising.sample(m, data_key, 300))
+    np.testing.assert_allclose(np.asarray(full.theta[2]), np.asarray(mle.theta), atol=1e-8)
+
+
+def test_vmap_over_datasets_matches_single_fits(data):
+    m = data[0]
+    keys = jax.random.split(jax.random.key(9), 3)
+    xs = jnp.stack([ising.sample(m, k, 200) for k in keys])
+    ms = jnp.stack([masks.uniform_k_subsets(k, 200, 5, 2) for k in keys])
+    batched = jax.vmap(lambda x, mk: mple.fit_pseudolikelihood(x, mk, max_size=2))(xs, ms)
+    for i in range(3):
+        single = mple.fit_pseudolikelihood(xs[i], ms[i])
+        np.testing.assert_allclose(np.asarray(batched.theta[i]), np.asarray(single.theta), atol=1e-9)
+
+
+def test_mple_is_consistent():
+    """With many samples every k-MPLE is close to the truth (realizable, identifiable)."""
+    m = ising.random_model(jax.random.key(3), 4, 0.5, 0.3)
+    fits = [mple.fit_repeats(jax.random.key(4), m, 40_000, k, 1) for k in (1, 2, 4)]
+    for fit in fits:
+        assert float(jnp.max(jnp.abs(fit.theta[0] - ising.to_theta(m)))) < 0.05

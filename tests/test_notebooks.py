@@ -1,0 +1,50 @@
+"""Smoke execution of every chapter in _toc.yml through papermill, and the strict book build."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from gmlm_lib.book import runner, sources
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE_BUDGET_S = 120  # each chapter's smoke profile, on 2 CPU cores
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", sources.toc_notebooks(ROOT))
+def test_smoke_run(name):
+    """The chapter runs without a cell error in the smoke profile, within the budget, and
+    ends with its provenance line; the record lands in the notebook's metadata."""
+    meta = runner.run_notebook(name, "smoke", root=ROOT)
+    nb = nbformat.read(runner.output_path(ROOT, name, "smoke"), as_version=4)
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors
+    assert meta["profile"] == "smoke" and meta["code_sha256"] == sources.code_hash(nb)
+    last = "".join(o.get("text", "") for o in nb.cells[-1].get("outputs", []))
+    assert last.startswith("Provenance: profile smoke;"), last
+    assert meta["total_wall_time_s"] <= SMOKE_BUDGET_S, f"{name} smoke run took {meta['total_wall_time_s']} s"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_strict_book_build(tmp_path):
+    """The README's build with warnings as errors and nitpicky mode; the chapter page shows
+    theorem boxes, rendered equations and figures."""
+    out = ROOT / "_build"
+    cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(ROOT), "--warningiserror", "--nitpick", "--keep-going"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    html = out / "html"
+    assert (html / "index.html").is_file()
+    for name in sources.toc_notebooks(ROOT):
+        page = (html / "notebooks" / f"{name}.html").read_text()
+        assert 'class="proof' in page, "no sphinx-proof boxes on the chapter page"
+        assert re.search(r"\\\(|\\\[|\$\$", page), "no math on the chapter page"
+        assert re.search(r'<img[^>]+src="[^"]*\.png"', page), "no figure on the chapter page"
+        assert "What we verified" in page
+        assert "colab-badge.svg" in page
