@@ -1,4 +1,4 @@
-"""Mask distributions ``w`` over subsets ``S ⊆ [n]`` [Definitions 2-3].
+"""Mask distributions ``w`` over subsets ``S ⊆ [n]``, fixed or adaptive [Definitions 2-3, 7].
 
 A mask is a boolean vector of length ``n``; ``S = {i : mask_i}``. A batch of masks is (B, n).
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -46,3 +47,87 @@ def all_k_subsets(n: int, k: int) -> jax.Array:
     for r, s in enumerate(itertools.combinations(range(n), k)):
         out[r, list(s)] = True
     return jnp.asarray(out)
+
+
+class MaskDistribution(NamedTuple):
+    """A distribution ``w`` over masks [Definitions 2, 3, 7].
+
+    ``subsets`` (M, n) bool lists the masks ``S`` with positive probability. ``weights`` is
+    (M,) for a fixed ``w(S)``, or (2^n, M) for an adaptive ``w(S | x)`` whose row ``b`` is the
+    law of ``S`` given state number ``b`` (:func:`gmlm_lib.ising.enumerate_states` order).
+    Build it with :func:`uniform_k`, :func:`from_weights` or :func:`adaptive`, which validate.
+    """
+
+    subsets: jax.Array
+    weights: jax.Array
+
+    @property
+    def n(self) -> int:
+        return self.subsets.shape[-1]
+
+    @property
+    def is_adaptive(self) -> bool:
+        return self.weights.ndim == 2
+
+
+def _check_subsets(subsets) -> np.ndarray:
+    s = np.asarray(subsets)
+    if s.ndim != 2:
+        raise ValueError(f"subsets must be a (M, n) boolean array of masks; got shape {s.shape}.")
+    if s.shape[0] == 0:
+        raise ValueError("the mask distribution is empty: give at least one subset S with positive weight.")
+    if s.dtype != bool:
+        if not np.all((s == 0) | (s == 1)):
+            raise ValueError("subsets must be boolean masks (or 0/1).")
+        s = s.astype(bool)
+    return s
+
+
+def _check_probability_rows(w: np.ndarray, what: str, atol: float = 1e-9) -> None:
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError(f"{what} must be finite and non-negative.")
+    sums = w.sum(-1)
+    bad = np.max(np.abs(sums - 1.0))
+    if bad > atol:
+        raise ValueError(f"{what} must sum to one (max |sum - 1| = {bad:.3g}); divide by their sum.")
+
+
+def from_weights(subsets, weights) -> MaskDistribution:
+    """A fixed distribution: mask ``subsets[m]`` has probability ``weights[m]``."""
+    s = _check_subsets(subsets)
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (s.shape[0],):
+        raise ValueError(f"weights must have shape ({s.shape[0]},), one per subset; got {w.shape}.")
+    _check_probability_rows(w, "weights")
+    return MaskDistribution(jnp.asarray(s), jnp.asarray(w))
+
+
+def uniform_k(n: int, k: int) -> MaskDistribution:
+    """``w`` uniform over the ``C(n, k)`` subsets of size ``k`` [Definition 3]."""
+    s = all_k_subsets(n, k)
+    return MaskDistribution(s, jnp.full(s.shape[0], 1.0 / s.shape[0], dtype=jnp.float64))
+
+
+def adaptive(subsets, rule) -> MaskDistribution:
+    """An adaptive distribution ``w(S | x)`` [Section 2.2.3, Definition 7].
+
+    ``rule(states) -> (2^n, M)``: for the (2^n, n) array of all states, the probability of
+    each of the M ``subsets`` given each state. Rows must sum to one.
+    """
+    from gmlm_lib import ising
+
+    s = _check_subsets(subsets)
+    n = s.shape[1]
+    w = np.asarray(rule(ising.enumerate_states(n)), dtype=np.float64)
+    if w.shape != (2**n, s.shape[0]):
+        raise ValueError(f"rule must return shape (2^n, M) = ({2**n}, {s.shape[0]}); got {w.shape}.")
+    _check_probability_rows(w, "each row of rule(states)")
+    return MaskDistribution(jnp.asarray(s), jnp.asarray(w))
+
+
+def check_distribution(dist: MaskDistribution, n: int) -> None:
+    """Raise when ``dist`` does not fit an ``n``-site model."""
+    if dist.n != n:
+        raise ValueError(f"the mask distribution is over n = {dist.n} sites but the model has n = {n}.")
+    if dist.is_adaptive and dist.weights.shape[0] != 2**n:
+        raise ValueError(f"adaptive weights must have 2^n = {2**n} rows; got {dist.weights.shape[0]}.")

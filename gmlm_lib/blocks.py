@@ -1,0 +1,70 @@
+"""Exact sums over the blocks of a mask: the states that agree off ``S``.
+
+For a mask ``S`` the ``2^n`` states split into ``2^(n-|S|)`` blocks ``{y : y_{-S} = x_{-S}}``
+of ``2^|S|`` states each. Every exact quantity of the theory chapters (conditional
+expectations ``E[f | x_{-S}, S]``, the Hessian ``H_w``, the block-dynamics operator, its
+Dirichlet form) is a sum over these blocks with weights ``q_S(y) = p(y) w(S | y)``.
+
+:func:`block_ids` numbers the blocks of each mask ``0 .. 2^(n-|S|)-1`` so that a block sum is a
+``segment_sum`` with a static number of segments; :func:`size_groups` splits a mask
+distribution by ``|S|`` so each group has one static shape.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gmlm_lib import ising
+from gmlm_lib.masks import MaskDistribution, check_distribution
+
+
+def block_ids(subsets) -> np.ndarray:
+    """Block number of every state for each mask. (M, n) bool -> (M, 2^n) int32.
+
+    The block of state ``x`` under ``S`` is the binary number formed by ``x_{-S}``, so states
+    share a block exactly when they agree off ``S``; numbers run over ``0 .. 2^(n-|S|)-1``.
+    """
+    s = np.asarray(subsets, dtype=bool)
+    n = s.shape[-1]
+    bits = (np.asarray(ising.enumerate_states(n)) > 0).astype(np.int64)  # (2^n, n)
+    rest = ~s
+    rank = np.cumsum(rest[:, ::-1], axis=1)[:, ::-1] - 1  # rank among the rest, last site = 0
+    weights = np.where(rest, np.left_shift(1, np.maximum(rank, 0)), 0)  # (M, n)
+    return (bits @ weights.T).T.astype(np.int32)
+
+
+class SizeGroup(NamedTuple):
+    """The masks of one size ``k``: their block numbers and their weights."""
+
+    k: int
+    ids: jax.Array  # (M_k, 2^n) int32
+    weights: jax.Array  # (M_k,) fixed w(S), or (M_k, 2^n) adaptive w(S | x)
+
+
+def size_groups(dist: MaskDistribution, n: int) -> Iterator[SizeGroup]:
+    """Split ``dist`` by mask size, in increasing ``k``."""
+    check_distribution(dist, n)
+    s = np.asarray(dist.subsets, dtype=bool)
+    sizes = s.sum(1)
+    w = np.asarray(dist.weights)
+    for k in np.unique(sizes):
+        idx = np.nonzero(sizes == k)[0]
+        weights = w[:, idx].T if dist.is_adaptive else w[idx]
+        yield SizeGroup(int(k), jnp.asarray(block_ids(s[idx])), jnp.asarray(weights))
+
+
+def block_sum(values: jax.Array, ids: jax.Array, k: int, n: int) -> jax.Array:
+    """Sum ``values`` (2^n, ...) over the blocks numbered by ``ids`` (2^n,). Returns (2^(n-k), ...)."""
+    return jax.ops.segment_sum(values, ids, num_segments=2 ** (n - k), indices_are_sorted=False)
+
+
+def check_exact_blocks(n: int, limit: int) -> None:
+    if n > limit:
+        raise ValueError(
+            f"n = {n} is over the limit n <= {limit} for exact sums over all states and all masks; "
+            "use the Monte Carlo estimator over masks (e.g. fisher.hessian_monte_carlo) or a smaller model."
+        )
