@@ -158,19 +158,18 @@ class Estimate(NamedTuple):
     se: jax.Array
 
 
-def hessian_monte_carlo(model: IsingModel, masks: jax.Array) -> Estimate:
-    """Unbiased estimate of ``H_w`` for a fixed ``w`` from masks ``S_1..S_M`` drawn i.i.d. from
-    ``w``: every state is still enumerated (``n <= 20``), only the sum over masks is sampled.
-    masks (M, n) bool, M >= 2. Returns the (p, p) mean and its entrywise standard error."""
+def hessian_per_mask(model: IsingModel, masks: jax.Array) -> jax.Array:
+    """``H_{S} = E_x Cov(T | x_{-S})`` for each given mask (a point mass ``w = delta_S``), all
+    states enumerated (``n <= 20``). masks (M, n) bool -> (M, p, p)."""
     n = model.n
     ising.check_exact_n(n)
     masks = np.asarray(masks, dtype=bool)
-    if masks.ndim != 2 or masks.shape[1] != n or masks.shape[0] < 2:
-        raise ValueError(f"masks must be (M, {n}) with M >= 2 for a standard error; got {masks.shape}.")
+    if masks.ndim != 2 or masks.shape[1] != n or masks.shape[0] < 1:
+        raise ValueError(f"masks must be (M, {n}) with M >= 1; got {masks.shape}.")
     T, p = _tables(model)
     second = T.T @ (p[:, None] * T)
     sizes = masks.sum(1)
-    terms = []
+    out = [None] * masks.shape[0]
     for k in np.unique(sizes):
         idx = np.nonzero(sizes == k)[0]
         ids = jnp.asarray(blocks.block_ids(masks[idx]))
@@ -180,8 +179,19 @@ def hessian_monte_carlo(model: IsingModel, masks: jax.Array) -> Estimate:
             Pc = blocks.block_sum(p, ids_row, k, n)
             return second - Mc.T @ (Mc / Pc[:, None])
 
-        terms.append(jax.lax.map(one, ids))
-    per_mask = jnp.concatenate(terms)
+        for j, H in zip(idx, jax.lax.map(one, ids)):
+            out[j] = H
+    return jnp.stack(out)
+
+
+def hessian_monte_carlo(model: IsingModel, masks: jax.Array) -> Estimate:
+    """Unbiased estimate of ``H_w`` for a fixed ``w`` from masks ``S_1..S_M`` drawn i.i.d. from
+    ``w``: every state is still enumerated (``n <= 20``), only the sum over masks is sampled.
+    masks (M, n) bool, M >= 2. Returns the (p, p) mean and its entrywise standard error."""
+    masks = np.asarray(masks, dtype=bool)
+    if masks.ndim != 2 or masks.shape[0] < 2:
+        raise ValueError(f"masks must be (M, n) with M >= 2 for a standard error; got {masks.shape}.")
+    per_mask = hessian_per_mask(model, masks)
     m = per_mask.shape[0]
     return Estimate(per_mask.mean(0), per_mask.std(0, ddof=1) / np.sqrt(m))
 
@@ -239,3 +249,14 @@ def score_covariance_autodiff(model: IsingModel, dist: MaskDistribution) -> Esti
     mean = jnp.einsum("ms,msp->p", law, J)
     second = jnp.einsum("ms,msp,msq->pq", law, J, J)
     return Estimate(second - jnp.outer(mean, mean), mean)
+
+
+def generalized_eigvals(A: jax.Array, B: jax.Array) -> np.ndarray:
+    """Eigenvalues of the pencil ``(A, B)``: the stationary values of ``v^T A v / v^T B v``, for
+    symmetric ``A`` and positive definite ``B``, ascending. Scale-invariant, so Loewner
+    comparisons of badly conditioned covariances do not hinge on inverting them:
+    ``A <= B`` iff every value is ``<= 1``."""
+    import scipy.linalg
+
+    A, B = np.asarray(A), np.asarray(B)
+    return scipy.linalg.eigh(0.5 * (A + A.T), 0.5 * (B + B.T), eigvals_only=True)

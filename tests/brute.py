@@ -51,3 +51,77 @@ def random_model(rng: np.random.Generator, n: int, scale: float = 1.0):
     J = np.triu(A, 1)
     J = J + J.T
     return J, rng.normal(scale=scale, size=n)
+
+
+def stats(x: np.ndarray) -> np.ndarray:
+    """T(x) = (x_i x_j for i<j, x_i)."""
+    n = len(x)
+    return np.array([x[i] * x[j] for i in range(n) for j in range(i + 1, n)] + list(x), dtype=float)
+
+
+def pair_terms(J, h, subsets, W):
+    """Yield (pi(x,S), T(x), E[T | x_-S, S], x index, S index) for every state and mask.
+    W[x, m] = w(S_m | x)."""
+    n = len(h)
+    X = states(n)
+    p = probs(J, h)
+    T = np.array([stats(x) for x in X])
+    for m, S in enumerate(subsets):
+        rest = [i for i in range(n) if not S[i]]
+        for a, x in enumerate(X):
+            same = [b for b, y in enumerate(X) if np.all(y[rest] == x[rest])]
+            q = np.array([p[b] * W[b, m] for b in same])
+            if q.sum() == 0:
+                continue
+            mean = (q[:, None] * T[same]).sum(0) / q.sum()
+            yield p[a] * W[a, m], T[a], mean, a, m
+
+
+def hessian(J, h, subsets, W):
+    """H = E_{x,S} Cov(T | x_-S, S), from the definition."""
+    n = len(h)
+    X = states(n)
+    p = probs(J, h)
+    T = np.array([stats(x) for x in X])
+    d = T.shape[1]
+    H = np.zeros((d, d))
+    for m, S in enumerate(subsets):
+        rest = [i for i in range(n) if not S[i]]
+        for a, x in enumerate(X):
+            same = [b for b, y in enumerate(X) if np.all(y[rest] == x[rest])]
+            q = np.array([p[b] * W[b, m] for b in same])
+            if q.sum() == 0 or W[a, m] == 0:
+                continue
+            q = q / q.sum()
+            mu = q @ T[same]
+            cov = (T[same] - mu).T @ (q[:, None] * (T[same] - mu))
+            H += p[a] * W[a, m] * cov
+    return H
+
+
+def score_cov_all_masks(J, h, subsets, W):
+    n = len(h)
+    d = n * (n - 1) // 2 + n
+    g = np.zeros((2**n, d))
+    for pi, t, mean, a, m in pair_terms(J, h, subsets, W):
+        g[a] += W[a, m] * (t - mean)
+    p = probs(J, h)
+    return g.T @ (p[:, None] * g)
+
+
+def transition(J, h, subsets, W):
+    """P(x, y) = sum_S w(S|x) 1[y_-S = x_-S] p(y) w(S|y) / Z_S(x)."""
+    n = len(h)
+    X = states(n)
+    p = probs(J, h)
+    P = np.zeros((2**n, 2**n))
+    for m, S in enumerate(subsets):
+        rest = [i for i in range(n) if not S[i]]
+        for a, x in enumerate(X):
+            if W[a, m] == 0:
+                continue
+            same = [b for b, y in enumerate(X) if np.all(y[rest] == x[rest])]
+            q = np.array([p[b] * W[b, m] for b in same])
+            for b, qb in zip(same, q / q.sum()):
+                P[a, b] += W[a, m] * qb
+    return P

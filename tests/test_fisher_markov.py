@@ -1,0 +1,199 @@
+"""Fisher information, H_w, Sigma_w, Gamma_w, block dynamics and Poincaré constants against the
+brute-force definitions in brute.py (n <= 5, to 1e-10), and the theorems as properties."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gmlm_lib import fisher, ising, markov, masks
+
+import brute
+
+TOL = 1e-10
+
+
+def _model(seed, n, scale=0.8):
+    J, h = brute.random_model(np.random.default_rng(seed), n, scale)
+    return ising.ising_model(J, h), J, h
+
+
+def _adaptive_dist(n, temp=0.7):
+    """Masks of size 2; those whose sites agree in x are more likely (a rule that depends on x)."""
+    subs = np.asarray(masks.all_k_subsets(n, 2))
+
+    def rule(states):
+        x = np.asarray(states, float)
+        agree = np.stack([x[:, s].prod(1) for s in subs], 1)  # +1 when the two sites agree
+        return jax.nn.softmax(temp * agree, axis=-1)
+
+    return masks.adaptive(subs, rule)
+
+
+def _dists(n):
+    fixed = [masks.uniform_k(n, k) for k in range(1, n + 1)]
+    subs = [np.array(s) for s in itertools.product([False, True], repeat=n) if any(s)]
+    w = np.random.default_rng(n).random(len(subs))
+    mixed = masks.from_weights(np.array(subs), w / w.sum())
+    return fixed + [mixed, _adaptive_dist(n)]
+
+
+def _W(dist, n):
+    w = np.asarray(dist.weights)
+    return w if dist.is_adaptive else np.tile(w, (2**n, 1))
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_hessian_score_and_all_masks_against_definitions(n):
+    m, J, h = _model(n, n)
+    for dist in _dists(n):
+        subs, W = np.asarray(dist.subsets), _W(dist, n)
+        H = brute.hessian(J, h, subs, W)
+        np.testing.assert_allclose(np.asarray(fisher.hessian(m, dist)), H, atol=TOL)
+        np.testing.assert_allclose(np.asarray(fisher.score_covariance(m, dist)), H, atol=TOL)
+        np.testing.assert_allclose(
+            np.asarray(fisher.all_masks_score_covariance(m, dist)), brute.score_cov_all_masks(J, h, subs, W), atol=TOL
+        )
+
+
+def test_fisher_information_is_full_mask_hessian():
+    m, J, h = _model(1, 5)
+    X = brute.states(5)
+    T = np.array([brute.stats(x) for x in X])
+    p = brute.probs(J, h)
+    mu = p @ T
+    I = T.T @ (p[:, None] * T) - np.outer(mu, mu)
+    np.testing.assert_allclose(np.asarray(fisher.fisher_information(m)), I, atol=TOL)
+    np.testing.assert_allclose(np.asarray(fisher.hessian(m, masks.uniform_k(5, 5))), I, atol=TOL)
+
+
+def test_information_matrix_equality_by_autodiff():
+    """Lemma (App. A): the autodiff Hessian of the exact loss equals the autodiff score
+    covariance, and the mean score vanishes (realizable), for fixed and adaptive w."""
+    m, _, _ = _model(3, 4, 1.5)
+    for dist in _dists(4):
+        H = fisher.loss_hessian_autodiff(m, dist)
+        S = fisher.score_covariance_autodiff(m, dist)
+        assert float(jnp.max(jnp.abs(H - S.mean))) < TOL
+        assert float(jnp.max(jnp.abs(S.se))) < TOL
+        np.testing.assert_allclose(np.asarray(H), np.asarray(fisher.hessian(m, dist)), atol=TOL)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), scale=st.floats(0.1, 2.5), n=st.integers(2, 4))
+def test_theorem2_loewner_order(seed, scale, n):
+    """Theorem 2 and its bound, in scale-invariant form: H_{k+1} >= H_k (the proof step, no
+    inversion); Gamma_{k+1} <= Gamma_k as generalized eigenvalues <= 1; Gamma_n = I^-1;
+    Gamma_k <= C_P(k) Gamma_MLE as max v'Iv / v'H_k v <= C_P(k)."""
+    m, _, _ = _model(seed, n, scale)
+    I = fisher.fisher_information(m)
+    H = [fisher.hessian(m, masks.uniform_k(n, k)) for k in range(1, n + 1)]
+    for a, b in zip(H, H[1:]):
+        assert float(jnp.linalg.eigvalsh(b - a).min()) >= -1e-12 * float(jnp.abs(b).max())
+        G_a, G_b = jnp.linalg.inv(a), jnp.linalg.inv(b)
+        assert fisher.generalized_eigvals(G_b, G_a).max() <= 1 + 1e-8
+    np.testing.assert_allclose(np.asarray(H[-1]), np.asarray(I), atol=1e-12)
+    for k in range(1, n + 1):
+        cp = markov.poincare_constant(m, masks.uniform_k(n, k), "dense")
+        assert fisher.generalized_eigvals(I, H[k - 1]).max() <= cp * (1 + 1e-8)
+
+
+def test_all_masks_regime_is_no_worse():
+    m, _, _ = _model(5, 5)
+    for k in range(1, 5):
+        d = masks.uniform_k(5, k)
+        one, every = fisher.asymptotic_covariance(m, d), fisher.asymptotic_covariance(m, d, "all-masks")
+        assert float(jnp.linalg.eigvalsh(one - every).min()) >= -1e-10
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_transition_matrix_against_definition(n):
+    m, J, h = _model(10 + n, n)
+    for dist in _dists(n):
+        P = np.asarray(markov.transition_matrix(m, dist))
+        np.testing.assert_allclose(P, brute.transition(J, h, np.asarray(dist.subsets), _W(dist, n)), atol=TOL)
+        stat, balance = markov.reversibility_error(m, jnp.asarray(P))
+        assert stat < TOL and balance < TOL
+
+
+def test_dirichlet_form_two_ways_and_definition():
+    m, J, h = _model(2, 4)
+    p = brute.probs(J, h)
+    f = np.random.default_rng(0).normal(size=16)
+    for dist in _dists(4):
+        P = brute.transition(J, h, np.asarray(dist.subsets), _W(dist, 4))
+        want = 0.5 * np.sum(p[:, None] * P * (f[:, None] - f[None, :]) ** 2)
+        assert abs(float(markov.dirichlet_form(m, dist, f)) - want) < TOL
+        assert abs(float(markov.dirichlet_form_variance(m, dist, f)) - want) < TOL
+
+
+def test_poincare_constant_dense_lanczos_and_definition():
+    m, J, h = _model(4, 5, 1.0)
+    p = brute.probs(J, h)
+    for dist in [masks.uniform_k(5, 1), masks.uniform_k(5, 2), _adaptive_dist(5)]:
+        P = brute.transition(J, h, np.asarray(dist.subsets), _W(dist, 5))
+        A = np.sqrt(p)[:, None] * P / np.sqrt(p)[None, :]
+        lam = np.sort(np.linalg.eigvalsh(0.5 * (A + A.T)))
+        want = 1 / (1 - lam[-2])
+        dense = markov.poincare_constant(m, dist, "dense")
+        lanczos = markov.poincare_constant(m, dist, "lanczos")
+        assert abs(dense - want) <= 1e-9 * want and abs(lanczos - dense) <= 1e-8 * dense
+        # the Poincaré inequality holds for random f, with equality approached by the slow mode
+        for s in range(5):
+            f = np.random.default_rng(s).normal(size=32)
+            var = p @ f**2 - (p @ f) ** 2
+            assert var <= dense * float(markov.dirichlet_form(m, dist, f)) + 1e-12
+
+
+def test_reducible_chain_has_infinite_poincare_constant():
+    m, _, _ = _model(0, 3)
+    only_first = masks.from_weights(np.array([[True, False, False]]), [1.0])
+    assert markov.poincare_constant(m, only_first, "dense") == np.inf
+
+
+def test_monte_carlo_hessian_within_three_standard_errors():
+    """The mask-sampled estimate of H_k against the exact one, through scalar summaries (trace
+    and a fixed quadratic form) with their own standard errors; fixed seeds."""
+    m = ising.random_model(jax.random.key(0), 8, 0.5, 0.3)
+    exact = fisher.hessian(m, masks.uniform_k(8, 3))
+    draws = np.asarray(masks.uniform_k_subsets(jax.random.key(1), 400, 8, 3))
+    est = fisher.hessian_monte_carlo(m, draws)
+    per = fisher.hessian_per_mask(m, draws)
+    np.testing.assert_allclose(np.asarray(per.mean(0)), np.asarray(est.mean), atol=1e-14)
+    v = jax.random.normal(jax.random.key(2), (exact.shape[0],))
+    for f in (jnp.trace, lambda A: v @ A @ v):
+        vals = np.asarray(jax.vmap(f)(per))
+        se = vals.std(ddof=1) / np.sqrt(len(vals))
+        assert abs(float(f(est.mean)) - float(f(exact))) <= 3 * se
+
+
+def test_bad_mask_distributions():
+    with pytest.raises(ValueError, match="mask distribution is empty"):
+        masks.from_weights(np.zeros((0, 3), bool), [])
+    with pytest.raises(ValueError, match="must sum to one.*divide by their sum"):
+        masks.from_weights(np.eye(3, dtype=bool), [0.5, 0.5, 0.5])
+    with pytest.raises(ValueError, match="non-negative"):
+        masks.from_weights(np.eye(2, dtype=bool), [1.5, -0.5])
+    with pytest.raises(ValueError, match="one per subset"):
+        masks.from_weights(np.eye(3, dtype=bool), [1.0])
+    with pytest.raises(ValueError, match="each row of rule\\(states\\) must sum to one"):
+        masks.adaptive(np.eye(3, dtype=bool), lambda s: np.full((8, 3), 0.5))
+    with pytest.raises(ValueError, match="rule must return shape"):
+        masks.adaptive(np.eye(3, dtype=bool), lambda s: np.full((8, 2), 0.5))
+    m, _, _ = _model(0, 4)
+    with pytest.raises(ValueError, match="over n = 3 sites but the model has n = 4"):
+        fisher.hessian(m, masks.uniform_k(3, 1))
+
+
+def test_over_the_exact_limit():
+    big = ising.IsingModel(J=jnp.zeros((13, 13)), h=jnp.zeros(13))
+    with pytest.raises(ValueError, match="n = 13 is over the limit n <= 12.*Monte Carlo"):
+        fisher.hessian(big, masks.uniform_k(13, 1))
+    with pytest.raises(ValueError, match="over the limit n <= 12"):
+        markov.transition_matrix(big, masks.uniform_k(13, 1))
+    with pytest.raises(ValueError, match="M >= 2"):
+        fisher.hessian_monte_carlo(ising.IsingModel(J=jnp.zeros((4, 4)), h=jnp.zeros(4)), np.ones((1, 4), bool))
