@@ -20,6 +20,7 @@ route used to verify the information-matrix equality. Everything is float64.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -199,41 +200,50 @@ def hessian_monte_carlo(model: IsingModel, masks: jax.Array) -> Estimate:
 # --- Autodiff route (small n): the equality H = Sigma checked, not assumed -------------------------
 
 
-def _pair_losses(theta, n: int, dist: MaskDistribution):
-    """``l(theta; x, S) = -log p_theta(x_S | x_{-S}, S)`` for every state and mask. (M, 2^n)."""
+def _pair_arrays(n: int, dist: MaskDistribution):
+    s = np.asarray(dist.subsets, dtype=bool)
+    W = np.asarray(dist.weights).T if dist.is_adaptive else np.tile(np.asarray(dist.weights)[:, None], (1, 2**n))
+    with np.errstate(divide="ignore"):
+        logw = np.log(W)
+    return jnp.asarray(blocks.block_ids(s)), jnp.asarray(logw), jnp.asarray(W), tuple(int(k) for k in s.sum(1))
+
+
+@partial(jax.jit, static_argnames=("n", "sizes"))
+def _pair_losses(theta, ids, logw, *, n: int, sizes: tuple):
+    """``l(theta; x, S) = -log p_theta(x_S | x_{-S}, S)`` for every mask and state. (M, 2^n);
+    ``+inf``-free: pairs with ``w(S|x) = 0`` give 0 (they carry no probability)."""
     T = ising.sufficient_statistics(ising.enumerate_states(n))
     logits = T @ theta
-    s = np.asarray(dist.subsets, dtype=bool)
-    ids = jnp.asarray(blocks.block_ids(s))
-    W = dist.weights.T if dist.is_adaptive else jnp.broadcast_to(dist.weights[:, None], (s.shape[0], 2**n))
-    logw = jnp.log(jnp.where(W > 0, W, 1.0)) + jnp.where(W > 0, 0.0, -jnp.inf)
-
-    def one(ids_row, logw_row, k):
-        z = logits + logw_row
-        zmax = jax.ops.segment_max(z, ids_row, num_segments=2 ** (n - k))
+    rows = []
+    for m, k in enumerate(sizes):
+        z = logits + logw[m]
+        zmax = jax.ops.segment_max(z, ids[m], num_segments=2 ** (n - k))
         zmax = jnp.where(jnp.isfinite(zmax), zmax, 0.0)
-        lse = zmax + jnp.log(jax.ops.segment_sum(jnp.exp(z - zmax[ids_row]), ids_row, num_segments=2 ** (n - k)))
-        return -(z - lse[ids_row])
-
-    sizes = s.sum(1)
-    return jnp.stack([one(ids[m], logw[m], int(sizes[m])) for m in range(s.shape[0])])
+        lse = zmax + jnp.log(jax.ops.segment_sum(jnp.exp(z - zmax[ids[m]]), ids[m], num_segments=2 ** (n - k)))
+        rows.append(jnp.where(jnp.isfinite(z), -(z - lse[ids[m]]), 0.0))
+    return jnp.stack(rows)
 
 
-def _pair_law(model: IsingModel, dist: MaskDistribution):
-    p = ising.probabilities(model)
-    W = dist.weights.T if dist.is_adaptive else dist.weights[:, None] * jnp.ones((1, 2**model.n))
-    return W * p[None, :]  # (M, 2^n): pi(x, S)
+@partial(jax.jit, static_argnames=("n", "sizes"))
+def _loss_hessian(theta, law, ids, logw, *, n: int, sizes: tuple):
+    return jax.hessian(lambda th: jnp.sum(law * _pair_losses(th, ids, logw, n=n, sizes=sizes)))(theta)
+
+
+@partial(jax.jit, static_argnames=("n", "sizes"))
+def _pair_scores(theta, ids, logw, *, n: int, sizes: tuple):
+    return jax.jacfwd(lambda th: _pair_losses(th, ids, logw, n=n, sizes=sizes))(theta)
 
 
 def loss_hessian_autodiff(model: IsingModel, dist: MaskDistribution) -> jax.Array:
     """``H_w`` as the autodiff Hessian of the exact population loss
-    ``L(theta) = sum_{x,S} pi(x,S) l(theta; x, S)`` at ``theta*``. (p, p); n <= :data:`MAX_AUTODIFF_N`."""
+    ``L(theta) = sum_{x,S} pi(x,S) l(theta; x, S)`` at ``theta*``, with ``pi(x,S) = p(x) w(S|x)``.
+    (p, p); n <= :data:`MAX_AUTODIFF_N`."""
     n = model.n
     blocks.check_exact_blocks(n, MAX_AUTODIFF_N)
     check_distribution(dist, n)
-    law = _pair_law(model, dist)
-    L = lambda th: jnp.sum(law * jnp.where(law > 0, _pair_losses(th, n, dist), 0.0))  # noqa: E731
-    return jax.hessian(L)(ising.to_theta(model))
+    ids, logw, W, sizes = _pair_arrays(n, dist)
+    law = W * ising.probabilities(model)[None, :]
+    return _loss_hessian(ising.to_theta(model), law, ids, logw, n=n, sizes=sizes)
 
 
 def score_covariance_autodiff(model: IsingModel, dist: MaskDistribution) -> Estimate:
@@ -243,9 +253,9 @@ def score_covariance_autodiff(model: IsingModel, dist: MaskDistribution) -> Esti
     n = model.n
     blocks.check_exact_blocks(n, MAX_AUTODIFF_N)
     check_distribution(dist, n)
-    law = _pair_law(model, dist)
-    J = jax.jacfwd(lambda th: _pair_losses(th, n, dist))(ising.to_theta(model))  # (M, 2^n, p)
-    J = jnp.where(law[..., None] > 0, J, 0.0)
+    ids, logw, W, sizes = _pair_arrays(n, dist)
+    law = W * ising.probabilities(model)[None, :]
+    J = _pair_scores(ising.to_theta(model), ids, logw, n=n, sizes=sizes)
     mean = jnp.einsum("ms,msp->p", law, J)
     second = jnp.einsum("ms,msp,msq->pq", law, J, J)
     return Estimate(second - jnp.outer(mean, mean), mean)

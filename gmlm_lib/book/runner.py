@@ -93,6 +93,7 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
             provenance.ENV_PARAMETERS: json.dumps(params, default=str),
             provenance.ENV_RECORD: str(rec_path),
             provenance.ENV_PROFILE: profile,
+            "TQDM_DISABLE": "1",  # progress bars are for interactive runs, not the stored outputs
         }
         t0 = time.perf_counter()
         with _environ(**env):
