@@ -68,3 +68,23 @@ def check_exact_blocks(n: int, limit: int) -> None:
             f"n = {n} is over the limit n <= {limit} for exact sums over all states and all masks; "
             "use the Monte Carlo estimator over masks (e.g. fisher.hessian_monte_carlo) or a smaller model."
         )
+
+
+def conditional_given_mask(model, dist: MaskDistribution) -> jax.Array:
+    """``p(x_S | x_{-S}, S)`` for every mask and state [Lemma 3]: ``q_S(x) / sum_{y in B} q_S(y)``
+    with ``q_S(y) = p(y) w(S | y)`` and ``B`` the block of ``x`` under ``S``. (M, 2^n); entry
+    ``[m, b]`` is the probability of state ``b`` within its block given mask ``m`` (0 where the
+    block has no weight). For a fixed ``w`` it is the plain conditional ``p(x_S | x_{-S})``;
+    for an adaptive ``w`` it differs in general [Lemma 2]."""
+    n = model.n
+    check_distribution(dist, n)
+    p = ising.probabilities(model)
+    s = np.asarray(dist.subsets, dtype=bool)
+    ids = jnp.asarray(block_ids(s))
+    W = dist.weights.T if dist.is_adaptive else jnp.broadcast_to(dist.weights[:, None], (s.shape[0], 2**n))
+    out = []
+    for m, k in enumerate(s.sum(1)):
+        q = p * W[m]
+        tot = block_sum(q, ids[m], int(k), n)[ids[m]]
+        out.append(jnp.where(tot > 0, q / jnp.where(tot > 0, tot, 1.0), 0.0))
+    return jnp.stack(out)

@@ -197,3 +197,26 @@ def test_over_the_exact_limit():
         markov.transition_matrix(big, masks.uniform_k(13, 1))
     with pytest.raises(ValueError, match="M >= 2"):
         fisher.hessian_monte_carlo(ising.IsingModel(J=jnp.zeros((4, 4)), h=jnp.zeros(4)), np.ones((1, 4), bool))
+
+
+def test_conditional_given_mask_is_bayes_on_the_joint():
+    """Lemma 3: p(x_S | x_-S, S) from blocks equals Bayes' rule on pi(x, S) = p(x) w(S|x); for a
+    fixed w it is the plain conditional of gmlm_lib.ising (Lemma 2's contrast)."""
+    from gmlm_lib import blocks
+
+    m, J, h = _model(8, 4)
+    X = brute.states(4)
+    p = brute.probs(J, h)
+    for dist in _dists(4):
+        W, subs = _W(dist, 4), np.asarray(dist.subsets)
+        got = np.asarray(blocks.conditional_given_mask(m, dist))
+        for mi, S in enumerate(subs):
+            for b, x in enumerate(X):
+                same = np.all(X[:, ~S] == x[~S], axis=1)
+                den = (p * W[:, mi])[same].sum()
+                want = p[b] * W[b, mi] / den if den > 0 else 0.0
+                assert abs(got[mi, b] - want) < TOL
+        if not dist.is_adaptive:
+            for mi, S in enumerate(subs[:3]):
+                lc = np.asarray(ising.log_conditional(m, X, np.tile(S, (16, 1))))
+                np.testing.assert_allclose(got[mi], np.exp(lc), atol=TOL)
