@@ -19,6 +19,7 @@ import nbformat
 from gmlm_lib.book import sources
 
 PROVENANCE_PAGE = Path("book") / "provenance.md"
+RUN_METADATA = ("papermill", "execution")  # per-cell metadata written by a run, not by the text
 
 
 def check_pair(md: Path, ipynb: Path) -> list[str]:
@@ -119,6 +120,13 @@ def sync(root: Path) -> list[Path]:
         new = jupytext.combine.combine_inputs_with_outputs(sources.read_text_notebook(md), old, fmt="md:myst")
         new.metadata.pop("jupytext", None)
         new.metadata["gmlm"] = old.metadata.get("gmlm", {})
+        # keep what the run recorded per cell (papermill timings) where the cell is unchanged
+        previous = {(c.cell_type, c.source): c.metadata for c in old.cells}
+        for cell in new.cells:
+            ran = previous.get((cell.cell_type, cell.source), {})
+            for key in RUN_METADATA:
+                if key in ran:
+                    cell.metadata[key] = ran[key]
         if new != old:
             nbformat.write(new, ipynb)
             updated.append(ipynb)
