@@ -88,3 +88,36 @@ def conditional_given_mask(model, dist: MaskDistribution) -> jax.Array:
         tot = block_sum(q, ids[m], int(k), n)[ids[m]]
         out.append(jnp.where(tot > 0, q / jnp.where(tot > 0, tot, 1.0), 0.0))
     return jnp.stack(out)
+
+
+def averaged_conditional_expectation(model, dist: MaskDistribution):
+    """``F -> sum_S w(S | x) E_{q_S}[F | block of x under S]``, jitted, for F (2^n,) or (2^n, B).
+
+    This is the block-dynamics transition operator ``P`` [Definitions 6, 8] applied to the
+    columns of ``F``; :mod:`gmlm_lib.markov` and :func:`gmlm_lib.fisher.all_masks_score_covariance`
+    (whose mask-averaged score is ``T - P T``) both use it.
+    """
+    n = model.n
+    ising.check_exact_n(n)
+    check_distribution(dist, n)
+    p = ising.probabilities(model)
+    groups = list(size_groups(dist, n))
+
+    @jax.jit
+    def apply(F):
+        F = jnp.asarray(F, dtype=jnp.float64)
+        Fb = F.reshape(F.shape[0], -1)
+        out = jnp.zeros_like(Fb)
+        for g in groups:
+
+            def body(acc, sw, k=g.k):
+                ids, w = sw
+                q = p * w
+                P = block_sum(q, ids, k, n)
+                cond = block_sum(q[:, None] * Fb, ids, k, n) / jnp.where(P > 0, P, 1.0)[:, None]
+                return acc + jnp.broadcast_to(w, p.shape)[:, None] * cond[ids], None
+
+            out, _ = jax.lax.scan(body, out, (g.ids, g.weights))
+        return out.reshape(F.shape)
+
+    return apply

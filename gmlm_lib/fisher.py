@@ -107,22 +107,12 @@ def score_covariance(model: IsingModel, dist: MaskDistribution) -> jax.Array:
 def all_masks_score_covariance(model: IsingModel, dist: MaskDistribution) -> jax.Array:
     """``Sigma'_w = Cov_x( E_{S~w(.|x)} grad l(theta*; x, S) )``: the score covariance when each
     sample is used with all of its masks. Returns (p, p). ``Sigma' <= Sigma_w`` (law of total
-    covariance)."""
+    covariance). The mask-averaged score is ``-(T - P T)`` with ``P`` the block dynamics of ``w``."""
     n = model.n
     blocks.check_exact_blocks(n, MAX_EXACT_N)
     check_distribution(dist, n)
     T, p = _tables(model)
-    mixed = jnp.zeros_like(T)  # E_{S ~ w(.|x)} E[T | x_{-S}, S], state by state
-    for g in blocks.size_groups(dist, n):
-
-        def body(acc, sw, k=g.k):
-            ids, w = sw
-            q = p * w
-            P = blocks.block_sum(q, ids, k, n)
-            means = blocks.block_sum(q[:, None] * T, ids, k, n) / jnp.where(P > 0, P, 1.0)[:, None]
-            return acc + jnp.broadcast_to(w, p.shape)[:, None] * means[ids], None
-
-        mixed, _ = jax.lax.scan(body, mixed, (g.ids, g.weights))
+    mixed = blocks.averaged_conditional_expectation(model, dist)(T)  # (P T)(x): the block-dynamics operator
     r = T - mixed
     return r.T @ (p[:, None] * r)
 

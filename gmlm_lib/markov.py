@@ -39,30 +39,7 @@ def operator(model: IsingModel, dist: MaskDistribution):
 
     Fixed or adaptive ``w``; ``(P f)(x) = E[f(X_1) | X_0 = x]``. Works on a batch (2^n, B) too.
     """
-    n = model.n
-    ising.check_exact_n(n)
-    check_distribution(dist, n)
-    p = ising.probabilities(model)
-    groups = list(blocks.size_groups(dist, n))
-
-    @jax.jit
-    def apply(f):
-        f = jnp.asarray(f, dtype=jnp.float64)
-        fb = f.reshape(f.shape[0], -1)
-        out = jnp.zeros_like(fb)
-        for g in groups:
-
-            def body(acc, sw, k=g.k):
-                ids, w = sw
-                q = p * w
-                P = blocks.block_sum(q, ids, k, n)
-                cond = blocks.block_sum(q[:, None] * fb, ids, k, n) / jnp.where(P > 0, P, 1.0)[:, None]
-                return acc + jnp.broadcast_to(w, p.shape)[:, None] * cond[ids], None
-
-            out, _ = jax.lax.scan(body, out, (g.ids, g.weights))
-        return out.reshape(f.shape)
-
-    return apply
+    return blocks.averaged_conditional_expectation(model, dist)
 
 
 def transition_matrix(model: IsingModel, dist: MaskDistribution) -> jax.Array:
