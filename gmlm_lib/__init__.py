@@ -2,9 +2,12 @@
 *Promises and Pitfalls of Generative Masked Language Modeling* (Li et al., ICML 2024).
 
 Modules: :mod:`~gmlm_lib.ising` (Ising models, exact numerics), :mod:`~gmlm_lib.masks`
-(mask distributions), :mod:`~gmlm_lib.mple` (likelihood and pseudolikelihood losses,
-fitting), :mod:`~gmlm_lib.plotting` (the book's figure style), :mod:`gmlm_lib.book`
-(notebook runner, checks, provenance).
+(mask distributions, fixed and adaptive), :mod:`~gmlm_lib.mple` (likelihood and
+pseudolikelihood losses, fitting), :mod:`~gmlm_lib.blocks` (exact sums over the blocks of a
+mask), :mod:`~gmlm_lib.fisher` (Fisher information and asymptotic covariances),
+:mod:`~gmlm_lib.markov` (block dynamics, Dirichlet forms, Poincaré constants),
+:mod:`~gmlm_lib.plotting` (the book's figure style), :mod:`gmlm_lib.book` (notebook runner,
+checks, provenance).
 """
 
 __version__ = "0.1.0"
