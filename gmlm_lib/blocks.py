@@ -62,6 +62,15 @@ def block_sum(values: jax.Array, ids: jax.Array, k: int, n: int) -> jax.Array:
     return jax.ops.segment_sum(values, ids, num_segments=2 ** (n - k), indices_are_sorted=False)
 
 
+def block_moments(q: jax.Array, values: jax.Array, ids: jax.Array, k: int, n: int) -> tuple[jax.Array, jax.Array]:
+    """Mass ``P_B = sum_{y in B} q(y)`` (2^(n-k),) and ``q``-weighted mean of ``values`` (2^n, ...)
+    over each block ``B``, (2^(n-k), ...). A block of zero mass (possible under an adaptive
+    ``w``) gets mean 0 instead of 0/0."""
+    mass = block_sum(q, ids, k, n)
+    safe = jnp.where(mass > 0, mass, 1.0).reshape(mass.shape + (1,) * (values.ndim - 1))
+    return mass, block_sum(q.reshape(q.shape + (1,) * (values.ndim - 1)) * values, ids, k, n) / safe
+
+
 def check_exact_blocks(n: int, limit: int) -> None:
     if n > limit:
         raise ValueError(
@@ -112,9 +121,7 @@ def averaged_conditional_expectation(model, dist: MaskDistribution):
 
             def body(acc, sw, k=g.k):
                 ids, w = sw
-                q = p * w
-                P = block_sum(q, ids, k, n)
-                cond = block_sum(q[:, None] * Fb, ids, k, n) / jnp.where(P > 0, P, 1.0)[:, None]
+                _, cond = block_moments(p * w, Fb, ids, k, n)
                 return acc + jnp.broadcast_to(w, p.shape)[:, None] * cond[ids], None
 
             out, _ = jax.lax.scan(body, out, (g.ids, g.weights))

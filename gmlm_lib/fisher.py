@@ -51,14 +51,12 @@ def fisher_information(model: IsingModel) -> jax.Array:
 
 
 def _block_means_term(T, p, group: blocks.SizeGroup, n: int):
-    """``sum_S sum_blocks Mtilde Mtilde^T / P`` over one size group (see :func:`hessian`)."""
+    """``sum_S sum_B P_B m_B m_B^T`` over one size group (see :func:`hessian`)."""
 
     def body(acc, sw):
         ids, w = sw
-        q = p * w
-        Mc = blocks.block_sum(q[:, None] * T, ids, group.k, n)
-        Pc = blocks.block_sum(q, ids, group.k, n)
-        return acc + Mc.T @ (Mc / jnp.where(Pc > 0, Pc, 1.0)[:, None]), None
+        mass, means = blocks.block_moments(p * w, T, ids, group.k, n)
+        return acc + means.T @ (mass[:, None] * means), None
 
     acc, _ = jax.lax.scan(body, jnp.zeros((T.shape[1], T.shape[1])), (group.ids, group.weights))
     return acc
@@ -67,8 +65,8 @@ def _block_means_term(T, p, group: blocks.SizeGroup, n: int):
 def hessian(model: IsingModel, dist: MaskDistribution) -> jax.Array:
     """``H_w = E_{(x,S)~p(x)w(S|x)} Cov(T | x_{-S}, S)`` [Lemma (App. A)]. Returns (p, p).
 
-    Computed as ``E[T T^T] - sum_S sum_B Mtilde_B Mtilde_B^T / P_B`` over the blocks ``B`` of each
-    mask, with ``P_B = sum_{y in B} q_S(y)`` and ``Mtilde_B = sum_{y in B} q_S(y) T(y)``.
+    Computed as ``E[T T^T] - sum_S sum_B P_B m_B m_B^T`` over the blocks ``B`` of each mask, with
+    ``P_B = sum_{y in B} q_S(y)`` and ``m_B`` the ``q_S``-weighted mean of ``T`` on ``B``.
     Fixed or adaptive ``w``; ``n <=`` :data:`MAX_EXACT_N`.
     """
     n = model.n
@@ -94,9 +92,7 @@ def score_covariance(model: IsingModel, dist: MaskDistribution) -> jax.Array:
         def body(acc, sw, k=g.k):
             ids, w = sw
             q = p * w
-            means = blocks.block_sum(q[:, None] * T, ids, k, n) / jnp.where(
-                (P := blocks.block_sum(q, ids, k, n)) > 0, P, 1.0
-            )[:, None]
+            _, means = blocks.block_moments(q, T, ids, k, n)
             r = T - means[ids]
             return acc + r.T @ (q[:, None] * r), None
 
@@ -166,9 +162,8 @@ def hessian_per_mask(model: IsingModel, masks: jax.Array) -> jax.Array:
         ids = jnp.asarray(blocks.block_ids(masks[idx]))
 
         def one(ids_row, k=int(k)):
-            Mc = blocks.block_sum(p[:, None] * T, ids_row, k, n)
-            Pc = blocks.block_sum(p, ids_row, k, n)
-            return second - Mc.T @ (Mc / Pc[:, None])
+            mass, means = blocks.block_moments(p, T, ids_row, k, n)
+            return second - means.T @ (mass[:, None] * means)
 
         for j, H in zip(idx, jax.lax.map(one, ids)):
             out[j] = H

@@ -68,12 +68,8 @@ def dirichlet_form_variance(model: IsingModel, dist: MaskDistribution, f: jax.Ar
 
         def body(acc, sw, k=g.k):
             ids, w = sw
-            q = p * w
-            P = blocks.block_sum(q, ids, k, n)
-            safe = jnp.where(P > 0, P, 1.0)
-            m1 = blocks.block_sum(q * f, ids, k, n) / safe
-            m2 = blocks.block_sum(q * f * f, ids, k, n) / safe
-            return acc + jnp.sum(P * (m2 - m1**2)), None
+            mass, m = blocks.block_moments(p * w, jnp.stack([f, f * f], axis=1), ids, k, n)
+            return acc + jnp.sum(mass * (m[:, 1] - m[:, 0] ** 2)), None
 
         total, _ = jax.lax.scan(body, total, (g.ids, g.weights))
     return total
@@ -93,6 +89,14 @@ def _symmetrised(model, dist):
     return matvec, sqrt_p
 
 
+def _dense_symmetrised(model, dist) -> tuple[jax.Array, jax.Array]:
+    """The deflated symmetrised operator as a dense (2^n, 2^n) matrix, and ``sqrt(p)``."""
+    blocks.check_exact_blocks(model.n, MAX_DENSE_N)
+    matvec, sqrt_p = _symmetrised(model, dist)
+    A = jax.vmap(matvec, in_axes=1, out_axes=1)(jnp.eye(sqrt_p.shape[0]))
+    return 0.5 * (A + A.T), sqrt_p
+
+
 def second_eigenvalue(model: IsingModel, dist: MaskDistribution, method: str = "lanczos", tol: float = 1e-13) -> float:
     """``lambda_2(P)``, the largest eigenvalue below the trivial ``1`` (constants).
 
@@ -101,12 +105,8 @@ def second_eigenvalue(model: IsingModel, dist: MaskDistribution, method: str = "
     Block dynamics are positive semidefinite, so ``lambda_2`` is also the second largest in
     absolute value.
     """
-    matvec, sqrt_p = _symmetrised(model, dist)
-    N = sqrt_p.shape[0]
     if method == "dense":
-        blocks.check_exact_blocks(model.n, MAX_DENSE_N)
-        A = jax.vmap(matvec, in_axes=1, out_axes=1)(jnp.eye(N))
-        return float(jnp.linalg.eigvalsh(0.5 * (A + A.T))[-1])
+        return float(jnp.linalg.eigvalsh(_dense_symmetrised(model, dist)[0])[-1])
     if method == "lanczos":
         return slowest_mode(model, dist, tol)[0]
     raise ValueError(f"method must be 'dense' or 'lanczos'; got {method!r}.")
@@ -128,10 +128,8 @@ def poincare_constant(model: IsingModel, dist: MaskDistribution, method: str = "
     if method == "lanczos":
         _, f = slowest_mode(model, dist)
     elif method == "dense":
-        blocks.check_exact_blocks(model.n, MAX_DENSE_N)
-        matvec, sqrt_p = _symmetrised(model, dist)
-        A = jax.vmap(matvec, in_axes=1, out_axes=1)(jnp.eye(sqrt_p.shape[0]))
-        _, vecs = jnp.linalg.eigh(0.5 * (A + A.T))
+        A, sqrt_p = _dense_symmetrised(model, dist)
+        _, vecs = jnp.linalg.eigh(A)
         f = vecs[:, -1] / sqrt_p
         p = sqrt_p**2
         f = f - p @ f
