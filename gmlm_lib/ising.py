@@ -271,26 +271,34 @@ def resolve_max_size(mask: jax.Array, max_size: int | None) -> int:
     return max_size
 
 
-def _completion_log_weights(model: IsingModel, x: jax.Array, idx: jax.Array, patterns: jax.Array):
+def padded(model: IsingModel) -> tuple[jax.Array, jax.Array]:
+    """``J`` (n+1, n+1) and ``h`` (n+1,) with a zero extra site ``n``: the target of padded
+    slots in :func:`completion_log_weights`. Samplers compute these once, not per step."""
+    return jnp.pad(model.J, ((0, 1), (0, 1))), jnp.pad(model.h, (0, 1))
+
+
+def completion_log_weights(Jpad: jax.Array, hpad: jax.Array, x: jax.Array, idx: jax.Array, patterns: jax.Array):
     """Log-weights of the completions of ``x`` on slots ``idx``, up to a term in ``x_{-S}``.
 
-    x (B, n), idx (B, m) padded with n, patterns (P, m) -> (B, P), and the observed pattern's
-    log-weight (B,). Uses only the local fields ``h_i + sum_{j not in S} J_ij x_j`` and the
-    couplings inside ``S``, so the cost is O(B P m^2), not O(B P n^2).
+    ``Jpad``, ``hpad`` from :func:`padded`; x (B, n), idx (B, m) padded with n, patterns
+    (P, m) -> (B, P), and the observed pattern's log-weight (B,). Uses only the local
+    fields ``h_i + sum_{j not in S} J_ij x_j`` of the slots and the couplings inside ``S``,
+    so the cost is O(B m n + B P m^2), not O(B n^2).
     """
-    n = model.n
-    xf = x.astype(jnp.float64)
-    in_s = jnp.zeros(x.shape[:-1] + (n + 1,), dtype=bool).at[jnp.arange(x.shape[0])[:, None], idx].set(True)[:, :n]
-    field = model.h + jnp.where(in_s, 0.0, xf) @ model.J  # (B, n)
-    field = jnp.pad(field, ((0, 0), (0, 1)))  # padding slot has zero field
-    Jpad = jnp.pad(model.J, ((0, 1), (0, 1)))  # ... and no couplings
-    f = jnp.take_along_axis(field, idx, axis=-1)  # (B, m)
-    Js = Jpad[idx[:, :, None], idx[:, None, :]]  # (B, m, m)
-    c = patterns.astype(jnp.float64)
+    xf = x.astype(Jpad.dtype)  # float64 for exact work; a sampler may pass float32 arrays
+    xobs = jnp.take_along_axis(xf, idx, axis=-1, mode="fill", fill_value=0)  # padding slot reads 0
+    rows = Jpad[idx][..., :-1]  # (B, m, n): J_ij for slot i, every site j
+    Js = jnp.take_along_axis(rows, jnp.minimum(idx, x.shape[-1] - 1)[:, None, :], axis=-1)
+    Js = jnp.where((idx < x.shape[-1])[:, None, :], Js, 0.0)  # (B, m, m), zero for padded slots
+    f = hpad[idx] + jnp.einsum("bmn,bn->bm", rows, xf) - jnp.einsum("bij,bj->bi", Js, xobs)
+    c = patterns.astype(Jpad.dtype)
     lw = f @ c.T + 0.5 * jnp.einsum("pi,bij,pj->bp", c, Js, c)
-    xobs = jnp.take_along_axis(jnp.pad(xf, ((0, 0), (0, 1))), idx, axis=-1)  # padding slot reads 0
     lw_obs = jnp.sum(f * xobs, -1) + 0.5 * jnp.einsum("bi,bij,bj->b", xobs, Js, xobs)
     return lw, lw_obs
+
+
+def _completion_log_weights(model: IsingModel, x: jax.Array, idx: jax.Array, patterns: jax.Array):
+    return completion_log_weights(*padded(model), x, idx, patterns)
 
 
 def conditional_log_probs(model: IsingModel, x: jax.Array, idx: jax.Array) -> jax.Array:

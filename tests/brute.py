@@ -125,3 +125,18 @@ def transition(J, h, subsets, W):
             for b, qb in zip(same, q / q.sum()):
                 P[a, b] += W[a, m] * qb
     return P
+
+
+def independent_parallel_transition(J, h):
+    """P(x, y) = prod_i p(y_i | x_{-i}), from the one-site conditionals (Definition 11)."""
+    n = len(h)
+    X = states(n)
+    P = np.zeros((2**n, 2**n))
+    for a, x in enumerate(X):
+        for b, y in enumerate(X):
+            prob = 1.0
+            for i in range(n):
+                field = h[i] + sum(J[i, j] * x[j] for j in range(n) if j != i)
+                prob *= 1.0 / (1.0 + np.exp(-2.0 * y[i] * field))
+            P[a, b] = prob
+    return P

@@ -1,0 +1,191 @@
+"""Samplers [Definitions 6, 8, 10, 11]: exact kernels against their definitions, invariance of p,
+empirical frequencies against p, the independent parallel sampler's product form and its wrong
+stationary law, and the runner's bookkeeping."""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import brute
+from gmlm_lib import ising, markov, masks, samplers
+
+
+def _model(n=5, seed=3, scale=0.8):
+    rng = np.random.default_rng(seed)
+    J, h = brute.random_model(rng, n, scale)
+    return J, h, ising.ising_model(J, h)
+
+
+def _uniform_w(n, k):
+    subsets = np.zeros((math_comb := len(list(itertools.combinations(range(n), k))), n), dtype=bool)
+    for r, s in enumerate(itertools.combinations(range(n), k)):
+        subsets[r, list(s)] = True
+    return subsets, np.full((2**n, math_comb), 1.0 / math_comb)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_k_gibbs_kernel_is_definition_10(k):
+    J, h, model = _model()
+    subsets, W = _uniform_w(5, k)
+    P = samplers.transition_matrix(samplers.k_gibbs(model, k))
+    np.testing.assert_allclose(np.asarray(P), brute.transition(J, h, subsets, W), atol=1e-13)
+
+
+def test_block_dynamics_kernels_are_definitions_6_and_8():
+    J, h, model = _model()
+    subsets = np.array([[1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 1, 0, 1, 1]], dtype=bool)
+    w = np.array([0.5, 0.2, 0.3])
+    P = samplers.transition_matrix(samplers.block_dynamics(model, masks.from_weights(subsets, w)))
+    np.testing.assert_allclose(np.asarray(P), brute.transition(J, h, subsets, np.tile(w, (32, 1))), atol=1e-13)
+
+    def rule(states):  # mask the first pair more often when its sites disagree
+        s = np.asarray(states)
+        a = np.where(s[:, 0] != s[:, 1], 0.7, 0.2)
+        return np.stack([a, (1 - a) / 2, (1 - a) / 2], axis=1)
+
+    dist = masks.adaptive(subsets, rule)
+    P = samplers.transition_matrix(samplers.adaptive_block_dynamics(model, dist))
+    np.testing.assert_allclose(np.asarray(P), brute.transition(J, h, subsets, np.asarray(dist.weights)), atol=1e-13)
+    np.testing.assert_allclose(np.asarray(P), np.asarray(markov.transition_matrix(model, dist)), atol=1e-13)
+
+
+def test_independent_parallel_kernel_is_definition_11_and_a_product():
+    J, h, model = _model(n=4)
+    P = np.asarray(samplers.transition_matrix(samplers.independent_parallel(model)))
+    np.testing.assert_allclose(P, brute.independent_parallel_transition(J, h), atol=1e-14)
+    # each row is the product of its one-site marginals
+    X = brute.states(4)
+    for row in P:
+        marg = [(row * (X[:, i] > 0)).sum() for i in range(4)]
+        prod = np.prod([np.where(X[:, i] > 0, marg[i], 1 - marg[i]) for i in range(4)], axis=0)
+        np.testing.assert_allclose(row, prod, atol=1e-14)
+
+
+@pytest.mark.parametrize("make", [lambda m: samplers.k_gibbs(m, 1), lambda m: samplers.k_gibbs(m, 3),
+                                  lambda m: samplers.block_dynamics(m, masks.from_weights([[1, 1, 0, 0, 0], [0, 0, 1, 1, 1]], [0.4, 0.6]))])
+def test_p_is_invariant_exactly(make):
+    _, _, model = _model()
+    p = ising.probabilities(model)
+    P = samplers.transition_matrix(make(model))
+    assert float(jnp.max(jnp.abs(p @ P - p))) < 1e-15
+
+
+def test_independent_parallel_stationary_law_is_not_p():
+    """On a coupled model the product transition's stationary law differs from p (Definition 11's
+    footnote); at J = 0 the sites are independent and it is exactly p."""
+    model = ising.clique_plus_independent(4, 3, 0.8, 0.3)
+    P = samplers.transition_matrix(samplers.independent_parallel(model))
+    pi = samplers.stationary_law(P)
+    assert float(jnp.max(jnp.abs(pi @ P - pi))) < 1e-12
+    assert 0.5 * float(jnp.abs(pi - ising.probabilities(model)).sum()) > 0.05
+    free = ising.clique_plus_independent(4, 3, 0.0, 0.3)
+    pi0 = samplers.stationary_law(samplers.transition_matrix(samplers.independent_parallel(free)))
+    np.testing.assert_allclose(np.asarray(pi0), np.asarray(ising.probabilities(free)), atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["2-gibbs", "adaptive"])
+def test_empirical_frequencies_after_burn_in_match_p(name):
+    """4,000 chains, 60 steps of burn-in from all +1: the state histogram is within 4.5 standard
+    errors of p in every state (a fixed seed; 32 states)."""
+    _, _, model = _model(seed=7, scale=0.5)
+    if name == "2-gibbs":
+        s = samplers.k_gibbs(model, 2)
+    else:
+        subsets = np.eye(5, dtype=bool) | np.roll(np.eye(5, dtype=bool), 1, axis=1)
+        s = samplers.adaptive_block_dynamics(model, masks.adaptive(subsets, lambda st: np.where(np.asarray(st)[:, :1] > 0, 0.4, 0.1) * np.eye(5)[0] + np.where(np.asarray(st)[:, :1] > 0, 0.15, 0.225) * (1 - np.eye(5)[0])))
+    C = 4000
+    run = samplers.run_chains(jax.random.key(11), s, jnp.ones((C, 5), jnp.int8), 60, thin=60,
+                              observe=lambda xs: jnp.bincount(ising.index_from_states(xs), length=32))
+    freq = np.asarray(run.observations[-1]) / C
+    p = np.asarray(ising.probabilities(model))
+    z = np.abs(freq - p) / np.sqrt(p * (1 - p) / C)
+    assert z.max() < 4.5, z.max()
+    # and the chain really moved: the start state is not over-represented
+    assert freq[-1] < p[-1] + 4.5 * np.sqrt(p[-1] / C)
+
+
+def test_one_step_frequencies_match_the_kernel_row():
+    """The step samples what the kernel says: 20,000 single steps from one state of a 6-site model."""
+    _, _, model = _model(n=6, seed=5)
+    s = samplers.k_gibbs(model, 2)
+    x = jnp.asarray([1, -1, 1, 1, -1, -1], jnp.int8)
+    row = np.asarray(s.kernel(x))
+    keys = jax.random.split(jax.random.key(2), 20000)
+    ys = jax.vmap(s.step, in_axes=(0, None))(keys, s.init(x))[0].x
+    freq = np.bincount(np.asarray(ising.index_from_states(ys)), minlength=64) / 20000
+    se = np.sqrt(np.maximum(row * (1 - row), 1e-12) / 20000)
+    assert np.max(np.abs(freq - row) / se) < 4.5
+    assert np.all(freq[row == 0] == 0)
+
+
+def test_uniform_subset_is_uniform():
+    keys = jax.random.split(jax.random.key(0), 30000)
+    bits = jax.vmap(lambda k: jax.random.bits(k, (3,), dtype=jnp.uint32))(keys)
+    subs = np.sort(np.asarray(jax.vmap(lambda b: samplers._uniform_subset(b, 6, 3))(bits)), axis=1)
+    assert np.all(np.diff(subs, axis=1) > 0)  # three distinct sites
+    _, counts = np.unique(subs, axis=0, return_counts=True)
+    assert len(counts) == 20
+    expected = 30000 / 20
+    assert np.max(np.abs(counts - expected)) / np.sqrt(expected) < 4.5
+
+
+def test_runner_hitting_times_and_determinism():
+    model = ising.clique_plus_independent(6, 3, 1.0, 0.5)
+    x0 = jnp.tile(jnp.asarray([-1, -1, -1, 1, 1, 1], jnp.int8), (200, 1))
+    plus = lambda xs: jnp.all(xs[:, :3] > 0, axis=1)  # noqa: E731
+    s = samplers.k_gibbs(model, 3)
+    a = samplers.run_chains(jax.random.key(4), s, x0, 60, target=plus, observe=lambda xs: jnp.mean(plus(xs)), thin=3, chunk=9)
+    b = samplers.run_chains(jax.random.key(4), s, x0, 60, target=plus, observe=lambda xs: jnp.mean(plus(xs)), thin=1, chunk=60)
+    np.testing.assert_array_equal(np.asarray(a.final), np.asarray(b.final))  # chunking and thinning do not matter
+    np.testing.assert_array_equal(np.asarray(a.hitting_time), np.asarray(b.hitting_time))
+    np.testing.assert_allclose(np.asarray(a.observations), np.asarray(b.observations)[::3])
+    assert a.recorded_steps.tolist() == list(range(0, 61, 3))
+    t = np.asarray(a.hitting_time)
+    assert np.all((t == -1) | (t >= 1)) and np.mean(t > 0) > 0.5
+    # the recorded fraction in X_+ never exceeds the fraction that has hit X_+ by then
+    hit_by = np.array([(t > 0) & (t <= r) for r in a.recorded_steps]).mean(1)
+    assert np.all(np.asarray(a.observations) <= hit_by + 1e-12)
+    assert samplers.median_hitting_time([-1, -1, 3]) == np.inf
+    assert samplers.median_hitting_time([1, 2, 3, -1]) == 2.5
+
+
+def test_float32_step_has_the_same_law():
+    _, _, model = _model(n=4, seed=9)
+    s = samplers.independent_parallel(model, dtype=jnp.float32)
+    x = jnp.asarray([1, -1, 1, 1], jnp.int8)
+    row = np.asarray(s.kernel(x))
+    ys = jax.vmap(s.step, in_axes=(0, None))(jax.random.split(jax.random.key(3), 20000), s.init(x))[0].x
+    freq = np.bincount(np.asarray(ising.index_from_states(ys)), minlength=16) / 20000
+    assert np.max(np.abs(freq - row) / np.sqrt(row * (1 - row) / 20000)) < 4.5
+
+
+def test_bad_inputs():
+    _, _, model = _model()
+    with pytest.raises(ValueError, match="k = 0 is out of range"):
+        samplers.k_gibbs(model, 0)
+    with pytest.raises(ValueError, match="k = 6 is out of range"):
+        samplers.k_gibbs(model, 6)
+    with pytest.raises(TypeError, match="k must be an integer"):
+        samplers.k_gibbs(model, 2.0)
+    with pytest.raises(ValueError, match="clique must have at least one site"):
+        ising.clique_plus_independent(6, 0, 1.0, 0.5)
+    s = samplers.k_gibbs(model, 2)
+    with pytest.raises(ValueError, match=r"start state must have shape \(5,\)"):
+        s.init(jnp.ones(4, jnp.int8))
+    with pytest.raises(ValueError, match=r"x0 must be a \(num_chains, 5\) batch"):
+        samplers.run_chains(jax.random.key(0), s, jnp.ones((3, 4), jnp.int8), 10)
+    with pytest.raises(ValueError, match="only -1 and \\+1"):
+        samplers.run_chains(jax.random.key(0), s, jnp.zeros((3, 5), jnp.int8), 10)
+    with pytest.raises(ValueError, match="thin must be a positive divisor"):
+        samplers.run_chains(jax.random.key(0), s, jnp.ones((3, 5), jnp.int8), 10, thin=3)
+    with pytest.raises(ValueError, match="use adaptive_block_dynamics"):
+        samplers.block_dynamics(model, masks.adaptive(np.eye(5, dtype=bool), lambda st: np.full((32, 5), 0.2)))
+    with pytest.raises(ValueError, match="exact transition matrices need n <= 6"):
+        samplers.transition_matrix(samplers.k_gibbs(ising.clique_plus_independent(7, 2, 1.0, 0.1), 2))
+    with pytest.raises(ValueError, match="dtype must be float32 or float64"):
+        samplers.independent_parallel(model, dtype=jnp.int32)
