@@ -392,6 +392,7 @@ def run_chains(
     thin: int = 1,
     chunk: int = 1000,
     progress: bool = False,
+    stop_when_all_hit: bool = False,
 ) -> ChainRun:
     """Run ``C`` independent chains for ``num_steps`` steps without storing every state.
 
@@ -400,6 +401,8 @@ def run_chains(
     defines the hitting times. Chain ``c`` at step ``t`` uses ``fold_in(fold_in(key, t), c)``,
     so results do not depend on ``chunk`` or ``thin``. The chains are sharded over
     ``jax.devices()`` when ``C`` divides evenly; ``progress`` shows a tqdm bar over chunks.
+    ``stop_when_all_hit`` ends the run after the first chunk in which every chain has hit
+    ``target``: the hitting times are then complete and the observations stop there.
     """
     x0 = jnp.asarray(x0)
     n = sampler.n
@@ -420,19 +423,24 @@ def run_chains(
     first = observe(x0)
     starts = np.arange(0, num_steps, thin)
     per_chunk = max(1, int(chunk) // thin)
-    pieces = []
+    pieces, done = [], 0
     bar = tqdm(total=num_steps, desc=sampler.name, disable=not progress, leave=False)
     for lo in range(0, len(starts), per_chunk):
         block = starts[lo : lo + per_chunk]
         carry, obs = _run_chunk(sampler, observe, target, thin, key, carry, jnp.asarray(block))
         pieces.append(obs)
         bar.update(len(block) * thin)
+        done = lo + len(block)
+        if stop_when_all_hit and target is not None and bool(jnp.all(carry[1] >= 0)):
+            break
+    else:
+        done = len(starts)
     bar.close()
     stacked = jax.tree.map(lambda a, *rest: jnp.concatenate([a[None], *rest]), first, *pieces) if pieces else jax.tree.map(
         lambda a: a[None], first
     )
     return ChainRun(
-        carry[0], stacked, carry[1] if target is not None else None, np.arange(0, num_steps + 1, thin)
+        carry[0], stacked, carry[1] if target is not None else None, np.arange(0, done * thin + 1, thin)
     )
 
 

@@ -189,3 +189,15 @@ def test_bad_inputs():
         samplers.transition_matrix(samplers.k_gibbs(ising.clique_plus_independent(7, 2, 1.0, 0.1), 2))
     with pytest.raises(ValueError, match="dtype must be float32 or float64"):
         samplers.independent_parallel(model, dtype=jnp.int32)
+
+
+def test_stop_when_all_hit_keeps_the_hitting_times():
+    model = ising.clique_plus_independent(6, 2, 0.5, 0.5)
+    x0 = jnp.tile(jnp.asarray([-1, -1, 1, 1, 1, 1], jnp.int8), (50, 1))
+    plus = lambda xs: jnp.all(xs[:, :2] > 0, axis=1)  # noqa: E731
+    s = samplers.k_gibbs(model, 6)
+    full = samplers.run_chains(jax.random.key(0), s, x0, 400, target=plus, chunk=20)
+    early = samplers.run_chains(jax.random.key(0), s, x0, 400, target=plus, chunk=20, stop_when_all_hit=True)
+    np.testing.assert_array_equal(np.asarray(full.hitting_time), np.asarray(early.hitting_time))
+    assert np.all(np.asarray(early.hitting_time) > 0)
+    assert early.recorded_steps[-1] < 400 and early.recorded_steps[-1] % 20 == 0
