@@ -90,10 +90,11 @@ def train(model: ParallelDecoder, batches: Iterator[tuple[np.ndarray, np.ndarray
           learning_rate: float = 3e-3, warmup: int = 100, weight_decay: float = 1e-4,
           log_every: int = 100, progress: bool = True, on_log: Callable | None = None) -> dict:
     """Minimise the mean per-position cross-entropy on ``(tokens (B, L), targets (B, L))`` batches
-    with AdamW, linear warm-up and cosine decay. Returns {"losses": [(step, loss)], "wall_s"}."""
+    with AdamW, linear warm-up (``warmup`` steps, at most a tenth of the run) and cosine decay. Returns {"losses": [(step, loss)], "wall_s"}."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1; got {steps}.")
-    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, min(warmup, steps), steps)
+    warm = max(1, min(warmup, steps // 10))  # the warm-up never takes more than a tenth of the run
+    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warm, max(steps, warm + 1))
     opt = nnx.Optimizer(model, optax.adamw(schedule, weight_decay=weight_decay), wrt=nnx.Param)
 
     @nnx.jit
@@ -107,7 +108,8 @@ def train(model: ParallelDecoder, batches: Iterator[tuple[np.ndarray, np.ndarray
         return loss
 
     losses, start = [], time.perf_counter()
-    for t in tqdm(range(1, steps + 1), disable=not progress, desc="training", leave=False):
+    bar = {"desc": "training", "leave": False} if progress else {"disable": True}  # TQDM_* env vars still apply
+    for t in tqdm(range(1, steps + 1), **bar):
         tokens, targets = next(batches)
         loss = step(model, opt, jnp.asarray(tokens, jnp.int32), jnp.asarray(targets, jnp.int32))
         if t % log_every == 0 or t == steps:
