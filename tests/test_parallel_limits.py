@@ -117,3 +117,10 @@ def test_parallel_decoder_shapes_and_training_step():
         model(jnp.zeros((4, 6), jnp.int32))
     with pytest.raises(ValueError, match="divisible by heads"):
         tr.Config(vocab=2, outputs=2, length=4, d_model=10, heads=4)
+
+
+def test_min_tv_to_a_product_of_the_perfectly_coupled_pair_is_sqrt2_minus_1():
+    """1/2 on ++ and on --: the best product puts 1/2 on one of them, TV = 1 - 1/2 - (1 - 1/sqrt2)^2."""
+    tv_min, a, b = product.min_tv_pair(np.array([0.5, 0.0, 0.0, 0.5]))
+    assert tv_min == pytest.approx(np.sqrt(2) - 1, abs=1e-6)
+    assert a == pytest.approx(b, abs=1e-4)
