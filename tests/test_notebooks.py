@@ -36,7 +36,7 @@ def test_strict_book_build(tmp_path):
     """The README's build with warnings as errors and nitpicky mode; the chapter page shows
     theorem boxes, rendered equations and figures."""
     out = ROOT / "_build"
-    cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(ROOT), "--warningiserror", "--nitpick", "--keep-going"]
+    cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(ROOT), "--all", "--warningiserror", "--nitpick", "--keep-going"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     html = out / "html"
