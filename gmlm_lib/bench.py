@@ -8,6 +8,7 @@ seconds. Used by ``benchmarks/sampler_throughput.py`` and the chapter on k-Gibbs
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 
@@ -71,8 +72,6 @@ def throughput(n: int, num_chains: int, sampler: str, k: int = 1, *, dtype="floa
 
 def machine() -> dict:
     """Where the numbers were measured."""
-    import os
-
     return {
         "backend": jax.default_backend(),
         "devices": [d.device_kind for d in jax.devices()],

@@ -29,7 +29,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm import tqdm
 
-from gmlm_lib import ising
+from gmlm_lib import ising, product
 from gmlm_lib.ising import IsingModel
 from gmlm_lib.masks import MaskDistribution, all_k_subsets, check_distribution, check_k
 
@@ -121,8 +121,6 @@ def _kernel_from_blocks(n: int, patterns: jax.Array, blocks: jax.Array, block_lo
 
     ``block_log_weights(x) -> (M,)``; ``log_probs(x, idx, j) -> (2^m,)``. Returns (2^n,).
     """
-    if n > MAX_KERNEL_N:
-        raise ValueError(f"exact kernels need n <= {MAX_KERNEL_N} (2^n x 2^n matrices); got n = {n}.")
 
     def kernel(x):
         x = jnp.asarray(x, dtype=jnp.int8)
@@ -190,13 +188,12 @@ def k_gibbs(model: IsingModel, k: int, dtype=jnp.float64) -> Sampler:
         c = _draw(_uniform01(bits[k], dtype), jnp.exp(step_log_probs(state.x, idx)))
         return ChainState(_write(state.x, idx, patterns[c])), StepInfo(_mask_of(idx, n))
 
-    if n <= MAX_KERNEL_N:
+    def build_kernel():
         blocks = np.nonzero(np.asarray(all_k_subsets(n, k)))[1].reshape(-1, k)
         lw = np.full(blocks.shape[0], -math.log(blocks.shape[0]))
-        kernel = _kernel_from_blocks(n, patterns, jnp.asarray(blocks), lambda x: lw, lambda x, idx, j: log_probs(x, idx))
-    else:
-        kernel = _too_big(n)
-    return Sampler(f"{k}-Gibbs", n, _init(n), step, kernel)
+        return _kernel_from_blocks(n, patterns, jnp.asarray(blocks), lambda x: lw, lambda x, idx, j: log_probs(x, idx))
+
+    return Sampler(f"{k}-Gibbs", n, _init(n), step, _exact_kernel(n, build_kernel))
 
 
 def block_dynamics(model: IsingModel, dist: MaskDistribution) -> Sampler:
@@ -248,21 +245,26 @@ def _block_sampler(model: IsingModel, dist: MaskDistribution, name: str) -> Samp
             return plain(x, idx)
 
     def step(key, state):
-        k_sub, k_new = jax.random.split(key)
-        j = jax.random.categorical(k_sub, block_log_weights(state.x))
+        u = _uniform01(jax.random.bits(key, (2,), dtype=jnp.uint32), jnp.float64)
+        j = _draw(u[0], jnp.exp(block_log_weights(state.x)))
         idx = blocks[j]
-        c = jax.random.categorical(k_new, log_probs(state.x, idx, j))
+        c = _draw(u[1], jnp.exp(log_probs(state.x, idx, j)))
         return ChainState(_write(state.x, idx, patterns[c])), StepInfo(_mask_of(idx, n))
 
-    kernel = _kernel_from_blocks(n, patterns, blocks, block_log_weights, log_probs) if n <= MAX_KERNEL_N else _too_big(n)
+    kernel = _exact_kernel(n, lambda: _kernel_from_blocks(n, patterns, blocks, block_log_weights, log_probs))
     return Sampler(name, n, _init(n), step, kernel)
 
 
-def _too_big(n: int):
-    def kernel(x):
-        raise ValueError(f"exact kernels need n <= {MAX_KERNEL_N} (2^n x 2^n matrices); got n = {n}.")
+def _exact_kernel(n: int, build: Callable) -> Callable:
+    """``build()`` for n <= :data:`MAX_KERNEL_N`; above it, a kernel that raises a clear error
+    (the one place the limit is enforced)."""
+    if n <= MAX_KERNEL_N:
+        return build()
 
-    return kernel
+    def too_big(x):
+        raise ValueError(f"exact transition matrices need n <= {MAX_KERNEL_N} (2^n x 2^n); got n = {n}.")
+
+    return too_big
 
 
 def local_fields(model: IsingModel, x: jax.Array) -> jax.Array:
@@ -298,20 +300,15 @@ def independent_parallel(model: IsingModel, dtype=jnp.float64) -> Sampler:
         return ChainState(jnp.where(up, 1, -1).astype(jnp.int8)), StepInfo(sites)
 
     def kernel(x):
-        if n > MAX_KERNEL_N:
-            raise ValueError(f"exact kernels need n <= {MAX_KERNEL_N} (2^n x 2^n matrices); got n = {n}.")
         lp = site_log_probs(model, jnp.asarray(x, dtype=jnp.int8))  # (n, 2)
-        ys = (ising.enumerate_states(n) > 0).astype(jnp.int32)  # (2^n, n), column 1 = +1
-        return jnp.exp(jnp.sum(jnp.take_along_axis(lp[None], ys[..., None], axis=-1)[..., 0], axis=-1))
+        return product.product_law(jnp.exp(lp[:, 1]))
 
-    return Sampler("independent parallel", n, _init(n), step, kernel)
+    return Sampler("independent parallel", n, _init(n), step, _exact_kernel(n, lambda: kernel))
 
 
 def transition_matrix(sampler: Sampler) -> jax.Array:
     """The exact transition matrix ``P[a, b] = P(X_1 = state b | X_0 = state a)``, states in
     :func:`gmlm_lib.ising.enumerate_states` order. (2^n, 2^n); n <= :data:`MAX_KERNEL_N`."""
-    if sampler.n > MAX_KERNEL_N:
-        raise ValueError(f"exact transition matrices need n <= {MAX_KERNEL_N}; got n = {sampler.n}.")
     return jax.jit(jax.vmap(sampler.kernel))(ising.enumerate_states(sampler.n))
 
 

@@ -55,7 +55,7 @@ def tv(q: jax.Array, p: jax.Array) -> jax.Array:
     return 0.5 * jnp.sum(jnp.abs(q - p), axis=-1)
 
 
-def conditional_kl_fn(model_or_p, dist: MaskDistribution, n: int | None = None):
+def conditional_kl_fn(model_or_p, dist: MaskDistribution):
     """A jitted ``q (2^n,) -> (KL(q||p), D_w(q||p))`` for the model (or the law ``p`` (2^n,))."""
     if isinstance(model_or_p, IsingModel):
         n = model_or_p.n

@@ -22,10 +22,12 @@ def _model(n=5, seed=3, scale=0.8):
 
 
 def _uniform_w(n, k):
-    subsets = np.zeros((math_comb := len(list(itertools.combinations(range(n), k))), n), dtype=bool)
-    for r, s in enumerate(itertools.combinations(range(n), k)):
+    """Every k-subset once, as masks, with the uniform weight table brute.transition expects."""
+    combos = list(itertools.combinations(range(n), k))
+    subsets = np.zeros((len(combos), n), dtype=bool)
+    for r, s in enumerate(combos):
         subsets[r, list(s)] = True
-    return subsets, np.full((2**n, math_comb), 1.0 / math_comb)
+    return subsets, np.full((2**n, len(combos)), 1.0 / len(combos))
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 5])
