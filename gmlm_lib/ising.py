@@ -288,8 +288,7 @@ def completion_log_weights(Jpad: jax.Array, hpad: jax.Array, x: jax.Array, idx: 
     xf = x.astype(Jpad.dtype)  # float64 for exact work; a sampler may pass float32 arrays
     xobs = jnp.take_along_axis(xf, idx, axis=-1, mode="fill", fill_value=0)  # padding slot reads 0
     rows = Jpad[idx][..., :-1]  # (B, m, n): J_ij for slot i, every site j
-    Js = jnp.take_along_axis(rows, jnp.minimum(idx, x.shape[-1] - 1)[:, None, :], axis=-1)
-    Js = jnp.where((idx < x.shape[-1])[:, None, :], Js, 0.0)  # (B, m, m), zero for padded slots
+    Js = Jpad[idx[:, :, None], idx[:, None, :]]  # (B, m, m); the padding site n has no couplings
     f = hpad[idx] + jnp.einsum("bmn,bn->bm", rows, xf) - jnp.einsum("bij,bj->bi", Js, xobs)
     c = patterns.astype(Jpad.dtype)
     lw = f @ c.T + 0.5 * jnp.einsum("pi,bij,pj->bp", c, Js, c)
