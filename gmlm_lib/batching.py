@@ -1,0 +1,140 @@
+"""Token batches for translation training and evaluation, and PaDIR's target corruption.
+
+Pairs are bucketed by length so that a run compiles one training step per bucket. The batches of
+epoch ``e`` are a pure function of ``(seed, e)``, so training step ``t`` always sees the same batch:
+a resumed run needs nothing but its step counter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import vocab as V
+
+DEFAULT_BUCKETS = (16, 24, 32, 48, 64)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """``src`` (B, S) ids, ``tgt`` (B, L) target ids without BOS/EOS; masks True on real tokens."""
+
+    src: np.ndarray
+    src_mask: np.ndarray
+    tgt: np.ndarray
+    tgt_mask: np.ndarray
+
+
+def pad(rows: list[list[int]], length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad id lists to (len(rows), length) with PAD, and the mask of real tokens."""
+    out = np.full((len(rows), length), V.PAD, np.int32)
+    for i, r in enumerate(rows):
+        if len(r) > length:
+            raise ValueError(f"a sequence of {len(r)} tokens does not fit in length {length}.")
+        out[i, : len(r)] = r
+    return out, out != V.PAD
+
+
+def bucket_of(src_len: int, tgt_len: int, buckets) -> int:
+    """Smallest bucket holding the source and the target plus one (EOS or BOS); -1 if none."""
+    need = max(src_len, tgt_len + 1)
+    for b in buckets:
+        if need <= b:
+            return b
+    return -1
+
+
+@dataclasses.dataclass
+class Batcher:
+    """Bucketed, shuffled batches of about ``batch_tokens`` target-side tokens (padded).
+
+    Each batch's size is a multiple of ``multiple`` (the data-parallel device count). Pairs too
+    long for the largest bucket are dropped and counted in ``dropped`` (reported by the trainer,
+    never silent); empty targets are dropped likewise."""
+
+    src: list[list[int]]
+    tgt: list[list[int]]
+    batch_tokens: int
+    seed: int = 0
+    buckets: tuple[int, ...] = DEFAULT_BUCKETS
+    multiple: int = 1
+
+    def __post_init__(self):
+        if len(self.src) != len(self.tgt):
+            raise ValueError(f"src and tgt must be aligned; got {len(self.src)} and {len(self.tgt)} sequences.")
+        if self.batch_tokens < max(self.buckets) * self.multiple:
+            raise ValueError(f"batch_tokens = {self.batch_tokens} is too small: it must hold at least "
+                             f"{self.multiple} sequence(s) of the largest bucket ({max(self.buckets)} tokens).")
+        self.groups: dict[int, np.ndarray] = {}
+        kept = {}
+        for i, (s, t) in enumerate(zip(self.src, self.tgt)):
+            b = bucket_of(len(s), len(t), self.buckets) if t else -1
+            if b > 0:
+                kept.setdefault(b, []).append(i)
+        self.groups = {b: np.array(ix) for b, ix in sorted(kept.items())}
+        self.dropped = len(self.src) - sum(len(ix) for ix in self.groups.values())
+        if not self.groups:
+            raise ValueError("no training pair fits the buckets; raise the largest bucket (ModelConfig.max_len).")
+        self.per_epoch = sum(max(1, len(ix) // self.batch_size(b)) for b, ix in self.groups.items())
+        self._epochs: dict[int, list[tuple[int, np.ndarray]]] = {}
+
+    def batch_size(self, bucket: int) -> int:
+        return max(self.multiple, self.batch_tokens // bucket // self.multiple * self.multiple)
+
+    def epoch(self, e: int) -> list[tuple[int, np.ndarray]]:
+        """The (bucket, indices) batches of epoch ``e``, in training order (cached)."""
+        if e not in self._epochs:
+            rng = np.random.default_rng([self.seed, e])
+            batches = []
+            for b, ix in self.groups.items():
+                ix = rng.permutation(ix)
+                size = self.batch_size(b)
+                if len(ix) < size:  # a small bucket still trains: repeat its pairs to one batch
+                    ix = np.resize(ix, size)
+                batches += [(b, ix[j: j + size]) for j in range(0, len(ix) - size + 1, size)]
+            order = rng.permutation(len(batches))
+            self._epochs = {e: [batches[j] for j in order]}  # keep one epoch in memory
+        return self._epochs[e]
+
+    def __len__(self) -> int:
+        return self.per_epoch
+
+    def make(self, bucket: int, ix: np.ndarray) -> Batch:
+        src, sm = pad([self.src[i] for i in ix], bucket)
+        tgt, tm = pad([self.tgt[i] for i in ix], bucket - 1)
+        return Batch(src, sm, tgt, tm)
+
+    def at(self, step: int) -> Batch:
+        """The batch of training step ``step`` (0-based), epochs following each other."""
+        n = self.per_epoch
+        bucket, ix = self.epoch(step // n)[step % n]
+        return self.make(bucket, ix)
+
+
+def ar_inputs(tgt: jax.Array, tgt_mask: jax.Array):
+    """Teacher forcing: (B, L) targets -> decoder input ``[BOS] y`` and output ``y [EOS]`` (B, L + 1),
+    and the mask of positions that carry loss."""
+    b = tgt.shape[0]
+    lengths = tgt_mask.sum(-1)
+    dec_in = jnp.concatenate([jnp.full((b, 1), V.BOS, tgt.dtype), tgt], 1)
+    out = jnp.concatenate([tgt, jnp.full((b, 1), V.PAD, tgt.dtype)], 1)
+    out = out.at[jnp.arange(b), lengths].set(V.EOS)
+    mask = jnp.arange(out.shape[1])[None] <= lengths[:, None]
+    return dec_in, out, mask
+
+
+def corrupt(key, tgt: jax.Array, tgt_mask: jax.Array, vocab_size: int, unmasking_rate: float,
+            fill: str = "random") -> jax.Array:
+    """PaDIR's training input [App. L.1.2]: each real position keeps its correct token with
+    probability ``unmasking_rate``; the others become uniform random pieces (``fill="random"``)
+    or ``[MASK]``. Padding stays PAD."""
+    k1, k2 = jax.random.split(key)
+    keep = jax.random.bernoulli(k1, unmasking_rate, tgt.shape)
+    if fill == "mask":
+        noise = jnp.full_like(tgt, V.MASK)
+    else:
+        noise = jax.random.randint(k2, tgt.shape, V.FIRST_PIECE, vocab_size, tgt.dtype)
+    return jnp.where(tgt_mask, jnp.where(keep, tgt, noise), V.PAD)

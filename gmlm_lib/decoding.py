@@ -1,0 +1,211 @@
+"""Decoding: AR greedy and beam search with a KV cache; PaDIR iterative refinement [App. L.1.1].
+
+Each decoder is a pure jitted function of ``(graphdef, params, src, src_mask, ...)`` (from
+``nnx.split(model)``), compiled once per static setting and input shape. Outputs are fixed-size
+arrays; :func:`strip` turns them into id lists (up to EOS, repeats dropped for PaDIR if asked).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from . import vocab as V
+
+#: ids a PaDIR position may never take (they mean padding or control, not text)
+_PADIR_FORBIDDEN = (V.PAD, V.EOS, V.BOS, V.MASK, V.LENGTH)
+#: ids an AR step may never emit (EOS ends the sentence and stays allowed)
+_AR_FORBIDDEN = (V.PAD, V.BOS, V.MASK, V.LENGTH)
+
+
+def _forbid(logits, ids):
+    return logits.at[..., jnp.array(ids)].set(-jnp.inf)
+
+
+def _length_penalty(length, alpha):
+    """GNMT length penalty ((5 + |y|) / 6) ** alpha."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_len"))
+def ar_greedy(graphdef, params, src, src_mask, *, max_len: int):
+    """Greedy AR decoding with the KV cache. (B, S) -> ids (B, max_len), PAD after EOS; stops
+    early once every row has emitted EOS."""
+    model = nnx.merge(graphdef, params)
+    b = src.shape[0]
+    enc, enc_mask = model.encode(src, src_mask)
+    cross = model.cross_kv(enc)
+    out = jnp.full((b, max_len), V.PAD, jnp.int32)
+
+    def cond(c):
+        t, _, _, done, _ = c
+        return (t < max_len) & ~jnp.all(done)
+
+    def body(c):
+        t, token, cache, done, out = c
+        logits, cache = model.decode_step(token, t, cache, cross, enc_mask)
+        nxt = jnp.argmax(_forbid(logits, _AR_FORBIDDEN), -1).astype(jnp.int32)
+        nxt = jnp.where(done, V.PAD, nxt)
+        out = out.at[:, t].set(nxt)
+        return t + 1, nxt, cache, done | (nxt == V.EOS), out
+
+    init = (jnp.int32(0), jnp.full((b,), V.BOS, jnp.int32), model.init_cache(b, max_len), jnp.zeros((b,), bool), out)
+    return jax.lax.while_loop(cond, body, init)[-1]
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_len", "beam"))
+def ar_beam(graphdef, params, src, src_mask, *, max_len: int, beam: int = 4, alpha: float = 0.6):
+    """Beam search with the GNMT length penalty. (B, S) -> (ids (B, max_len), scores (B,)): the best
+    finished hypothesis by log p / ((5 + |y|) / 6) ** alpha (|y| counts EOS)."""
+    model = nnx.merge(graphdef, params)
+    b, k = src.shape[0], beam
+    enc, enc_mask = model.encode(src, src_mask)
+    enc, enc_mask = jnp.repeat(enc, k, 0), jnp.repeat(enc_mask, k, 0)
+    cross = model.cross_kv(enc)
+    neg = jnp.float32(-1e9)
+
+    def cond(c):
+        t, _, alive_lp, _, fin_score, _, _ = c
+        best_possible = alive_lp[:, 0] / _length_penalty(max_len, alpha)
+        return (t < max_len) & ~jnp.all(fin_score[:, 0] >= best_possible)
+
+    def body(c):
+        t, alive, alive_lp, cache, fin_score, fin, _ = c
+        logits, cache = model.decode_step(alive[:, :, t].reshape(-1), t, cache, cross, enc_mask)
+        logp = jax.nn.log_softmax(_forbid(logits, _AR_FORBIDDEN)).reshape(b, k, -1)
+        vocab = logp.shape[-1]
+        cand = (alive_lp[:, :, None] + logp).reshape(b, k * vocab)
+        top_lp, top_i = jax.lax.top_k(cand, 2 * k)
+        parent, token = top_i // vocab, (top_i % vocab).astype(jnp.int32)
+        seqs = jnp.take_along_axis(alive, parent[:, :, None], 1).at[:, :, t + 1].set(token)
+        is_eos = token == V.EOS
+        # finished: old finished plus the EOS candidates, best k by penalised score
+        new_fin_score = jnp.where(is_eos, top_lp / _length_penalty(t + 1.0, alpha), neg)
+        all_score = jnp.concatenate([fin_score, new_fin_score], 1)
+        all_seq = jnp.concatenate([fin, seqs], 1)
+        fs, fi = jax.lax.top_k(all_score, k)
+        fin = jnp.take_along_axis(all_seq, fi[:, :, None], 1)
+        # alive: the best k candidates that did not end
+        alive_cand = jnp.where(is_eos, neg, top_lp)
+        alp, ai = jax.lax.top_k(alive_cand, k)
+        alive = jnp.take_along_axis(seqs, ai[:, :, None], 1)
+        src_beam = jnp.take_along_axis(parent, ai, 1)  # (b, k) index into the old beams
+        flat = (jnp.arange(b)[:, None] * k + src_beam).reshape(-1)
+        cache = [(kk[flat], vv[flat]) for kk, vv in cache]
+        return t + 1, alive, alp, cache, fs, fin, None
+
+    alive = jnp.full((b, k, max_len + 1), V.PAD, jnp.int32).at[:, :, 0].set(V.BOS)
+    alive_lp = jnp.tile(jnp.array([0.0] + [-1e9] * (k - 1), jnp.float32), (b, 1))
+    fin = jnp.full((b, k, max_len + 1), V.PAD, jnp.int32)
+    init = (jnp.int32(0), alive, alive_lp, model.init_cache(b * k, max_len), jnp.full((b, k), neg), fin, None)
+    t, alive, alive_lp, _, fin_score, fin, _ = jax.lax.while_loop(cond, body, init)
+    # rows with nothing finished (ran into max_len) fall back to their best alive beam
+    alive_score = alive_lp[:, 0] / _length_penalty(jnp.float32(max_len), alpha)
+    use_fin = fin_score[:, 0] > neg / 2
+    ids = jnp.where(use_fin[:, None], fin[:, 0, 1:], alive[:, 0, 1:])
+    return ids, jnp.where(use_fin, fin_score[:, 0], alive_score)
+
+
+@dataclasses.dataclass(frozen=True)
+class PadirOptions:
+    """Inference settings of PaDIR [App. L.1.1]: ``steps`` T, ``hyps`` top-l lengths, initial
+    hypothesis ``init`` ("random" tokens or "mask"), stutter re-masking between steps, early
+    stop when the prediction stops changing."""
+
+    steps: int = 4
+    hyps: int = 3
+    init: str = "random"
+    remask_stutter: bool = True
+    early_stop: bool = True
+
+    def __post_init__(self):
+        if self.steps < 1:
+            raise ValueError(f"PadirOptions.steps must be >= 1; got {self.steps}.")
+        if self.hyps < 1:
+            raise ValueError(f"PadirOptions.hyps must be >= 1; got {self.hyps}.")
+        if self.init not in ("random", "mask"):
+            raise ValueError(f"PadirOptions.init must be 'random' or 'mask'; got {self.init!r}.")
+
+
+def initial_hypothesis(key, shape, mask, vocab_size, init: str):
+    """(B, L) ids: uniform random pieces (or ``[MASK]``) where ``mask``, PAD elsewhere."""
+    if init == "mask":
+        fill = jnp.full(shape, V.MASK, jnp.int32)
+    else:
+        fill = jax.random.randint(key, shape, V.FIRST_PIECE, vocab_size, jnp.int32)
+    return jnp.where(mask, fill, V.PAD)
+
+
+def stutter_positions(ids, mask):
+    """(B, L) bool: position i > 0 repeats the token at i - 1 (both real positions)."""
+    same = ids[:, 1:] == ids[:, :-1]
+    rep = same & mask[:, 1:] & mask[:, :-1]
+    return jnp.concatenate([jnp.zeros_like(rep[:, :1]), rep], axis=1)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "options", "return_attention"))
+def padir(graphdef, params, src, src_mask, key, *, options: PadirOptions, return_attention: bool = False):
+    """PaDIR decoding. (B, S) -> dict with ``ids`` (B, max_len) (PAD beyond the chosen length),
+    ``length`` (B,), ``score`` (B,) the mean log-probability of the chosen hypothesis, ``steps``
+    (the passes run), ``history`` (T, B, max_len) the argmax after each pass, and, with
+    ``return_attention``, the chosen hypotheses' attention weights at the final pass."""
+    model = nnx.merge(graphdef, params)
+    cfg = model.cfg
+    b, l, lmax = src.shape[0], options.hyps, cfg.max_len
+    enc, enc_mask = model.encode(src, src_mask)
+    len_logits = model.length_logits(enc).at[:, 0].set(-jnp.inf)  # a translation has at least one token
+    lengths = jax.lax.top_k(len_logits, l)[1].reshape(-1)  # (B * l,)
+    enc, enc_mask = jnp.repeat(enc, l, 0), jnp.repeat(enc_mask, l, 0)
+    tmask = jnp.arange(lmax)[None, :] < lengths[:, None]
+    hyp = initial_hypothesis(key, (b * l, lmax), tmask, cfg.vocab, options.init)
+    def predict(hyp):
+        logits = model.decode(hyp, tmask, enc, enc_mask)
+        logp = jax.nn.log_softmax(_forbid(logits, _PADIR_FORBIDDEN))
+        pred = jnp.argmax(logp, -1).astype(jnp.int32)
+        score = (jnp.max(logp, -1) * tmask).sum(-1) / lengths
+        return jnp.where(tmask, pred, V.PAD), score
+
+    def cond(c):
+        t, _, _, _, stop, _ = c
+        return (t < options.steps) & ~stop
+
+    def body(c):
+        t, hyp, prev, _, _, hist = c
+        pred, score = predict(hyp)
+        stop = jnp.all(pred == prev) if options.early_stop else jnp.bool_(False)
+        nxt = jnp.where(stutter_positions(pred, tmask), V.MASK, pred) if options.remask_stutter else pred
+        hist = hist.at[t].set(pred)
+        return t + 1, nxt, pred, score, stop, hist
+
+    hist = jnp.full((options.steps, b * l, lmax), V.PAD, jnp.int32)
+    init = (jnp.int32(0), hyp, jnp.full_like(hyp, -1), jnp.zeros((b * l,), jnp.float32), jnp.bool_(False), hist)
+    steps, _, pred, score, _, hist = jax.lax.while_loop(cond, body, init)
+    hist = jnp.where(jnp.arange(options.steps)[:, None, None] < steps, hist, pred[None])
+    best = jnp.argmax(score.reshape(b, l), -1)
+    pick = jnp.arange(b) * l + best
+    out = dict(ids=pred[pick], length=lengths[pick], score=score[pick], steps=steps, history=hist[:, pick])
+    if return_attention:  # one more pass over the final hypothesis to read the weights
+        _, weights = model.decode(pred[pick], tmask[pick], enc[pick], enc_mask[pick], return_attention=True)
+        out["attention"] = weights
+    return out
+
+
+def strip(ids: np.ndarray, *, drop_repeats: bool = False) -> list[list[int]]:
+    """Rows of ids -> lists up to (not including) the first EOS or PAD; with ``drop_repeats``
+    consecutive repeated tokens are merged (PaDIR's post-processing after the last step)."""
+    rows = []
+    for row in np.asarray(ids):
+        out = []
+        for tok in row.tolist():
+            if tok in (V.EOS, V.PAD):
+                break
+            if drop_repeats and out and out[-1] == tok:
+                continue
+            out.append(tok)
+        rows.append(out)
+    return rows

@@ -1,0 +1,279 @@
+"""Training the AR baseline and PaDIR [Section 3.2, App. L.1.2-L.2]: losses, optimiser, data
+parallelism over ``jax.devices()``, Orbax checkpoints with exact resume, metrics and provenance.
+
+A run lives in a folder: ``config.json`` (the :class:`TrainConfig`), ``checkpoints/`` (Orbax),
+``metrics.jsonl`` (one JSON line per logged step), ``run.json`` (provenance: config, commit,
+hardware, wall time, throughput). Kill it at any point and call :func:`train` again with the same
+folder: it restores the last checkpoint and ends exactly where an uninterrupted run ends (the
+batch and the random key of step ``t`` depend only on ``t``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import time
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from tqdm.auto import tqdm
+
+from . import batching
+from . import seq2seq
+from . import vocab as V
+from .book import provenance
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a training run (the model included). ``kind`` is "ar" or "padir".
+
+    PaDIR: ``unmasking_rate`` is the probability that a target position keeps its correct token
+    (the rest become random pieces, or ``[MASK]`` with ``fill = "mask"``); ``stages`` = 2 feeds the
+    model its own stage-1 argmax [App. L.1.2]; ``length_loss_weight`` weighs the length
+    cross-entropy. The learning rate warms up linearly for ``warmup`` steps, then decays by a
+    cosine to ``learning_rate * min_lr_ratio`` at ``steps``."""
+
+    kind: str
+    model: seq2seq.ModelConfig
+    steps: int = 4000
+    batch_tokens: int = 4096
+    optimizer: str = "adamw"
+    learning_rate: float = 1e-3
+    warmup: int = 400
+    min_lr_ratio: float = 0.05
+    weight_decay: float = 0.01
+    clip_norm: float = 1.0
+    label_smoothing: float = 0.1
+    unmasking_rate: float = 0.1
+    fill: str = "random"
+    stages: int = 2
+    length_loss_weight: float = 0.1
+    seed: int = 0
+    checkpoint_every: int = 500
+    log_every: int = 50
+    buckets: tuple[int, ...] = batching.DEFAULT_BUCKETS
+
+    def __post_init__(self):
+        if self.kind not in ("ar", "padir"):
+            raise ValueError(f"TrainConfig.kind must be 'ar' or 'padir'; got {self.kind!r}.")
+        if self.model.causal != (self.kind == "ar"):
+            raise ValueError(f"TrainConfig.kind = {self.kind!r} needs ModelConfig.causal = {self.kind == 'ar'}.")
+        for name in ("steps", "batch_tokens", "checkpoint_every", "log_every", "stages"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"TrainConfig.{name} must be a positive integer; got {getattr(self, name)!r}.")
+        if not 0 <= self.warmup < self.steps:
+            raise ValueError(f"TrainConfig.warmup must be in [0, steps = {self.steps}); got {self.warmup}.")
+        if self.optimizer not in ("adamw", "adafactor"):
+            raise ValueError(f"TrainConfig.optimizer must be 'adamw' or 'adafactor'; got {self.optimizer!r}.")
+        if not 0.0 <= self.unmasking_rate < 1.0:
+            raise ValueError(f"TrainConfig.unmasking_rate must be in [0, 1); got {self.unmasking_rate}.")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"TrainConfig.label_smoothing must be in [0, 1); got {self.label_smoothing}.")
+        if self.fill not in ("random", "mask"):
+            raise ValueError(f"TrainConfig.fill must be 'random' or 'mask'; got {self.fill!r}.")
+        if max(self.buckets) > self.model.max_len:
+            raise ValueError(f"TrainConfig.buckets go up to {max(self.buckets)} but ModelConfig.max_len = "
+                             f"{self.model.max_len}; lower the buckets or raise max_len.")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        d = dict(d)
+        d["model"] = seq2seq.ModelConfig(**d["model"])
+        d["buckets"] = tuple(d.get("buckets", batching.DEFAULT_BUCKETS))
+        return cls(**d)
+
+
+# -- losses ------------------------------------------------------------------------------------------
+def cross_entropy(logits, labels, mask, smoothing: float):
+    """Label-smoothed cross-entropy summed over ``mask`` and the number of tokens it covers:
+    (1 - eps) * NLL + eps * mean over the vocabulary of -log p."""
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32))
+    nll = -jnp.take_along_axis(logp, labels[..., None], -1)[..., 0]
+    ce = (1.0 - smoothing) * nll - smoothing * logp.mean(-1)
+    return (ce * mask).sum(), mask.sum()
+
+
+def loss_fn(model: seq2seq.Seq2Seq, cfg: TrainConfig, batch: dict, key):
+    """Mean training loss of one batch and its parts. AR: teacher-forced next-token loss on
+    ``y [EOS]``. PaDIR: the mean over stages of the per-token loss on all target positions of the
+    corrupted (stage 1) or self-predicted (stage 2+) input, plus the weighted length loss."""
+    k_enc, k_cor, k_dec = jax.random.split(key, 3)
+    src, sm, tgt, tm = batch["src"], batch["src_mask"], batch["tgt"], batch["tgt_mask"]
+    enc, enc_mask = model.encode(src, sm, k_enc)
+    eps = cfg.label_smoothing
+    if cfg.kind == "ar":
+        dec_in, out, mask = batching.ar_inputs(tgt, tm)
+        logits = model.decode(dec_in, mask, enc, enc_mask, k_dec)
+        total, count = cross_entropy(logits, out, mask, eps)
+        loss = total / count
+        return loss, dict(token_loss=loss, tokens=count)
+    hyp = batching.corrupt(k_cor, tgt, tm, cfg.model.vocab, cfg.unmasking_rate, cfg.fill)
+    token_loss = 0.0
+    for stage, k in enumerate(jax.random.split(k_dec, cfg.stages)):
+        logits = model.decode(hyp, tm, enc, enc_mask, k)
+        total, count = cross_entropy(logits, tgt, tm, eps)
+        token_loss = token_loss + total / count / cfg.stages
+        if stage + 1 < cfg.stages:  # the next stage refines this stage's own prediction
+            pred = jnp.argmax(logits.at[..., : V.FIRST_PIECE].set(-jnp.inf), -1).astype(tgt.dtype)
+            hyp = jax.lax.stop_gradient(jnp.where(tm, pred, V.PAD))
+    lengths = tm.sum(-1)
+    length_loss = optax.softmax_cross_entropy_with_integer_labels(model.length_logits(enc), lengths).mean()
+    loss = token_loss + cfg.length_loss_weight * length_loss
+    return loss, dict(token_loss=token_loss, length_loss=length_loss, tokens=count)
+
+
+# -- optimiser -----------------------------------------------------------------------------------------
+def schedule(cfg: TrainConfig) -> optax.Schedule:
+    return optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, max(cfg.warmup, 1), cfg.steps,
+                                              end_value=cfg.learning_rate * cfg.min_lr_ratio)
+
+
+def optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
+    """Global-norm clipping, then AdamW (beta2 = 0.98) or Adafactor, on the warm-up-cosine schedule."""
+    lr = schedule(cfg)
+    if cfg.optimizer == "adamw":
+        opt = optax.adamw(lr, b1=0.9, b2=0.98, eps=1e-9, weight_decay=cfg.weight_decay)
+    else:
+        opt = optax.adafactor(lr, weight_decay_rate=cfg.weight_decay or None)
+    return optax.chain(optax.clip_by_global_norm(cfg.clip_norm), opt)
+
+
+# -- data parallelism ----------------------------------------------------------------------------------
+def mesh(devices=None) -> Mesh:
+    """A one-axis ("data") mesh over ``devices`` (default: all of ``jax.devices()``)."""
+    devices = list(jax.devices() if devices is None else devices)
+    return Mesh(np.array(devices), ("data",))
+
+
+def make_step(graphdef, cfg: TrainConfig, tx):
+    """The jitted update ``(params, opt_state, batch, key) -> (params, opt_state, loss, parts)``.
+    Sharding follows the inputs: batches split over "data", parameters replicated."""
+
+    def step(params, opt_state, batch, key):
+        def f(p):
+            return loss_fn(nnx.merge(graphdef, p), cfg, batch, key)
+
+        (loss, parts), grads = jax.value_and_grad(f, has_aux=True)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss, parts
+
+    return jax.jit(step, donate_argnums=(0, 1))
+
+
+# -- the run -------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Result:
+    model: seq2seq.Seq2Seq
+    losses: list[tuple[int, float]]
+    final_loss: float
+    record: dict
+
+
+def _jsonl_keep(path: pathlib.Path, upto: int):
+    """Drop metric lines written after step ``upto`` (they belong to the lost part of a killed run)."""
+    if path.exists():
+        rows = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] <= upto))
+
+
+def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Path, *, devices=None,
+          progress: bool = True, on_step: Callable[[int, float], None] | None = None) -> Result:
+    """Train (or resume) the run in ``run_dir`` to ``cfg.steps`` updates. ``batcher`` gives the
+    batch of each step; its ``multiple`` must be the number of devices. ``on_step(step, loss)``
+    is called after every update (tests raise from it to simulate a kill)."""
+    run_dir = pathlib.Path(run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg_path = run_dir / "config.json"
+    if cfg_path.exists() and TrainConfig.from_dict(json.loads(cfg_path.read_text())) != cfg:
+        raise ValueError(f"{cfg_path} holds a different TrainConfig; use a new run folder for a new configuration.")
+    cfg_path.write_text(json.dumps(cfg.to_dict(), indent=1))
+    m = mesh(devices)
+    if batcher.multiple % m.size:
+        raise ValueError(f"Batcher.multiple = {batcher.multiple} must be a multiple of the {m.size} devices.")
+    replicated, sharded = NamedSharding(m, P()), NamedSharding(m, P("data"))
+
+    model = seq2seq.build(cfg.model, cfg.seed)
+    graphdef, params = nnx.split(model)
+    tx = optimizer(cfg)
+    opt_state = tx.init(params)
+    manager = ocp.CheckpointManager(
+        run_dir / "checkpoints",
+        options=ocp.CheckpointManagerOptions(save_interval_steps=cfg.checkpoint_every, max_to_keep=2,
+                                             enable_async_checkpointing=False))
+    start = manager.latest_step() or 0
+    if start:
+        target = {"params": params, "opt_state": opt_state}
+        restored = manager.restore(start, args=ocp.args.StandardRestore(target))
+        params, opt_state = restored["params"], restored["opt_state"]
+    params, opt_state = jax.device_put((params, opt_state), replicated)
+    metrics = run_dir / "metrics.jsonl"
+    _jsonl_keep(metrics, start)
+
+    step_fn = make_step(graphdef, cfg, tx)
+    base_key = jax.random.key(cfg.seed)
+    lr = schedule(cfg)
+    losses, tokens, t0 = [], 0, time.perf_counter()
+    loss = float("nan")
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"train {cfg.kind}",
+               disable=not progress, leave=False)
+    with metrics.open("a") as log:
+        for step in bar:
+            b = batcher.at(step)
+            batch = jax.device_put(dict(src=b.src, src_mask=b.src_mask, tgt=b.tgt, tgt_mask=b.tgt_mask), sharded)
+            params, opt_state, loss_arr, parts = step_fn(params, opt_state, batch, jax.random.fold_in(base_key, step))
+            done = step + 1
+            tokens += int(b.tgt_mask.sum()) + int(b.src_mask.sum())
+            if done % cfg.log_every == 0 or done == cfg.steps:
+                loss = float(loss_arr)
+                losses.append((done, loss))
+                row = dict(step=done, loss=loss, lr=float(lr(done)), wall_s=time.perf_counter() - t0,
+                           **{k: float(v) for k, v in parts.items()})
+                log.write(json.dumps(row) + "\n")
+                log.flush()
+                bar.set_postfix(loss=f"{loss:.3f}")
+            if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+                manager.save(done, args=ocp.args.StandardSave({"params": params, "opt_state": opt_state}), force=True)
+                manager.wait_until_finished()
+            if on_step is not None:
+                on_step(done, float(loss_arr))
+    manager.close()
+    wall = time.perf_counter() - t0
+    if start < cfg.steps:
+        loss = float(loss_arr)
+    model = nnx.merge(graphdef, jax.device_get(params))
+    prev = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
+    record = dict(
+        config=cfg.to_dict(), commit=provenance.git_commit(), hardware=provenance.environment(),
+        parameters=seq2seq.count_params(model), dropped_pairs=batcher.dropped, batches_per_epoch=len(batcher),
+        steps=cfg.steps, final_loss=loss if start < cfg.steps else prev.get("final_loss"),
+        wall_s=prev.get("wall_s", 0.0) + wall, segments=prev.get("segments", []) + [dict(start=start, end=cfg.steps, wall_s=wall)],
+        tokens_per_s=(tokens / wall) if start < cfg.steps and wall > 0 else prev.get("tokens_per_s"),
+    )
+    (run_dir / "run.json").write_text(json.dumps(record, indent=1))
+    return Result(model, losses, record["final_loss"], record)
+
+
+def load(run_dir: str | pathlib.Path) -> tuple[TrainConfig, seq2seq.Seq2Seq]:
+    """The config and the last checkpoint's model of a run folder."""
+    run_dir = pathlib.Path(run_dir).resolve()
+    cfg = TrainConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+    model = seq2seq.build(cfg.model, cfg.seed)
+    graphdef, params = nnx.split(model)
+    tx = optimizer(cfg)
+    with ocp.CheckpointManager(run_dir / "checkpoints") as manager:
+        step = manager.latest_step()
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {run_dir / 'checkpoints'}.")
+        restored = manager.restore(step, args=ocp.args.StandardRestore({"params": params, "opt_state": tx.init(params)}))
+    return cfg, nnx.merge(graphdef, restored["params"])

@@ -1,0 +1,74 @@
+"""A joint SentencePiece vocabulary for both sides of a translation pair, with fixed special ids.
+
+Ids: ``PAD = 0``, ``EOS = 1``, ``BOS = 2``, ``UNK = 3``, ``MASK = 4`` (``[MASK]``, the initial
+hypothesis and the re-masked positions of PaDIR), ``LENGTH = 5`` (``[LENGTH]``, the encoder token
+whose output predicts the target length). Ordinary pieces start at ``FIRST_PIECE = 6``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pathlib
+from typing import Iterable, Sequence
+
+import sentencepiece as spm
+
+PAD, EOS, BOS, UNK, MASK, LENGTH = range(6)
+FIRST_PIECE = 6
+SPECIALS = ("[MASK]", "[LENGTH]")
+
+
+class Vocab:
+    """A trained SentencePiece model; ``encode`` gives ids without BOS/EOS, ``decode`` drops every
+    special id (padding, EOS, ``[MASK]``, ...) before detokenising."""
+
+    def __init__(self, model_proto: bytes):
+        self.proto = bytes(model_proto)
+        self.sp = spm.SentencePieceProcessor(model_proto=self.proto)
+        ids = (self.sp.pad_id(), self.sp.eos_id(), self.sp.bos_id(), self.sp.unk_id(),
+               self.sp.piece_to_id(SPECIALS[0]), self.sp.piece_to_id(SPECIALS[1]))
+        if ids != (PAD, EOS, BOS, UNK, MASK, LENGTH):
+            raise ValueError(f"SentencePiece model has special ids {ids}; expected {(PAD, EOS, BOS, UNK, MASK, LENGTH)} "
+                             "(train it with gmlm_lib.vocab.train).")
+
+    @property
+    def size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        return self.sp.encode(list(texts), out_type=int)
+
+    def decode(self, ids: Iterable[Sequence[int]]) -> list[str]:
+        return [self.sp.decode([int(i) for i in row if int(i) >= FIRST_PIECE or int(i) == UNK]) for row in ids]
+
+    def save(self, path: str | os.PathLike) -> pathlib.Path:
+        path = pathlib.Path(path)
+        path.write_bytes(self.proto)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Vocab":
+        path = pathlib.Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no SentencePiece model at {str(path)!r}.")
+        return cls(path.read_bytes())
+
+
+def train(texts: Iterable[str], size: int = 8000, *, model_type: str = "unigram",
+          character_coverage: float = 1.0, seed_sentencepiece_size: int = 1_000_000) -> Vocab:
+    """Train a joint vocabulary of at most ``size`` pieces on ``texts`` (both languages' training
+    sides). On a small corpus SentencePiece may stop below ``size`` (``hard_vocab_limit=False``);
+    ``Vocab.size`` is the size reached. One thread, so the same texts give the same model."""
+    texts = [t for t in texts if t.strip()]
+    if not texts:
+        raise ValueError("vocab.train: texts is empty; pass the training sentences of both languages.")
+    if size <= FIRST_PIECE + 1:
+        raise ValueError(f"vocab.train: size must be larger than {FIRST_PIECE + 1}; got {size}.")
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_writer=model, vocab_size=size, model_type=model_type,
+        character_coverage=character_coverage, pad_id=PAD, eos_id=EOS, bos_id=BOS, unk_id=UNK,
+        user_defined_symbols=list(SPECIALS), hard_vocab_limit=False, num_threads=1,
+        seed_sentencepiece_size=seed_sentencepiece_size, minloglevel=2)
+    return Vocab(model.getvalue())
