@@ -6,6 +6,11 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 NB     ?=
 ARGS   ?=
+# Multi30k for the translation chapters: a copy beside the project (as in CI) when there is one;
+# otherwise the loader downloads it (see data/README.md).
+ifneq ($(wildcard ../shared/data/multi30k/train.en.gz),)
+export GMLM_MULTI30K_DIR ?= $(abspath ../shared/data/multi30k)
+endif
 
 .PHONY: install book test test-fast smoke full check sync provenance clean
 

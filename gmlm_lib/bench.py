@@ -80,3 +80,13 @@ def machine() -> dict:
         "numpy": np.__version__,
         "jax": jax.__version__,
     }
+
+
+def matmul_peak(size: int = 2048, dtype="float32", min_time: float = 2.0) -> float:
+    """Measured FLOP/s of one jitted ``size x size`` matrix product (2 size^3 flops) on the
+    default device: the practical matmul peak that training throughput is compared with."""
+    a = jnp.ones((size, size), dtype)
+    f = jax.jit(lambda x: x @ x)
+    f(a).block_until_ready()
+    seconds, _ = _timed(lambda: f(a).block_until_ready(), min_time)
+    return 2.0 * size**3 / seconds

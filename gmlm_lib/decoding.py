@@ -148,21 +148,32 @@ def stutter_positions(ids, mask):
     return jnp.concatenate([jnp.zeros_like(rep[:, :1]), rep], axis=1)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "options", "return_attention"))
-def padir(graphdef, params, src, src_mask, key, *, options: PadirOptions, return_attention: bool = False):
-    """PaDIR decoding. (B, S) -> dict with ``ids`` (B, max_len) (PAD beyond the chosen length),
-    ``length`` (B,), ``score`` (B,) the mean log-probability of the chosen hypothesis, ``steps``
-    (the passes run), ``history`` (T, B, max_len) the argmax after each pass, and, with
-    ``return_attention``, the chosen hypotheses' attention weights at the final pass."""
+@functools.partial(jax.jit, static_argnames=("graphdef", "hyps"))
+def padir_encode(graphdef, params, src, src_mask, *, hyps: int):
+    """PaDIR phase 1: encode and predict the top-``hyps`` target lengths (at least 1).
+    (B, S) -> enc (B, S + 1, D), enc_mask (B, S + 1), lengths (B, hyps)."""
     model = nnx.merge(graphdef, params)
-    cfg = model.cfg
-    b, l, lmax = src.shape[0], options.hyps, cfg.max_len
     enc, enc_mask = model.encode(src, src_mask)
     len_logits = model.length_logits(enc).at[:, 0].set(-jnp.inf)  # a translation has at least one token
-    lengths = jax.lax.top_k(len_logits, l)[1].reshape(-1)  # (B * l,)
+    return enc, enc_mask, jax.lax.top_k(len_logits, hyps)[1].astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "options", "width", "return_attention"))
+def padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: PadirOptions, width: int,
+                 return_attention: bool = False):
+    """PaDIR phase 2: T refinement passes over ``B * hyps`` hypotheses of ``width`` positions
+    (``width`` >= every length; positions beyond a hypothesis' length are padding that no real
+    position attends to). Returns a dict with ``ids`` (B, width) (PAD beyond the chosen length),
+    ``length`` (B,), ``score`` (B,) the mean log-probability of the chosen hypothesis, ``steps``
+    (the passes run), ``history`` (T, B, width) the argmax after each pass, and, with
+    ``return_attention``, the chosen hypotheses' attention weights at the final pass."""
+    model = nnx.merge(graphdef, params)
+    b, l = lengths.shape
+    lengths = lengths.reshape(-1)
     enc, enc_mask = jnp.repeat(enc, l, 0), jnp.repeat(enc_mask, l, 0)
-    tmask = jnp.arange(lmax)[None, :] < lengths[:, None]
-    hyp = initial_hypothesis(key, (b * l, lmax), tmask, cfg.vocab, options.init)
+    tmask = jnp.arange(width)[None, :] < lengths[:, None]
+    hyp = initial_hypothesis(key, (b * l, width), tmask, model.cfg.vocab, options.init)
+
     def predict(hyp):
         logits = model.decode(hyp, tmask, enc, enc_mask)
         logp = jax.nn.log_softmax(_forbid(logits, _PADIR_FORBIDDEN))
@@ -182,7 +193,7 @@ def padir(graphdef, params, src, src_mask, key, *, options: PadirOptions, return
         hist = hist.at[t].set(pred)
         return t + 1, nxt, pred, score, stop, hist
 
-    hist = jnp.full((options.steps, b * l, lmax), V.PAD, jnp.int32)
+    hist = jnp.full((options.steps, b * l, width), V.PAD, jnp.int32)
     init = (jnp.int32(0), hyp, jnp.full_like(hyp, -1), jnp.zeros((b * l,), jnp.float32), jnp.bool_(False), hist)
     steps, _, pred, score, _, hist = jax.lax.while_loop(cond, body, init)
     hist = jnp.where(jnp.arange(options.steps)[:, None, None] < steps, hist, pred[None])
@@ -193,6 +204,17 @@ def padir(graphdef, params, src, src_mask, key, *, options: PadirOptions, return
         _, weights = model.decode(pred[pick], tmask[pick], enc[pick], enc_mask[pick], return_attention=True)
         out["attention"] = weights
     return out
+
+
+def padir(graphdef, params, src, src_mask, key, *, options: PadirOptions, max_len: int, buckets=(),
+          return_attention: bool = False) -> dict:
+    """Both PaDIR phases; the hypothesis width is the smallest of ``buckets`` that holds the
+    longest predicted length (else ``max_len``, the model's), so short sentences cost short passes."""
+    enc, enc_mask, lengths = padir_encode(graphdef, params, src, src_mask, hyps=options.hyps)
+    longest = int(jnp.max(lengths))
+    width = next((w for w in sorted(buckets) if w >= longest), max_len)
+    return padir_refine(graphdef, params, enc, enc_mask, lengths, key, options=options, width=width,
+                        return_attention=return_attention)
 
 
 def strip(ids: np.ndarray, *, drop_repeats: bool = False) -> list[list[int]]:

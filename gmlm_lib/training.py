@@ -171,6 +171,29 @@ def make_step(graphdef, cfg: TrainConfig, tx):
     return jax.jit(step, donate_argnums=(0, 1))
 
 
+def flops_per_step(cfg: TrainConfig, batcher: batching.Batcher) -> float:
+    """Mean FLOPs of one training update over an epoch's batches, from XLA's cost analysis of the
+    lowered step for each bucket (forward, backward and optimiser; one device; no compilation)."""
+    model = seq2seq.build(cfg.model, cfg.seed)
+    graphdef, params = nnx.split(model)
+    tx = optimizer(cfg)
+    step = make_step(graphdef, cfg, tx)
+    opt_state = tx.init(params)
+    counts: dict[int, int] = {}
+    for bucket, _ in batcher.epoch(0):
+        counts[bucket] = counts.get(bucket, 0) + 1
+    total = 0.0
+    for bucket, n in counts.items():
+        b = batcher.make(bucket, batcher.groups[bucket][: batcher.batch_size(bucket)])
+        if len(b.src) < batcher.batch_size(bucket):  # a bucket smaller than one batch
+            b = batcher.make(bucket, np.resize(batcher.groups[bucket], batcher.batch_size(bucket)))
+        batch = dict(src=b.src, src_mask=b.src_mask, tgt=b.tgt, tgt_mask=b.tgt_mask)
+        cost = step.lower(params, opt_state, batch, jax.random.key(0)).cost_analysis()
+        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+        total += n * float(cost["flops"])
+    return total / sum(counts.values())
+
+
 # -- the run -------------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class Result:
@@ -226,7 +249,7 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
     losses, tokens, t0 = [], 0, time.perf_counter()
     loss = float("nan")
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"train {cfg.kind}",
-               disable=not progress, leave=False)
+               disable=not progress, leave=False, mininterval=10)
     with metrics.open("a") as log:
         for step in bar:
             b = batcher.at(step)

@@ -1,0 +1,65 @@
+"""Translation quality and stutter [Section 3.3-3.4]: SacreBLEU BLEU and chrF with their
+signatures on detokenised text, and the word-level stutter rate."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import sacrebleu
+
+_EDGE = re.compile(r"^\W+|\W+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Score:
+    score: float
+    signature: str
+
+
+def _check(hyps, refs):
+    if len(hyps) != len(refs):
+        raise ValueError(f"hyps and refs must be aligned; got {len(hyps)} hypotheses and {len(refs)} references.")
+    if not hyps:
+        raise ValueError("hyps is empty.")
+
+
+def bleu(hyps: list[str], refs: list[str], *, tokenize: str = "13a") -> Score:
+    """Corpus BLEU (SacreBLEU defaults, one reference) and its signature."""
+    _check(hyps, refs)
+    metric = sacrebleu.metrics.BLEU(tokenize=tokenize)
+    return Score(metric.corpus_score(hyps, [refs]).score, str(metric.get_signature()))
+
+
+def chrf(hyps: list[str], refs: list[str]) -> Score:
+    """Corpus chrF (SacreBLEU defaults) and its signature."""
+    _check(hyps, refs)
+    metric = sacrebleu.metrics.CHRF()
+    return Score(metric.corpus_score(hyps, [refs]).score, str(metric.get_signature()))
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased whitespace words with punctuation stripped at their edges (empty ones dropped)."""
+    out = []
+    for w in text.lower().split():
+        w = _EDGE.sub("", w)
+        if w:
+            out.append(w)
+    return out
+
+
+def stutter_flags(hyp: str, ref: str) -> list[bool]:
+    """For each adjacent word pair (i, i + 1) of ``hyp``: True when the two words are equal and the
+    reference never has that word twice in a row (a repeat the reference also has is not stutter)."""
+    h, r = words(hyp), words(ref)
+    ref_repeats = {a for a, b in zip(r, r[1:]) if a == b}
+    return [a == b and a not in ref_repeats for a, b in zip(h, h[1:])]
+
+
+def stutter_rate(hyps: list[str], refs: list[str]) -> float:
+    """Stuttered words per 100 output words over the corpus: consecutive repeated words in the
+    output that are not repeated in the reference [Section 3.3]."""
+    _check(hyps, refs)
+    count = sum(sum(stutter_flags(h, r)) for h, r in zip(hyps, refs))
+    total = sum(len(words(h)) for h in hyps)
+    return 100.0 * count / max(total, 1)

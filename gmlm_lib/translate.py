@@ -1,0 +1,144 @@
+"""Text in, text out: batched translation and end-to-end latency for AR and PaDIR models.
+
+A :class:`Method` names a decoding procedure and its settings; :class:`Translator` wraps a model
+and its vocabulary. Sources are padded to length buckets and batches to a fixed size, so each
+(method, bucket, batch size) compiles once; :meth:`Translator.warm_up` compiles them all before
+anything is timed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from . import batching, decoding
+from . import vocab as V
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """``kind``: "greedy" or "beam" (AR, KV cache; ``beam`` width, GNMT ``alpha``) or "padir"
+    (``padir`` options; ``drop_repeats`` merges repeated tokens after the last step)."""
+
+    kind: str
+    beam: int = 4
+    alpha: float = 0.6
+    padir: decoding.PadirOptions = decoding.PadirOptions()
+    drop_repeats: bool = True
+
+    def __post_init__(self):
+        if self.kind not in ("greedy", "beam", "padir"):
+            raise ValueError(f"Method.kind must be 'greedy', 'beam' or 'padir'; got {self.kind!r}.")
+
+    @property
+    def label(self) -> str:
+        if self.kind == "greedy":
+            return "AR greedy"
+        if self.kind == "beam":
+            return f"AR beam {self.beam}"
+        return f"PaDIR T={self.padir.steps}, #hyp={self.padir.hyps}"
+
+
+class Translator:
+    """``model`` (a trained :class:`gmlm_lib.seq2seq.Seq2Seq`) with its ``vocab``."""
+
+    def __init__(self, model, vocab: V.Vocab, *, buckets=(16, 32, 64), seed: int = 0):
+        self.cfg = model.cfg
+        self.graphdef, self.params = nnx.split(model)
+        self.vocab = vocab
+        self.buckets = tuple(b for b in sorted(buckets) if b <= self.cfg.max_len) or (self.cfg.max_len,)
+        self.key = jax.random.key(seed)
+
+    def _check(self, method: Method):
+        if (method.kind == "padir") == self.cfg.causal:
+            raise ValueError(f"Method.kind = {method.kind!r} does not fit this model "
+                             f"({'AR' if self.cfg.causal else 'PaDIR'}).")
+
+    def bucket(self, n: int) -> int:
+        for b in self.buckets:
+            if n <= b:
+                return b
+        raise ValueError(f"a source of {n} tokens exceeds the largest bucket ({self.buckets[-1]} = "
+                         "ModelConfig.max_len at most); nothing is clipped: shorten the input or raise max_len.")
+
+    def decode_ids(self, src: np.ndarray, src_mask: np.ndarray, method: Method, key=None) -> np.ndarray:
+        """Padded sources (B, S) -> output ids (B, width) as a NumPy array."""
+        self._check(method)
+        src, src_mask = jnp.asarray(src, jnp.int32), jnp.asarray(src_mask, bool)
+        if method.kind == "greedy":
+            out = decoding.ar_greedy(self.graphdef, self.params, src, src_mask, max_len=self.cfg.max_len)
+        elif method.kind == "beam":
+            out = decoding.ar_beam(self.graphdef, self.params, src, src_mask, max_len=self.cfg.max_len,
+                                   beam=method.beam, alpha=method.alpha)[0]
+        else:
+            out = decoding.padir(self.graphdef, self.params, src, src_mask, self.key if key is None else key,
+                                 options=method.padir, max_len=self.cfg.max_len, buckets=self.buckets)["ids"]
+        return np.asarray(jax.device_get(out))
+
+    def _strip(self, ids, method: Method):
+        return decoding.strip(ids, drop_repeats=method.kind == "padir" and method.drop_repeats)
+
+    def translate(self, texts: list[str], method: Method, *, batch_size: int = 64, progress=None) -> list[str]:
+        """Translate ``texts`` in batches of ``batch_size`` (grouped by source bucket; a last partial
+        batch is filled with copies and the copies dropped). Same inputs, same outputs."""
+        self._check(method)
+        ids = self.vocab.encode(texts)
+        by_bucket: dict[int, list[int]] = {}
+        for i, row in enumerate(ids):
+            by_bucket.setdefault(self.bucket(len(row)), []).append(i)
+        out: list[str | None] = [None] * len(texts)
+        n = 0
+        for b, idx in by_bucket.items():
+            for j in range(0, len(idx), batch_size):
+                chunk = idx[j: j + batch_size]
+                rows = [ids[i] for i in chunk] + [ids[chunk[0]]] * (batch_size - len(chunk))
+                src, mask = batching.pad(rows, b)
+                res = self.decode_ids(src, mask, method, jax.random.fold_in(self.key, n))
+                for i, text in zip(chunk, self.vocab.decode(self._strip(res, method))):
+                    out[i] = text
+                n += 1
+                if progress is not None:
+                    progress.update(len(chunk))
+        return out
+
+    def translate_one(self, text: str, method: Method) -> str:
+        """End to end for one sentence: tokenise, pad to its bucket, encode and decode, detokenise."""
+        row = self.vocab.encode([text])[0]
+        src, mask = batching.pad([row], self.bucket(len(row)))
+        return self.vocab.decode(self._strip(self.decode_ids(src, mask, method), method))[0]
+
+    def warm_up(self, method: Method, batch_sizes=(1,)):
+        """Compile every (bucket, batch size) of ``method`` (and PaDIR's hypothesis widths)."""
+        for bs in batch_sizes:
+            for b in self.buckets:
+                src, mask = batching.pad([[V.FIRST_PIECE] * b] * bs, b)
+                self.decode_ids(src, mask, method)
+                if method.kind == "padir":
+                    enc, enc_mask, lengths = decoding.padir_encode(self.graphdef, self.params, jnp.asarray(src),
+                                                                   jnp.asarray(mask), hyps=method.padir.hyps)
+                    for w in self.buckets + (self.cfg.max_len,):
+                        jax.block_until_ready(decoding.padir_refine(
+                            self.graphdef, self.params, enc, enc_mask, jnp.minimum(lengths, w), self.key,
+                            options=method.padir, width=w, return_attention=False))
+
+    def latency(self, texts: list[str], method: Method) -> np.ndarray:
+        """Seconds per sentence at batch 1, end to end (``translate_one``), after :meth:`warm_up`."""
+        self.warm_up(method)
+        times = np.empty(len(texts))
+        for i, text in enumerate(texts):
+            t0 = time.perf_counter()
+            self.translate_one(text, method)
+            times[i] = time.perf_counter() - t0
+        return times
+
+    def throughput(self, texts: list[str], method: Method, batch_size: int = 64) -> float:
+        """Sentences per second translating ``texts`` in batches of ``batch_size`` (after a warm-up)."""
+        self.warm_up(method, (batch_size,))
+        t0 = time.perf_counter()
+        self.translate(texts, method, batch_size=batch_size)
+        return len(texts) / (time.perf_counter() - t0)

@@ -1,0 +1,189 @@
+"""Corpus loading (local, generic, loopback download), the joint vocabulary, batching, metrics."""
+
+import functools
+import gzip
+import http.server
+import os
+import pathlib
+import threading
+
+import numpy as np
+import pytest
+import sacrebleu
+
+from gmlm_lib import batching, corpus, mt_metrics, vocab
+
+SHARED = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
+M30K = pathlib.Path(os.environ.get(corpus.ENV_VAR) or SHARED)
+
+
+def _write(path, lines, gz=True):
+    data = ("\n".join(lines) + "\n").encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+
+
+@pytest.fixture
+def toy_dir(tmp_path):
+    d = tmp_path / "m30k"
+    d.mkdir()
+    en = ["A dog runs.", "Two men talk.", "A girl sings a song."]
+    de = ["Ein Hund rennt.", "Zwei Männer reden.", "Ein Mädchen singt ein Lied."]
+    for split in corpus.MULTI30K_SPLITS:
+        _write(d / f"{split}.en.gz", en)
+        _write(d / f"{split}.de.gz", de)
+    return d
+
+
+def test_generic_loader_reads_plain_and_gzipped_files(tmp_path):
+    _write(tmp_path / "a.en", ["one", "two"], gz=False)
+    _write(tmp_path / "a.de.gz", ["eins", "zwei"])
+    pair = corpus.load_parallel(tmp_path / "a.en", tmp_path / "a.de.gz")
+    assert pair.src == ["one", "two"] and pair.tgt == ["eins", "zwei"] and len(pair) == 2
+    assert pair.take(1).src == ["one"]
+
+
+def test_loader_errors_name_the_problem(tmp_path):
+    _write(tmp_path / "a.en", ["one", "two"], gz=False)
+    _write(tmp_path / "b.de", ["eins"], gz=False)
+    with pytest.raises(ValueError, match="misaligned.*2 lines.*1"):
+        corpus.load_parallel(tmp_path / "a.en", tmp_path / "b.de")
+    (tmp_path / "e.en").write_text("")
+    (tmp_path / "e.de").write_text("")
+    with pytest.raises(ValueError, match="empty corpus"):
+        corpus.load_parallel(tmp_path / "e.en", tmp_path / "e.de")
+    _write(tmp_path / "c.de", ["eins", ""], gz=False)
+    with pytest.raises(ValueError, match="line 2 is empty"):
+        corpus.load_parallel(tmp_path / "a.en", tmp_path / "c.de")
+    with pytest.raises(FileNotFoundError, match="nope.en"):
+        corpus.load_parallel(tmp_path / "nope.en", tmp_path / "b.de")
+
+
+def test_multi30k_arguments_are_checked(toy_dir):
+    with pytest.raises(ValueError, match="split"):
+        corpus.multi30k("dev", "en", "de", root=toy_dir)
+    with pytest.raises(ValueError, match="tgt"):
+        corpus.multi30k("train", "en", "xx", root=toy_dir)
+    with pytest.raises(ValueError, match="differ"):
+        corpus.multi30k("train", "en", "en", root=toy_dir)
+    with pytest.raises(FileNotFoundError, match="root"):
+        corpus.multi30k("train", "en", "de", root=toy_dir / "missing")
+    with pytest.raises(FileNotFoundError, match="train.fr.gz"):
+        corpus.multi30k("train", "en", "fr", root=toy_dir)
+
+
+def test_multi30k_from_the_environment_variable(toy_dir, monkeypatch):
+    monkeypatch.setenv(corpus.ENV_VAR, str(toy_dir))
+    pair = corpus.multi30k("val", "de", "en")
+    assert pair.src[0] == "Ein Hund rennt." and pair.tgt[0] == "A dog runs."
+
+
+@pytest.mark.skipif(not M30K.is_dir(), reason="the Multi30k copy (../shared/data/multi30k) is not here")
+def test_real_multi30k_sizes():
+    sizes = {"train": 29000, "val": 1014, "test_2016_flickr": 1000}
+    for split, n in sizes.items():
+        for tgt in ("de", "fr"):
+            assert len(corpus.multi30k(split, "en", tgt, root=M30K)) == n
+
+
+@pytest.fixture
+def loopback(toy_dir):
+    """An HTTP server on 127.0.0.1 serving the toy Multi30k folder."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(toy_dir))
+    handler.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    thread.join()
+
+
+def test_download_over_loopback_matches_the_local_files(loopback, toy_dir, tmp_path, monkeypatch):
+    monkeypatch.delenv(corpus.ENV_VAR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    got = corpus.multi30k("test_2016_flickr", "en", "de", base_url=loopback)
+    want = corpus.multi30k("test_2016_flickr", "en", "de", root=toy_dir)
+    assert (got.src, got.tgt) == (want.src, want.tgt)
+    cached = tmp_path / "cache" / "gmlm-book" / "multi30k"
+    assert sorted(p.name for p in cached.iterdir()) == ["test_2016_flickr.de.gz", "test_2016_flickr.en.gz"]
+    # a second call reads the cache: the server is not needed any more
+    again = corpus.multi30k("test_2016_flickr", "en", "de", base_url="http://127.0.0.1:9")
+    assert again.src == want.src
+    # a file the server lacks is a clear error naming the variable to set, and leaves no partial file
+    with pytest.raises(RuntimeError, match=corpus.ENV_VAR):
+        corpus.multi30k("train", "en", "fr", base_url=loopback)
+    assert not list(cached.glob("*.part")) and not (cached / "train.fr.gz").exists()
+
+
+def test_vocab_special_ids_and_round_trip():
+    texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras"] * 20
+    v = vocab.train(texts, 60)
+    assert v.sp.piece_to_id("[MASK]") == vocab.MASK and v.sp.piece_to_id("[LENGTH]") == vocab.LENGTH
+    assert (v.sp.pad_id(), v.sp.eos_id(), v.sp.bos_id()) == (vocab.PAD, vocab.EOS, vocab.BOS)
+    ids = v.encode(texts[:2])
+    assert min(min(r) for r in ids) >= vocab.FIRST_PIECE
+    assert v.decode(ids) == texts[:2]
+    assert v.decode([[vocab.BOS] + ids[0] + [vocab.MASK, vocab.EOS, vocab.PAD]]) == texts[:1]
+    assert vocab.Vocab(v.proto).encode(texts[:1]) == ids[:1]
+    with pytest.raises(ValueError, match="texts is empty"):
+        vocab.train(["", " "], 60)
+    with pytest.raises(ValueError, match="size"):
+        vocab.train(texts, 5)
+
+
+def test_batcher_is_deterministic_and_sized_for_the_devices():
+    rng = np.random.default_rng(0)
+    src = [list(rng.integers(6, 30, rng.integers(1, 20))) for _ in range(300)]
+    tgt = [list(rng.integers(6, 30, rng.integers(1, 20))) for _ in range(300)]
+    src.append([7] * 70)
+    tgt.append([7] * 3)  # too long for the buckets: dropped and counted
+    a = batching.Batcher(src, tgt, batch_tokens=512, seed=3, buckets=(8, 16, 32), multiple=4)
+    b = batching.Batcher(src, tgt, batch_tokens=512, seed=3, buckets=(8, 16, 32), multiple=4)
+    assert a.dropped == 1
+    for step in (0, 5, len(a) + 2):
+        x, y = a.at(step), b.at(step)
+        assert np.array_equal(x.src, y.src) and np.array_equal(x.tgt, y.tgt)
+        assert x.src.shape[0] % 4 == 0 and x.tgt.shape[1] == x.src.shape[1] - 1
+        assert np.array_equal(x.tgt_mask, x.tgt != vocab.PAD)
+    assert not np.array_equal(a.at(0).src, a.at(len(a)).src) or a.at(0).src.shape != a.at(len(a)).src.shape
+    with pytest.raises(ValueError, match="batch_tokens"):
+        batching.Batcher(src, tgt, batch_tokens=16, buckets=(8, 16, 32))
+
+
+def test_ar_inputs_and_corruption():
+    import jax
+    import jax.numpy as jnp
+
+    tgt = jnp.array([[7, 8, 9, 0], [7, 0, 0, 0]], jnp.int32)
+    dec_in, out, mask = batching.ar_inputs(tgt, tgt != 0)
+    assert dec_in.tolist() == [[2, 7, 8, 9, 0], [2, 7, 0, 0, 0]]
+    assert out.tolist() == [[7, 8, 9, 1, 0], [7, 1, 0, 0, 0]]
+    assert mask.tolist() == [[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]]
+    big = jnp.full((200, 50), 7, jnp.int32).at[:, 40:].set(0)
+    z = batching.corrupt(jax.random.key(0), big, big != 0, 100, 0.2)
+    kept = float((z[:, :40] == 7).mean())
+    assert 0.18 < kept < 0.23  # 0.2 kept plus 1/94 random hits of the same piece
+    assert bool((z[:, 40:] == 0).all()) and int(z[:, :40].min()) >= vocab.FIRST_PIECE
+    zm = batching.corrupt(jax.random.key(0), big, big != 0, 100, 0.0, fill="mask")
+    assert bool((zm[:, :40] == vocab.MASK).all())
+
+
+def test_bleu_and_chrf_equal_sacrebleu_called_directly():
+    hyps = ["Ein Hund rennt über die Wiese.", "Zwei Männer reden miteinander", "Das ist gut ."]
+    refs = ["Ein Hund läuft über die Wiese.", "Zwei Männer sprechen miteinander.", "Das ist gut."]
+    b = mt_metrics.bleu(hyps, refs)
+    assert b.score == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-12)
+    assert b.signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    c = mt_metrics.chrf(hyps, refs)
+    assert c.score == pytest.approx(sacrebleu.corpus_chrf(hyps, [refs]).score, abs=1e-12)
+    assert mt_metrics.bleu(refs, refs).score == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="aligned"):
+        mt_metrics.bleu(hyps, refs[:2])
+
+
+def test_stutter_rate_on_hand_made_examples():
+    assert mt_metrics.stutter_flags("a dog dog runs", "a dog runs") == [False, True, False]
+    # the reference repeats "very": not stutter; punctuation and case do not hide a repeat
+    assert mt_metrics.stutter_flags("a very very big Dog, dog.", "a very very big dog") == [False, False, False, False, True]
+    rate = mt_metrics.stutter_rate(["a dog dog runs", "two cats"], ["a dog runs", "two cats"])
+    assert rate == pytest.approx(100 * 1 / 6)

@@ -1,0 +1,272 @@
+"""The encoder-decoder's masks and cache, decoding, and training (sharding, checkpoint resume)."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from gmlm_lib import batching, decoding, seq2seq, training, translate
+from gmlm_lib import vocab as V
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def tiny(causal, **kw):
+    cfg = seq2seq.ModelConfig(vocab=40, causal=causal, d_model=32, heads=4, enc_layers=2, dec_layers=2,
+                              d_ff=64, max_len=16, dropout=0.0, **kw)
+    return seq2seq.build(cfg, seed=1)
+
+
+def ids(key, shape):
+    return jax.random.randint(jax.random.key(key), shape, V.FIRST_PIECE, 40, jnp.int32)
+
+
+def test_ar_decoder_never_sees_the_future():
+    m = tiny(True)
+    src, sm = ids(0, (2, 9)), jnp.ones((2, 9), bool)
+    enc, em = m.encode(src, sm)
+    tgt = ids(1, (2, 12))
+    base = m.decode(tgt, jnp.ones_like(tgt, bool), enc, em)
+    for t in (0, 5, 10):
+        changed = tgt.at[:, t + 1:].set(ids(2, (2, 11 - t)))
+        out = m.decode(changed, jnp.ones_like(tgt, bool), enc, em)
+        np.testing.assert_array_equal(out[:, : t + 1], base[:, : t + 1])
+        assert float(jnp.abs(out[:, t + 1:] - base[:, t + 1:]).max()) > 1e-4
+    _, w = m.decode(tgt, jnp.ones_like(tgt, bool), enc, em, return_attention=True)
+    for w_self, w_cross in w:
+        assert w_self.shape == (2, 4, 12, 12) and w_cross.shape == (2, 4, 12, 10)
+        np.testing.assert_allclose(w_self.sum(-1), 1.0, atol=1e-5)
+        assert float(jnp.triu(w_self, 1).max()) == 0.0
+
+
+def test_padir_decoder_never_sees_a_padded_position():
+    m = tiny(False)
+    src, sm = ids(0, (2, 9)), jnp.arange(9)[None] < jnp.array([[9], [5]])
+    tgt, tm = ids(1, (2, 12)), jnp.arange(12)[None] < jnp.array([[12], [7]])
+    enc, em = m.encode(src, sm)
+    base, w = m.decode(tgt, tm, enc, em, return_attention=True)
+    # other tokens in the padded target positions, and in the padded source positions
+    tgt2 = jnp.where(tm, tgt, ids(3, (2, 12)))
+    src2 = jnp.where(sm, src, ids(4, (2, 9)))
+    enc2, em2 = m.encode(src2, sm)
+    out = m.decode(tgt2, tm, enc2, em2)
+    np.testing.assert_array_equal(jnp.where(tm[..., None], out, 0), jnp.where(tm[..., None], base, 0))
+    np.testing.assert_array_equal(m.length_logits(enc2), m.length_logits(enc))
+    for w_self, w_cross in w:
+        assert float(jnp.where(~tm[:, None, None, :], w_self, 0).max()) == 0.0
+        assert float(jnp.where(~em[:, None, None, :], w_cross, 0).max()) == 0.0
+        np.testing.assert_allclose(w_cross.sum(-1), 1.0, atol=1e-5)
+    # a real position sees the other real positions (bidirectional): changing a later one matters
+    out3 = m.decode(tgt.at[0, 11].set(tgt[0, 11] % 30 + 7), tm, enc, em)
+    assert float(jnp.abs(out3[0, 0] - base[0, 0]).max()) > 1e-5
+    assert m.length_logits(enc).shape == (2, 17)
+
+
+def test_positional_attention_is_a_padir_option():
+    with_pos, without = tiny(False), tiny(False, positional_attention=False)
+    assert seq2seq.count_params(with_pos) > seq2seq.count_params(without)
+    assert not tiny(True).cfg.positional_attention
+
+
+def test_kv_cache_matches_the_full_decoder():
+    m = tiny(True)
+    src, sm = ids(0, (3, 7)), jnp.ones((3, 7), bool)
+    enc, em = m.encode(src, sm)
+    tgt = ids(1, (3, 10))
+    full = m.decode(tgt, jnp.ones_like(tgt, bool), enc, em)
+    cache, cross = m.init_cache(3, 16), m.cross_kv(enc)
+    for t in range(10):
+        step, cache = m.decode_step(tgt[:, t], jnp.int32(t), cache, cross, em)
+        np.testing.assert_allclose(step, full[:, t], atol=2e-5)
+
+
+@pytest.fixture(scope="module")
+def trained_ar(tmp_path_factory):
+    """An AR model trained to reverse short sequences (so that it ends them with EOS)."""
+    import dataclasses
+
+    cfg = dataclasses.replace(_cfg("ar"), steps=150, checkpoint_every=150, log_every=50, learning_rate=3e-3)
+    return training.train(cfg, _toy_batcher(), tmp_path_factory.mktemp("ar") / "run", progress=False).model
+
+
+def test_beam_of_one_is_greedy_and_beam_is_at_least_as_likely(trained_ar):
+    m = trained_ar
+    g, p = nnx.split(m)
+    rng = np.random.default_rng(1)
+    src, sm = batching.pad([list(rng.integers(6, 40, n)) for n in (3, 4, 5, 6)], 8)
+    src, sm = jnp.asarray(src), jnp.asarray(sm)
+    greedy = decoding.ar_greedy(g, p, src, sm, max_len=16)
+    one, _ = decoding.ar_beam(g, p, src, sm, max_len=16, beam=1, alpha=0.0)
+    np.testing.assert_array_equal(one, greedy)
+    four, scores = decoding.ar_beam(g, p, src, sm, max_len=16, beam=4, alpha=0.0)
+    assert (np.asarray(greedy) == V.EOS).any(-1).all() and (np.asarray(four) == V.EOS).any(-1).all()
+
+    def logp(out):  # teacher-forced log-probability of a finished output (EOS included)
+        rows = decoding.strip(np.asarray(out))
+        tgt, tm = batching.pad(rows, 15)
+        dec_in, y, mask = batching.ar_inputs(jnp.asarray(tgt), jnp.asarray(tm))
+        enc, em = m.encode(src, sm)
+        lp = jax.nn.log_softmax(m.decode(dec_in, mask, enc, em).at[..., jnp.array([0, 2, 4, 5])].set(-jnp.inf))
+        return (jnp.take_along_axis(lp, y[..., None], -1)[..., 0] * mask).sum(-1)
+
+    assert bool((logp(four) >= logp(greedy) - 1e-4).all())
+    np.testing.assert_allclose(scores, logp(four), atol=1e-4)
+
+
+def test_padir_decoding_outputs():
+    m = tiny(False)
+    g, p = nnx.split(m)
+    src, sm = ids(6, (3, 8)), jnp.ones((3, 8), bool)
+    opts = decoding.PadirOptions(steps=4, hyps=3)
+    out = decoding.padir(g, p, src, sm, jax.random.key(0), options=opts, max_len=16, buckets=(8, 16))
+    toks, length = np.asarray(out["ids"]), np.asarray(out["length"])
+    for row, n in zip(toks, length):
+        assert 1 <= n <= 16 and set(row[n:].tolist()) <= {V.PAD}
+        assert min(row[:n]) >= V.FIRST_PIECE
+    assert out["history"].shape == (4, 3, toks.shape[1]) and 1 <= int(out["steps"]) <= 4
+    np.testing.assert_array_equal(out["history"][-1], toks)
+    again = decoding.padir(g, p, src, sm, jax.random.key(0), options=opts, max_len=16, buckets=(8, 16))
+    np.testing.assert_array_equal(again["ids"], toks)
+    masked = decoding.padir(g, p, src, sm, jax.random.key(0), options=decoding.PadirOptions(1, 1, init="mask"),
+                            max_len=16, return_attention=True)
+    assert len(masked["attention"]) == 2
+    with pytest.raises(ValueError, match="init"):
+        decoding.PadirOptions(init="noise")
+
+
+def test_stutter_remasking_and_repeat_dropping():
+    tok = jnp.array([[7, 7, 8, 9, 9, 9, 0]])
+    mask = tok != 0
+    assert decoding.stutter_positions(tok, mask).tolist() == [[False, True, False, False, True, True, False]]
+    assert decoding.strip(np.asarray(tok), drop_repeats=True) == [[7, 8, 9]]
+    assert decoding.strip(np.asarray(tok)) == [[7, 7, 8, 9, 9, 9]]
+    assert decoding.strip(np.array([[7, 8, V.EOS, 9]])) == [[7, 8]]
+
+
+def _toy_batcher(multiple=1, n=64):
+    rng = np.random.default_rng(0)
+    src = [list(rng.integers(6, 40, rng.integers(2, 7))) for _ in range(n)]
+    tgt = [s[::-1] for s in src]  # learnable: reverse the source
+    return batching.Batcher(src, tgt, batch_tokens=128, seed=0, buckets=(8, 16), multiple=multiple)
+
+
+def _cfg(kind, **kw):
+    mc = seq2seq.ModelConfig(vocab=40, causal=kind == "ar", d_model=32, heads=4, enc_layers=1, dec_layers=1,
+                             d_ff=64, max_len=16)
+    return training.TrainConfig(kind=kind, model=mc, steps=6, warmup=1, batch_tokens=128, checkpoint_every=2,
+                                log_every=1, buckets=(8, 16), **kw)
+
+
+@pytest.mark.parametrize("kind", ["ar", "padir"])
+def test_killed_run_resumes_to_the_same_final_loss(kind, tmp_path):
+    cfg, batcher = _cfg(kind), _toy_batcher()
+    whole = training.train(cfg, batcher, tmp_path / "whole", progress=False)
+
+    class Killed(Exception):
+        pass
+
+    def kill(step, loss):
+        if step == 3:  # between checkpoints (2 and 4): step 3 is lost and redone
+            raise Killed
+
+    with pytest.raises(Killed):
+        training.train(cfg, batcher, tmp_path / "resumed", progress=False, on_step=kill)
+    resumed = training.train(cfg, batcher, tmp_path / "resumed", progress=False)
+    assert resumed.record["segments"][-1]["start"] == 2
+    assert abs(resumed.final_loss - whole.final_loss) <= 1e-6
+    steps = [json.loads(l)["step"] for l in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 7))  # the lost step's line was dropped and rewritten once
+    _, model = training.load(tmp_path / "resumed")
+    np.testing.assert_array_equal(nnx.state(model, nnx.Param)["embed"]["embedding"][...],
+                                  nnx.state(whole.model, nnx.Param)["embed"]["embedding"][...])
+    with pytest.raises(ValueError, match="different TrainConfig"):
+        training.train(_cfg(kind, seed=5), batcher, tmp_path / "resumed", progress=False)
+
+
+def test_training_reduces_the_loss(tmp_path):
+    cfg = _cfg("padir")
+    import dataclasses
+
+    cfg = dataclasses.replace(cfg, steps=60, checkpoint_every=60, log_every=10, learning_rate=3e-3)
+    res = training.train(cfg, _toy_batcher(), tmp_path / "run", progress=False)
+    assert res.losses[-1][1] < res.losses[0][1] - 0.5
+    assert res.record["tokens_per_s"] > 0 and res.record["hardware"]["device_count"] >= 1
+
+
+def test_bad_training_inputs():
+    mc = seq2seq.ModelConfig(vocab=40, causal=True, max_len=16)
+    with pytest.raises(ValueError, match="causal"):
+        training.TrainConfig(kind="padir", model=mc)
+    with pytest.raises(ValueError, match="kind"):
+        training.TrainConfig(kind="nat", model=mc)
+    with pytest.raises(ValueError, match="buckets"):
+        training.TrainConfig(kind="ar", model=mc)  # default buckets reach 64 > max_len 16
+    with pytest.raises(ValueError, match="unmasking_rate"):
+        _cfg("padir", unmasking_rate=1.5)
+    with pytest.raises(ValueError, match="optimizer"):
+        _cfg("ar", optimizer="sgd")
+    with pytest.raises(ValueError, match="divisible"):
+        seq2seq.ModelConfig(vocab=40, causal=True, d_model=30, heads=4)
+    with pytest.raises(ValueError, match="dtype"):
+        seq2seq.ModelConfig(vocab=40, causal=True, dtype="float16")
+    with pytest.raises(ValueError, match="exceeds"):
+        m = tiny(True)
+        m.encode(jnp.ones((1, 20), jnp.int32), jnp.ones((1, 20), bool))
+    with pytest.raises(ValueError, match="length predictor"):
+        tiny(True).length_logits(jnp.zeros((1, 3, 32)))
+
+
+def test_translator_rejects_a_mismatched_method_and_long_sources():
+    texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras"] * 20
+    v = V.train(texts, 60)
+    cfg = seq2seq.ModelConfig(vocab=v.size, causal=True, d_model=32, heads=4, enc_layers=1, dec_layers=1,
+                              d_ff=64, max_len=16)
+    tr = translate.Translator(seq2seq.build(cfg), v, buckets=(8, 16))
+    with pytest.raises(ValueError, match="does not fit"):
+        tr.translate(texts[:1], translate.Method("padir"))
+    with pytest.raises(ValueError, match="nothing is clipped"):
+        tr.translate([" ".join(texts)], translate.Method("greedy"))
+    texts = [t[:12] for t in texts]
+    out = tr.translate(texts[:3], translate.Method("greedy"), batch_size=2)
+    assert len(out) == 3 and out == tr.translate(texts[:3], translate.Method("greedy"), batch_size=2)
+
+
+SHARDING_SCRIPT = r"""
+import os, sys, json
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+import jax
+sys.path.insert(0, sys.argv[1])
+from tests.test_translation_models import _cfg, _toy_batcher
+from gmlm_lib import training
+import dataclasses
+assert len(jax.devices()) == 8, jax.devices()
+out = {}
+for kind in ("ar", "padir"):
+    cfg = dataclasses.replace(_cfg(kind), steps=2, log_every=1, checkpoint_every=100)
+    batcher = _toy_batcher(multiple=8, n=128)
+    many = training.train(cfg, batcher, sys.argv[2] + "/" + kind + "8", progress=False)
+    one = training.train(cfg, batcher, sys.argv[2] + "/" + kind + "1", devices=jax.devices()[:1], progress=False)
+    out[kind] = dict(many=many.losses, one=one.losses, batch=int(batcher.at(0).src.shape[0]))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_data_parallel_on_8_host_devices_matches_one_device(tmp_path):
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    res = subprocess.run([sys.executable, "-c", SHARDING_SCRIPT, str(ROOT), str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    for kind, r in out.items():
+        assert r["batch"] % 8 == 0
+        assert [s for s, _ in r["many"]] == [1, 2]
+        for (_, a), (_, b) in zip(r["many"], r["one"]):
+            assert abs(a - b) <= 1e-5, (kind, r)
