@@ -270,3 +270,23 @@ def test_data_parallel_on_8_host_devices_matches_one_device(tmp_path):
         assert [s for s, _ in r["many"]] == [1, 2]
         for (_, a), (_, b) in zip(r["many"], r["one"]):
             assert abs(a - b) <= 1e-5, (kind, r)
+
+
+@pytest.mark.parametrize("variant", [dict(optimizer="adafactor"), dict(model_dtype="bfloat16"), dict(fill="mask", stages=1)])
+def test_optimiser_precision_and_corruption_variants_train(variant, tmp_path):
+    import dataclasses
+
+    cfg = _cfg("padir")
+    dtype = variant.pop("model_dtype", None)
+    if dtype:
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dtype=dtype))
+    cfg = dataclasses.replace(cfg, steps=4, checkpoint_every=4, **variant)
+    res = training.train(cfg, _toy_batcher(), tmp_path / "run", progress=False)
+    assert all(np.isfinite(loss) for _, loss in res.losses)
+    assert res.losses[-1][1] < res.losses[0][1] + 0.5
+    leaves = jax.tree.leaves(nnx.state(res.model, nnx.Param))
+    assert all(x.dtype == jnp.float32 for x in leaves)  # parameters stay float32 whatever the compute dtype
+    if dtype:
+        m = res.model
+        enc, _ = m.encode(jnp.full((1, 4), 7, jnp.int32), jnp.ones((1, 4), bool))
+        assert enc.dtype == jnp.bfloat16
