@@ -61,7 +61,8 @@ def ar_greedy(graphdef, params, src, src_mask, *, max_len: int):
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_len", "beam"))
 def ar_beam(graphdef, params, src, src_mask, *, max_len: int, beam: int = 4, alpha: float = 0.6):
     """Beam search with the GNMT length penalty. (B, S) -> (ids (B, max_len), scores (B,)): the best
-    finished hypothesis by log p / ((5 + |y|) / 6) ** alpha (|y| counts EOS)."""
+    finished hypothesis by log p / ((5 + |y|) / 6) ** alpha (|y| counts EOS). A row stops once it
+    has ``beam`` finished hypotheses (fairseq's rule) or none of its alive beams can win."""
     model = nnx.merge(graphdef, params)
     b, k = src.shape[0], beam
     enc, enc_mask = model.encode(src, src_mask)
@@ -70,9 +71,12 @@ def ar_beam(graphdef, params, src, src_mask, *, max_len: int, beam: int = 4, alp
     neg = jnp.float32(-1e9)
 
     def cond(c):
+        # a row is done when it holds `beam` finished hypotheses (as in fairseq), or when no alive
+        # beam can beat its best finished one even at the longest length
         t, _, alive_lp, _, fin_score, _, _ = c
-        best_possible = alive_lp[:, 0] / _length_penalty(max_len, alpha)
-        return (t < max_len) & ~jnp.all(fin_score[:, 0] >= best_possible)
+        full = fin_score[:, k - 1] > neg / 2
+        hopeless = fin_score[:, 0] >= alive_lp[:, 0] / _length_penalty(max_len, alpha)
+        return (t < max_len) & ~jnp.all(full | hopeless)
 
     def body(c):
         t, alive, alive_lp, cache, fin_score, fin, _ = c
