@@ -89,7 +89,10 @@ def ar_beam(graphdef, params, src, src_mask, *, max_len: int, beam: int = 4, alp
         seqs = jnp.take_along_axis(alive, parent[:, :, None], 1).at[:, :, t + 1].set(token)
         is_eos = token == V.EOS
         # finished: old finished plus the EOS candidates, best k by penalised score
-        new_fin_score = jnp.where(is_eos, top_lp / _length_penalty(t + 1.0, alpha), neg)
+        # as in fairseq, only an EOS among the k best candidates finishes a hypothesis (so a beam
+        # of 1 is greedy search)
+        ends = is_eos & (jnp.arange(2 * k) < k)[None]
+        new_fin_score = jnp.where(ends, top_lp / _length_penalty(t + 1.0, alpha), neg)
         all_score = jnp.concatenate([fin_score, new_fin_score], 1)
         all_seq = jnp.concatenate([fin, seqs], 1)
         fs, fi = jax.lax.top_k(all_score, k)
