@@ -173,7 +173,12 @@ def padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Padi
     position attends to). Returns a dict with ``ids`` (B, width) (PAD beyond the chosen length),
     ``length`` (B,), ``score`` (B,) the mean log-probability of the chosen hypothesis, ``steps``
     (the passes run), ``history`` (T, B, width) the argmax after each pass, and, with
-    ``return_attention``, the chosen hypotheses' attention weights at the final pass."""
+    ``return_attention``, ``attention``: the chosen hypotheses' weights in the final pass (the one
+    whose argmax is the output), a list over decoder layers of ``(self (B, H, width, width),
+    cross (B, H, width, S + 1))``, each row over real keys summing to one, and ``final_input``
+    (B, width), that pass's input hypothesis [Section 3.4, App. L.5].
+    The attention pass runs only with ``return_attention`` (a separate compilation), so the
+    default path does the same work as without it."""
     model = nnx.merge(graphdef, params)
     b, l = lengths.shape
     lengths = lengths.reshape(-1)
@@ -189,27 +194,29 @@ def padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Padi
         return jnp.where(tmask, pred, V.PAD), score
 
     def cond(c):
-        t, _, _, _, stop, _ = c
+        t, _, _, _, stop, _, _ = c
         return (t < options.steps) & ~stop
 
     def body(c):
-        t, hyp, prev, _, _, hist = c
+        t, hyp, prev, _, _, hist, last_in = c
         pred, score = predict(hyp)
         stop = jnp.all(pred == prev) if options.early_stop else jnp.bool_(False)
         nxt = jnp.where(stutter_positions(pred, tmask), V.MASK, pred) if options.remask_stutter else pred
         hist = hist.at[t].set(pred)
-        return t + 1, nxt, pred, score, stop, hist
+        return t + 1, nxt, pred, score, stop, hist, (hyp if return_attention else last_in)
 
     hist = jnp.full((options.steps, b * l, width), V.PAD, jnp.int32)
-    init = (jnp.int32(0), hyp, jnp.full_like(hyp, -1), jnp.zeros((b * l,), jnp.float32), jnp.bool_(False), hist)
-    steps, _, pred, score, _, hist = jax.lax.while_loop(cond, body, init)
+    init = (jnp.int32(0), hyp, jnp.full_like(hyp, -1), jnp.zeros((b * l,), jnp.float32), jnp.bool_(False), hist,
+            hyp if return_attention else jnp.zeros((), jnp.int32))
+    steps, _, pred, score, _, hist, last_in = jax.lax.while_loop(cond, body, init)
     hist = jnp.where(jnp.arange(options.steps)[:, None, None] < steps, hist, pred[None])
     best = jnp.argmax(score.reshape(b, l), -1)
     pick = jnp.arange(b) * l + best
     out = dict(ids=pred[pick], length=lengths[pick], score=score[pick], steps=steps, history=hist[:, pick])
-    if return_attention:  # one more pass over the final hypothesis to read the weights
-        _, weights = model.decode(pred[pick], tmask[pick], enc[pick], enc_mask[pick], return_attention=True)
+    if return_attention:  # the final pass again, on its own input, to read its weights (no dropout: the same pass)
+        _, weights = model.decode(last_in[pick], tmask[pick], enc[pick], enc_mask[pick], return_attention=True)
         out["attention"] = weights
+        out["final_input"] = last_in[pick]
     return out
 
 

@@ -86,6 +86,19 @@ class TrainConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def replace(self, **changes) -> "TrainConfig":
+        """A copy with ``changes`` applied; a name that is a :class:`~gmlm_lib.seq2seq.ModelConfig`
+        field (e.g. ``positional_attention``) changes the model. This is how an ablation is written:
+        ``base.replace(stages=1)``. An unknown name is an error."""
+        own = {f.name for f in dataclasses.fields(self)} - {"model"}
+        model_fields = {f.name for f in dataclasses.fields(self.model)}
+        unknown = set(changes) - own - model_fields
+        if unknown:
+            raise ValueError(f"TrainConfig.replace: unknown field(s) {sorted(unknown)}; choose from "
+                             f"{sorted(own)} (training) or {sorted(model_fields)} (model).")
+        model = dataclasses.replace(self.model, **{k: v for k, v in changes.items() if k in model_fields})
+        return dataclasses.replace(self, model=model, **{k: v for k, v in changes.items() if k in own})
+
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
         d = dict(d)

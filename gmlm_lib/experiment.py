@@ -1,0 +1,104 @@
+"""A PaDIR chapter run folder, as the later chapters (stutter analysis, ablations) read it.
+
+The PaDIR chapter (``notebooks/padir.md``) leaves in ``<run_root>/<src>-<tgt>/``: ``spm.model``
+(the joint vocabulary), ``ar/`` (the AR teacher), ``distilled.<tgt>.gz`` (the teacher's beam
+outputs on the training set, one a line), ``padir_raw/`` and ``padir_distilled/`` (training run
+folders, see :mod:`gmlm_lib.training`). :func:`open_run` loads them; :func:`tiny_run` trains a
+few-step stand-in with the same layout, for smoke runs and tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import pathlib
+
+import jax
+
+from . import batching, corpus, seq2seq, training, translate
+from . import vocab as V
+
+MODELS = ("ar", "padir_raw", "padir_distilled")
+
+
+@dataclasses.dataclass
+class RunFolder:
+    """``models[name] = (config, model)`` and ``records[name]`` (its ``run.json``) for the models
+    found; ``distilled`` the teacher's outputs (or ``None``)."""
+
+    root: pathlib.Path
+    vocab: V.Vocab
+    models: dict[str, tuple[training.TrainConfig, seq2seq.Seq2Seq]]
+    records: dict[str, dict]
+    distilled: list[str] | None
+
+    def distilled_file(self) -> pathlib.Path | None:
+        found = sorted(self.root.glob("distilled.*.gz"))
+        return found[0] if found else None
+
+
+def open_run(root: str | pathlib.Path, need=MODELS) -> RunFolder:
+    """Load the run folder ``root`` (``.../<src>-<tgt>``). Every name in ``need`` must be there
+    (one of :data:`MODELS`, or ``"distilled"``); others are loaded when present."""
+    root = pathlib.Path(root)
+    how = ("produce it with the PaDIR chapter: papermill notebooks/padir.ipynb out.ipynb -p run_root "
+           "<folder> (it writes <folder>/<src>-<tgt>/), then pass that folder here")
+    if not (root / "spm.model").is_file():
+        raise FileNotFoundError(f"run folder {str(root)!r} has no spm.model; {how}.")
+    unknown = set(need) - set(MODELS) - {"distilled"}
+    if unknown:
+        raise ValueError(f"open_run(need=...): unknown part(s) {sorted(unknown)}; choose from {MODELS + ('distilled',)}.")
+    models, records = {}, {}
+    for name in MODELS:
+        ckpt = root / name / "checkpoints"
+        if not ckpt.is_dir() or not any(ckpt.iterdir()):
+            if name in need:
+                raise FileNotFoundError(f"run folder {str(root)!r} has no trained {name!r} model; {how}.")
+            continue
+        models[name] = training.load(root / name)
+        records[name] = json.loads((root / name / "run.json").read_text())
+    found = sorted(root.glob("distilled.*.gz"))
+    if not found and "distilled" in need:
+        raise FileNotFoundError(f"run folder {str(root)!r} has no distilled.<tgt>.gz; {how}.")
+    distilled = corpus.read_lines(found[0]) if found else None
+    return RunFolder(root, V.Vocab.load(root / "spm.model"), models, records, distilled)
+
+
+def tiny_run(root: str | pathlib.Path, pairs: corpus.Parallel, *, vocab_size: int = 2000, d_model: int = 64,
+             heads: int = 4, layers: int = 1, d_ff: int = 128, steps: int = 12, batch_tokens: int = 1024,
+             buckets=(24, 64), seed: int = 0, progress: bool = False) -> RunFolder:
+    """Train a stand-in for the PaDIR chapter's run folder in ``root``: vocabulary, AR teacher,
+    greedy distillation of ``pairs``, PaDIR on raw and on distilled targets, ``steps`` updates each.
+    Only for smoke runs and tests: the models are barely trained."""
+    root = pathlib.Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    if (root / "spm.model").exists():
+        vocab = V.Vocab.load(root / "spm.model")
+    else:
+        vocab = V.train(pairs.src + pairs.tgt, vocab_size)
+        vocab.save(root / "spm.model")
+    multiple = len(jax.devices())
+
+    def run(kind, name, targets):
+        model = seq2seq.ModelConfig(vocab=vocab.size, causal=kind == "ar", d_model=d_model, heads=heads,
+                                    enc_layers=layers, dec_layers=layers, d_ff=d_ff, max_len=max(buckets), dropout=0.1)
+        cfg = training.TrainConfig(kind=kind, model=model, steps=steps, batch_tokens=batch_tokens, warmup=min(2, steps - 1),
+                                   learning_rate=2e-3, seed=seed, checkpoint_every=steps, log_every=1,
+                                   buckets=tuple(buckets))
+        data = batching.Batcher(vocab.encode(pairs.src), vocab.encode(targets), batch_tokens, seed=seed,
+                                buckets=tuple(buckets), multiple=multiple)
+        return training.train(cfg, data, root / name, progress=progress)
+
+    ar = run("ar", "ar", pairs.tgt)
+    distilled_file = root / "distilled.tgt.gz"
+    if not distilled_file.exists():
+        tr = translate.Translator(ar.model, vocab, buckets=(max(buckets),), seed=seed)
+        out = tr.translate(pairs.src, translate.Method("greedy"), batch_size=128)
+        # a sentence the barely trained teacher leaves empty keeps its human target
+        out = [d.replace("\n", " ") if d.strip() else t for d, t in zip(out, pairs.tgt)]
+        with gzip.open(distilled_file, "wt", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in out))
+    run("padir", "padir_raw", pairs.tgt)
+    run("padir", "padir_distilled", corpus.read_lines(distilled_file))
+    return open_run(root)

@@ -1,0 +1,170 @@
+"""Attention extraction at the final refinement pass, stutter labels, the pair statistics and
+AUROC [Section 3.4, App. L.5]; ablation configs."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+from flax import nnx
+
+from gmlm_lib import decoding, experiment, seq2seq, stutter_analysis as sa, training
+from gmlm_lib import vocab as V
+
+
+def tiny_padir():
+    cfg = seq2seq.ModelConfig(vocab=40, causal=False, d_model=32, heads=4, enc_layers=2, dec_layers=3,
+                              d_ff=64, max_len=16, dropout=0.0)
+    return nnx.split(seq2seq.build(cfg, seed=1))
+
+
+def source(b=3, s=8):
+    src = jax.random.randint(jax.random.key(6), (b, s), V.FIRST_PIECE, 40, jnp.int32)
+    mask = jnp.arange(s)[None] < jnp.array([[s], [5], [3]])[:b]
+    return src, mask
+
+
+def test_attention_extraction_shapes_rows_and_default_path_unchanged():
+    g, p = tiny_padir()
+    src, sm = source()
+    opts = decoding.PadirOptions(steps=4, hyps=3)
+    plain = decoding.padir(g, p, src, sm, jax.random.key(0), options=opts, max_len=16, buckets=(8, 16))
+    full = decoding.padir(g, p, src, sm, jax.random.key(0), options=opts, max_len=16, buckets=(8, 16),
+                          return_attention=True)
+    assert "attention" not in plain and "final_input" not in plain
+    for k in ("ids", "length", "score", "steps", "history"):
+        np.testing.assert_array_equal(np.asarray(plain[k]), np.asarray(full[k]))
+    width = plain["ids"].shape[1]
+    assert len(full["attention"]) == 3
+    lengths = np.asarray(full["length"])
+    for w_self, w_cross in full["attention"]:
+        assert w_self.shape == (3, 4, width, width) and w_cross.shape == (3, 4, width, 9)
+        for b, n in enumerate(lengths):
+            np.testing.assert_allclose(np.asarray(w_self[b, :, :n]).sum(-1), 1.0, atol=1e-5)
+            np.testing.assert_allclose(np.asarray(w_cross[b, :, :n]).sum(-1), 1.0, atol=1e-5)
+            assert float(np.abs(np.asarray(w_self[b, :, :n, n:])).max(initial=0.0)) == 0.0
+            assert float(np.abs(np.asarray(w_cross[b, :, :, 1 + int(sm[b].sum()):])).max(initial=0.0)) == 0.0
+
+
+def test_attention_is_read_from_the_pass_that_produced_the_output():
+    g, p = tiny_padir()
+    src, sm = source()
+    # one pass from [MASK]: the final pass's input is the initial hypothesis
+    one = decoding.padir(g, p, src, sm, jax.random.key(0), options=decoding.PadirOptions(1, 1, init="mask"),
+                         max_len=16, return_attention=True)
+    n = np.asarray(one["length"])
+    fin = np.asarray(one["final_input"])
+    for b in range(3):
+        assert set(fin[b, : n[b]].tolist()) == {V.MASK} and set(fin[b, n[b]:].tolist()) <= {V.PAD}
+    # three passes, no re-masking, no early stop: the input of the last pass is the second argmax,
+    # and a decoder pass on it reproduces the output and the returned weights
+    opts = decoding.PadirOptions(steps=3, hyps=2, remask_stutter=False, early_stop=False)
+    out = decoding.padir(g, p, src, sm, jax.random.key(1), options=opts, max_len=16, return_attention=True)
+    np.testing.assert_array_equal(np.asarray(out["final_input"]), np.asarray(out["history"][1]))
+    model = nnx.merge(g, p)
+    enc, em = model.encode(src, sm)
+    tm = jnp.arange(out["ids"].shape[1])[None] < out["length"][:, None]
+    logits, w = model.decode(out["final_input"], tm, enc, em, return_attention=True)
+    pred = np.where(np.asarray(tm), np.asarray(jnp.argmax(logits.at[..., : V.FIRST_PIECE].set(-jnp.inf), -1)), V.PAD)
+    np.testing.assert_array_equal(pred, np.asarray(out["ids"]))
+    for (a, b), (c, d) in zip(w, out["attention"]):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(c), atol=1e-6)
+        np.testing.assert_allclose(np.asarray(b), np.asarray(d), atol=1e-6)
+
+
+def test_token_stutter_labels_on_hand_made_examples():
+    assert sa.token_stutter_labels([7, 7, 8, 9], [7, 8, 9]).tolist() == [True, False, False]
+    # the reference repeats 7 too: not stutter; 9 9 is
+    assert sa.token_stutter_labels([7, 7, 9, 9], [5, 7, 7, 9]).tolist() == [False, False, True]
+    assert sa.token_stutter_labels([7, 7, 7], []).tolist() == [True, True]
+    assert sa.token_stutter_labels([7], [7, 7]).tolist() == []
+    assert sa.token_stutter_labels([], [1]).tolist() == []
+
+
+def brute_auroc(scores, labels):
+    pos, neg = scores[labels], scores[~labels]
+    wins = [1.0 if a > b else 0.5 if a == b else 0.0 for a, b in itertools.product(pos, neg)]
+    return float(np.mean(wins))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_auroc_equals_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, 6, 60).astype(float)  # many ties
+    labels = rng.random(60) < 0.3
+    assert sa.auroc(scores, labels) == pytest.approx(brute_auroc(scores, labels), abs=1e-12)
+    cont = rng.normal(size=60) + labels
+    assert sa.auroc(cont, labels) == pytest.approx(brute_auroc(cont, labels), abs=1e-12)
+    assert sa.auroc(-cont, labels) == pytest.approx(1 - brute_auroc(cont, labels), abs=1e-12)
+    assert np.isnan(sa.auroc(scores, np.zeros(60, bool)))
+    with pytest.raises(ValueError, match="same length"):
+        sa.auroc(scores, labels[:5])
+
+
+def test_pair_statistics_against_their_definitions():
+    rng = np.random.default_rng(0)
+    b, h, w, s = 2, 3, 6, 5
+
+    def rows(shape):
+        x = rng.random(shape)
+        return x / x.sum(-1, keepdims=True)
+
+    att = [(rows((b, h, w, w)), rows((b, h, w, s))) for _ in range(2)]
+    lengths = [4, 1]  # the second sentence has no adjacent pair
+    sent, pos, st = sa.pair_statistics(att, lengths)
+    assert sent.tolist() == [0, 0, 0] and pos.tolist() == [0, 1, 2]
+    assert st["tv"].shape == (3, 2, h)
+    for k, i in enumerate(pos):
+        for layer, (ws, wc) in enumerate(att):
+            for head in range(h):
+                a, c = wc[0, head, i], wc[0, head, i + 1]
+                assert st["self_fwd"][k, layer, head] == ws[0, head, i, i + 1]
+                assert st["self_bwd"][k, layer, head] == ws[0, head, i + 1, i]
+                assert st["tv"][k, layer, head] == pytest.approx(0.5 * sum(abs(a - c)))
+                cos = 1 - a @ c / np.sqrt((a @ a) * (c @ c))
+                assert st["cos"][k, layer, head] == pytest.approx(cos)
+    agg = sa.aggregate(st)
+    np.testing.assert_allclose(agg["tv_max"], st["tv"].reshape(3, -1).max(1))
+    np.testing.assert_allclose(agg["cos_avg"], st["cos"].reshape(3, -1).mean(1))
+
+
+def test_summary_table_and_cluster_bootstrap():
+    rng = np.random.default_rng(1)
+    n = 400
+    df = pd.DataFrame({"sentence": np.repeat(np.arange(80), 5), "stutter": rng.random(n) < 0.2})
+    for agg in sa.AGGREGATES:
+        df[f"tv_{agg}"] = rng.random(n) - 0.3 * df["stutter"]  # stutter pairs: smaller distances
+    res = sa.bootstrap_indices(df["sentence"], jax.random.key(0), 200)
+    assert len(res) == 200 and all(len(np.unique(df["sentence"].to_numpy()[i] )) <= 80 for i in res)
+    again = sa.bootstrap_indices(df["sentence"], jax.random.key(0), 200)
+    assert all((a == b).all() for a, b in zip(res, again))
+    table = sa.summary_table(df, "tv", res, higher_predicts=False)
+    assert list(table["aggregate"]) == ["min", "avg", "max"]
+    for _, row in table.iterrows():
+        lo, hi = row["stutter 95% CI"]
+        assert lo <= row["stutter mean"] <= hi
+        assert row["stutter mean"] < row["other mean"]
+        assert 0.6 < row["AUROC"] <= 1.0 and row["AUROC 95% CI"][0] > 0.5
+
+
+def test_trainconfig_replace_routes_model_fields():
+    m = seq2seq.ModelConfig(vocab=40, causal=False, max_len=16)
+    base = training.TrainConfig(kind="padir", model=m, steps=10, warmup=1, buckets=(16,))
+    v = base.replace(positional_attention=False, stages=1)
+    assert v.stages == 1 and not v.model.positional_attention and base.model.positional_attention
+    assert v.replace(positional_attention=True, stages=2) == base
+    with pytest.raises(ValueError, match="unknown field"):
+        base.replace(masking_ratio=0.9)
+
+
+def test_open_run_says_how_to_make_a_run_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="PaDIR chapter"):
+        experiment.open_run(tmp_path)
+    V.train(["a b c d e f g h"] * 50 + ["x y z w"] * 50, 30).save(tmp_path / "spm.model")
+    with pytest.raises(FileNotFoundError, match="'ar'"):
+        experiment.open_run(tmp_path)
+    with pytest.raises(ValueError, match="unknown part"):
+        experiment.open_run(tmp_path, need=("teacher",))
+    assert experiment.open_run(tmp_path, need=()).models == {}
