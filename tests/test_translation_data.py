@@ -8,6 +8,7 @@ import pathlib
 import threading
 
 import numpy as np
+import pandas as pd
 import pytest
 import sacrebleu
 
@@ -187,3 +188,17 @@ def test_stutter_rate_on_hand_made_examples():
     assert mt_metrics.stutter_flags("a very very big Dog, dog.", "a very very big dog") == [False, False, False, False, True]
     rate = mt_metrics.stutter_rate(["a dog dog runs", "two cats"], ["a dog runs", "two cats"])
     assert rate == pytest.approx(100 * 1 / 6)
+
+
+def test_paired_bootstrap_is_sacrebleus_and_reproducible():
+    refs = ["the cat sat on the mat", "a dog runs in the park", "two men play football"] * 10
+    base = ["the cat sat on mat", "a dog runs in park", "two men play soccer"] * 10
+    other = ["the cat is on the mat", "dog runs in the park", "two men playing football"] * 10
+    table, sig = mt_metrics.paired_bootstrap([("base", base), ("other", other)], refs, n_samples=100)
+    again, _ = mt_metrics.paired_bootstrap([("base", base), ("other", other)], refs, n_samples=100)
+    pd.testing.assert_frame_equal(table, again)
+    assert "bs:100" in sig and list(table.index) == ["base", "other"]
+    assert table.loc["base", "BLEU"] == pytest.approx(mt_metrics.bleu(base, refs).score)
+    assert np.isnan(table.loc["base", "p-value"]) and 0 < table.loc["other", "p-value"] <= 1
+    with pytest.raises(ValueError, match="aligned"):
+        mt_metrics.paired_bootstrap([("base", base[:3])], refs)
