@@ -66,7 +66,7 @@ def open_run(root: str | pathlib.Path, need=MODELS) -> RunFolder:
 
 
 def tiny_run(root: str | pathlib.Path, pairs: corpus.Parallel, *, vocab_size: int = 2000, d_model: int = 64,
-             heads: int = 4, layers: int = 1, d_ff: int = 128, steps: int = 12, batch_tokens: int = 1024,
+             heads: int = 4, layers: int = 1, d_ff: int = 128, steps: int = 8, batch_tokens: int = 1024,
              buckets=(64,), seed: int = 0, progress: bool = False) -> RunFolder:
     """Train a stand-in for the PaDIR chapter's run folder in ``root``: vocabulary, AR teacher,
     greedy distillation of ``pairs``, PaDIR on raw and on distilled targets, ``steps`` updates each.
