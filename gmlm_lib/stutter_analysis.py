@@ -22,9 +22,12 @@ from __future__ import annotations
 from typing import Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
+
+from . import decoding
 
 STATISTICS = ("self_fwd", "self_bwd", "tv", "cos")
 AGGREGATES = ("min", "avg", "max")
@@ -136,46 +139,35 @@ def analyse(translator, texts: list[str], refs: list[str], options, *, batch_siz
     heads of each statistic; ``outputs`` the raw output ids (repeats kept); ``history`` (T, N, W)
     the argmax after each pass (early-stopped rows repeat their last one), padded to the width ``W``
     of the largest bucket."""
-    from . import batching, decoding  # noqa: PLC0415 (keeps this module light for the statistics)
-
-    ids, ref_ids = translator.vocab.encode(texts), translator.vocab.encode(refs)
-    groups: dict[int, list[int]] = {}
-    for i, row in enumerate(ids):
-        groups.setdefault(translator.bucket(len(row)), []).append(i)
+    ref_ids = translator.vocab.encode(refs)
     width = max(translator.buckets + (translator.cfg.max_len,))
     outputs: list[list[int] | None] = [None] * len(texts)
     history = np.full((options.steps, len(texts), width), 0, np.int32)
     frames, layers = [], []
-    n = 0
-    for b, idx in groups.items():
-        for j in range(0, len(idx), batch_size):
-            chunk = idx[j: j + batch_size]
-            rows = [ids[i] for i in chunk] + [ids[chunk[0]]] * (batch_size - len(chunk))
-            src, mask = batching.pad(rows, b)
-            out = decoding.padir(translator.graphdef, translator.params, jax.numpy.asarray(src), jax.numpy.asarray(mask),
-                                 jax.random.fold_in(translator.key, n), options=options, max_len=translator.cfg.max_len,
-                                 buckets=translator.buckets, return_attention=True)
-            n += 1
-            k = len(chunk)
-            lengths = np.asarray(out["length"])[:k]
-            tok = np.asarray(out["ids"])[:k]
-            hist = np.asarray(out["history"])[:, :k]
-            history[:, chunk, : hist.shape[2]] = hist
-            att = [(np.asarray(s)[:k], np.asarray(c)[:k]) for s, c in out["attention"]]
-            sent, pos, st = pair_statistics(att, lengths)
-            df = aggregate(st)
-            gidx = np.asarray(chunk)[sent]
-            df.insert(0, "sentence", gidx)
-            df.insert(1, "position", pos)
-            df.insert(2, "token", tok[sent, pos])
-            labels = {i: token_stutter_labels(tok[r, : lengths[r]], ref_ids[i]) for r, i in enumerate(chunk)}
-            df.insert(3, "stutter", [bool(labels[g][p]) for g, p in zip(gidx, pos)])
-            frames.append(df)
-            layers.append({name: v.mean(-1) for name, v in st.items()})
-            for r, i in enumerate(chunk):
-                outputs[i] = tok[r, : lengths[r]].tolist()
-            if progress is not None:
-                progress.update(k)
+    for chunk, src, mask, key in translator.batches(texts, batch_size):
+        out = decoding.padir(translator.graphdef, translator.params, jnp.asarray(src), jnp.asarray(mask), key,
+                             options=options, max_len=translator.cfg.max_len, buckets=translator.buckets,
+                             return_attention=True)
+        k = len(chunk)
+        lengths = np.asarray(out["length"])[:k]
+        tok = np.asarray(out["ids"])[:k]
+        hist = np.asarray(out["history"])[:, :k]
+        history[:, chunk, : hist.shape[2]] = hist
+        att = [(np.asarray(s)[:k], np.asarray(c)[:k]) for s, c in out["attention"]]
+        sent, pos, st = pair_statistics(att, lengths)
+        df = aggregate(st)
+        gidx = np.asarray(chunk)[sent]
+        df.insert(0, "sentence", gidx)
+        df.insert(1, "position", pos)
+        df.insert(2, "token", tok[sent, pos])
+        labels = {i: token_stutter_labels(tok[r, : lengths[r]], ref_ids[i]) for r, i in enumerate(chunk)}
+        df.insert(3, "stutter", [bool(labels[g][p]) for g, p in zip(gidx, pos)])
+        frames.append(df)
+        layers.append({name: v.mean(-1) for name, v in st.items()})
+        for r, i in enumerate(chunk):
+            outputs[i] = tok[r, : lengths[r]].tolist()
+        if progress is not None:
+            progress.update(k)
     pairs = pd.concat(frames, ignore_index=True)
     per_layer = {name: np.concatenate([l[name] for l in layers]) for name in STATISTICS}
     return pairs, per_layer, outputs, history

@@ -83,27 +83,35 @@ class Translator:
     def _strip(self, ids, method: Method):
         return decoding.strip(ids, drop_repeats=method.kind == "padir" and method.drop_repeats)
 
-    def translate(self, texts: list[str], method: Method, *, batch_size: int = 64, progress=None) -> list[str]:
-        """Translate ``texts`` in batches of ``batch_size`` (grouped by source bucket; a last partial
-        batch is filled with copies and the copies dropped). Same inputs, same outputs."""
-        self._check(method)
+    def batches(self, texts: list[str], batch_size: int):
+        """Yield ``(chunk, src, src_mask, key)`` for ``texts`` in batches of ``batch_size`` grouped by
+        source bucket: ``chunk`` the indices of the texts in the batch, ``src``/``src_mask``
+        (batch_size, bucket) with a last partial batch filled with copies of its first row, ``key``
+        the batch's decoding key (``fold_in(seed key, batch number)``). Same inputs, same batches."""
         ids = self.vocab.encode(texts)
         by_bucket: dict[int, list[int]] = {}
         for i, row in enumerate(ids):
             by_bucket.setdefault(self.bucket(len(row)), []).append(i)
-        out: list[str | None] = [None] * len(texts)
         n = 0
         for b, idx in by_bucket.items():
             for j in range(0, len(idx), batch_size):
                 chunk = idx[j: j + batch_size]
                 rows = [ids[i] for i in chunk] + [ids[chunk[0]]] * (batch_size - len(chunk))
                 src, mask = batching.pad(rows, b)
-                res = self.decode_ids(src, mask, method, jax.random.fold_in(self.key, n))
-                for i, text in zip(chunk, self.vocab.decode(self._strip(res, method))):
-                    out[i] = text
+                yield chunk, src, mask, jax.random.fold_in(self.key, n)
                 n += 1
-                if progress is not None:
-                    progress.update(len(chunk))
+
+    def translate(self, texts: list[str], method: Method, *, batch_size: int = 64, progress=None) -> list[str]:
+        """Translate ``texts`` in batches of ``batch_size`` (:meth:`batches`; the copies that fill
+        a last partial batch are dropped). Same inputs, same outputs."""
+        self._check(method)
+        out: list[str | None] = [None] * len(texts)
+        for chunk, src, mask, key in self.batches(texts, batch_size):
+            res = self.decode_ids(src, mask, method, key)
+            for i, text in zip(chunk, self.vocab.decode(self._strip(res, method))):
+                out[i] = text
+            if progress is not None:
+                progress.update(len(chunk))
         return out
 
     def translate_one(self, text: str, method: Method) -> str:
