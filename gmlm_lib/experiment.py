@@ -33,10 +33,6 @@ class RunFolder:
     records: dict[str, dict]
     distilled: list[str] | None
 
-    def distilled_file(self) -> pathlib.Path | None:
-        found = sorted(self.root.glob("distilled.*.gz"))
-        return found[0] if found else None
-
 
 def open_run(root: str | pathlib.Path, need=MODELS) -> RunFolder:
     """Load the run folder ``root`` (``.../<src>-<tgt>``). Every name in ``need`` must be there
