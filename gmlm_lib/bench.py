@@ -4,6 +4,12 @@ Throughput is site updates per second: a k-Gibbs step updates ``k`` sites of one
 independent parallel step ``n``. JAX is timed warm (compiled by a first call) with
 ``block_until_ready``; each NumPy reference runs enough steps to take at least ``min_time``
 seconds. Used by ``benchmarks/sampler_throughput.py`` and the chapter on k-Gibbs.
+
+For the independent parallel sampler the benchmark also times the part of a step no
+implementation of it can skip: the dense product ``x @ J`` for every chain and one random
+word per site (drawn as :func:`gmlm_lib.samplers.run_chains` draws them). The per-chain NumPy
+loop's time per step over that time is the ``ceiling``: the largest speed-up any JAX step
+that does this work could reach on the machine.
 """
 
 from __future__ import annotations
@@ -67,7 +73,29 @@ def throughput(n: int, num_chains: int, sampler: str, k: int = 1, *, dtype="floa
     }
     out["speedup_vs_loop"] = out["jax"] / out["numpy_loop"]
     out["speedup_vs_vectorised"] = out["jax"] / out["numpy_vectorised"]
+    out["ceiling_vs_loop"] = float("nan")
+    if sampler == "independent-parallel":
+        t_floor = parallel_step_floor(key, model, xj, dtype, min_time)
+        out["ceiling_vs_loop"] = (t_loop / numpy_steps) / t_floor
     return out
+
+
+def parallel_step_floor(key: jax.Array, model: ising.IsingModel, x: jax.Array, dtype="float64", min_time: float = 1.0) -> float:
+    """Seconds per step of the work an independent parallel step over the chains ``x`` (C, n)
+    cannot skip: ``x @ J`` in ``dtype`` and one uint32 random word per site from per-chain keys
+    ``fold_in(fold_in(key, t), c)``. Inputs are passed as arguments (no constant folding)."""
+    J = model.J.astype(dtype)
+    chains = jnp.arange(x.shape[0])
+
+    @jax.jit
+    def floor(key, t, x, J):
+        keys = jax.vmap(lambda c: jax.random.fold_in(jax.random.fold_in(key, t), c))(chains)
+        bits = jax.vmap(lambda k: jax.random.bits(k, (x.shape[1],), dtype=jnp.uint32))(keys)
+        return x.astype(J.dtype) @ J, bits
+
+    step = lambda: jax.block_until_ready(floor(key, 0, x, J))  # noqa: E731
+    step()  # compile
+    return _timed(step, min_time)[0]
 
 
 def machine() -> dict:

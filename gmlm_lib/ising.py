@@ -289,7 +289,10 @@ def completion_log_weights(Jpad: jax.Array, hpad: jax.Array, x: jax.Array, idx: 
     xobs = jnp.take_along_axis(xf, idx, axis=-1, mode="fill", fill_value=0)  # padding slot reads 0
     rows = Jpad[idx][..., :-1]  # (B, m, n): J_ij for slot i, every site j
     Js = Jpad[idx[:, :, None], idx[:, None, :]]  # (B, m, m); the padding site n has no couplings
-    f = hpad[idx] + jnp.einsum("bmn,bn->bm", rows, xf) - jnp.einsum("bij,bj->bi", Js, xobs)
+    # sum_j J_ij x_j with x_j = +-1 as a signed sum: XLA fuses the row gather into this reduction,
+    # where a product with x (einsum) first materialises the (B, m, n) rows (1.3-1.8x slower steps).
+    field = jnp.sum(jnp.where(x[:, None, :] > 0, rows, -rows), axis=-1)
+    f = hpad[idx] + field - jnp.einsum("bij,bj->bi", Js, xobs)
     c = patterns.astype(Jpad.dtype)
     lw = f @ c.T + 0.5 * jnp.einsum("pi,bij,pj->bp", c, Js, c)
     lw_obs = jnp.sum(f * xobs, -1) + 0.5 * jnp.einsum("bi,bij,bj->b", xobs, Js, xobs)

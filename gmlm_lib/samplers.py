@@ -296,7 +296,7 @@ def independent_parallel(model: IsingModel, dtype=jnp.float64) -> Sampler:
 
     def step(key, state):
         p_up = jax.nn.sigmoid(2 * local_fields(fast, state.x))
-        up = jax.random.uniform(key, (n,), dtype=p_up.dtype) < p_up
+        up = _uniform01(jax.random.bits(key, (n,), dtype=jnp.uint32), p_up.dtype) < p_up
         return ChainState(jnp.where(up, 1, -1).astype(jnp.int8)), StepInfo(sites)
 
     def kernel(x):
