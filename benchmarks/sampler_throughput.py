@@ -5,13 +5,15 @@
 
 Prints one row per (n, sampler) with site updates per second and the speed-ups (for the
 independent parallel sampler also the ceiling: the loop's time per step over the time of the
-step's dense product and random words alone, see ``gmlm_lib.bench``), and the machine it ran on; ``--json`` also writes them with the parameters and the commit.
+step's dense product and random words alone, see ``gmlm_lib.bench``), and the machine it ran
+on; ``--json`` also writes them with the parameters and the commit.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import time
 
@@ -34,7 +36,7 @@ def main() -> None:
             rows.append(r)
             print(f"n={n:5d} {r['sampler']:>22s}  JAX {r['jax']:10.3g}/s  NumPy loop {r['numpy_loop']:10.3g}/s "
                   f"(x{r['speedup_vs_loop']:.0f})  NumPy vectorised {r['numpy_vectorised']:10.3g}/s (x{r['speedup_vs_vectorised']:.1f})"
-                  + (f"  ceiling x{r['ceiling_vs_loop']:.0f}" if r["ceiling_vs_loop"] == r["ceiling_vs_loop"] else ""),
+                  + ("" if math.isnan(r["ceiling_vs_loop"]) else f"  ceiling x{r['ceiling_vs_loop']:.0f}"),
                   flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     record = {"rows": rows, "machine": bench.machine(), "params": vars(args), "commit": commit, "wall_s": time.time() - start}

@@ -9,7 +9,7 @@ of load from elsewhere on the machine does not land on one side only. Used by
 
 For the independent parallel sampler the benchmark also times the part of a step no
 implementation of it can skip: the dense product ``x @ J`` for every chain and one random
-word per site (drawn as :func:`gmlm_lib.samplers.run_chains` draws them), scanned over the
+word per site (from the same per-chain keys as :func:`gmlm_lib.samplers.run_chains`), scanned over the
 same number of steps as the sampler. The per-chain NumPy loop's time per step over that time
 is the ``ceiling``: the largest speed-up a JAX step doing this work could reach on the machine.
 """
@@ -27,16 +27,16 @@ import numpy as np
 from gmlm_lib import ising, numpy_samplers, samplers
 
 
-def _timed(fn, min_time: float) -> tuple[float, int]:
-    """Call ``fn()`` until ``min_time`` seconds have passed; (fastest call in seconds, calls)."""
-    calls, best, start = 0, float("inf"), time.perf_counter()
+def _timed(fn, min_time: float) -> float:
+    """Call ``fn()`` until ``min_time`` seconds have passed; the fastest call, in seconds."""
+    best, start = float("inf"), time.perf_counter()
     while True:
         t0 = time.perf_counter()
         fn()
         now = time.perf_counter()
-        best, calls = min(best, now - t0), calls + 1
+        best = min(best, now - t0)
         if now - start >= min_time:
-            return best, calls
+            return best
 
 
 def best_times(fns: dict, min_time: float, rounds: int = 3) -> dict:
@@ -45,7 +45,7 @@ def best_times(fns: dict, min_time: float, rounds: int = 3) -> dict:
     best = dict.fromkeys(fns, float("inf"))
     for _ in range(rounds):
         for name, fn in fns.items():
-            best[name] = min(best[name], _timed(fn, min_time / rounds)[0])
+            best[name] = min(best[name], _timed(fn, min_time / rounds))
     return best
 
 
@@ -96,15 +96,14 @@ def throughput(n: int, num_chains: int, sampler: str, k: int = 1, *, dtype="floa
 def parallel_step_floor(key: jax.Array, model: ising.IsingModel, x: jax.Array, num_steps: int, dtype="float64"):
     """A compiled, warm callable that runs ``num_steps`` steps of the work an independent parallel
     step over the chains ``x`` (C, n) cannot skip: ``x @ J`` in ``dtype`` and one uint32 random
-    word per site from the keys ``fold_in(fold_in(key, t), c)`` that :func:`run_chains` uses. The
-    next ``x`` is one comparison of the two per site, so neither is hoisted out of the scan."""
+    word per site from the keys :func:`gmlm_lib.samplers.chain_keys` gives :func:`run_chains`.
+    The next ``x`` is one comparison of the two per site, so neither is hoisted out of the scan."""
     J = model.J.astype(dtype)
-    chains = jnp.arange(x.shape[0])
 
     @jax.jit
     def floor(key, x, J):
         def step(x, t):
-            keys = jax.vmap(lambda c: jax.random.fold_in(jax.random.fold_in(key, t), c))(chains)
+            keys = samplers.chain_keys(key, t, x.shape[0])
             bits = jax.vmap(lambda k: jax.random.bits(k, (x.shape[1],), dtype=jnp.uint32))(keys)
             field = x.astype(J.dtype) @ J
             return jnp.where((field > 0) ^ (bits >= 2**31), 1, -1).astype(x.dtype), None
@@ -129,10 +128,11 @@ def machine() -> dict:
 
 
 def matmul_peak(size: int = 2048, dtype="float32", min_time: float = 2.0) -> float:
-    """Measured FLOP/s of one jitted ``size x size`` matrix product (2 size^3 flops) on the
-    default device: the practical matmul peak that training throughput is compared with."""
+    """Measured FLOP/s of one jitted ``size x size`` matrix product (2 size^3 flops, fastest call
+    over ``min_time`` seconds) on the default device: the practical matmul peak that training
+    throughput is compared with."""
     a = jnp.ones((size, size), dtype)
     f = jax.jit(lambda x: x @ x)
     f(a).block_until_ready()
-    seconds, _ = _timed(lambda: f(a).block_until_ready(), min_time)
+    seconds = _timed(lambda: f(a).block_until_ready(), min_time)
     return 2.0 * size**3 / seconds

@@ -280,8 +280,8 @@ def padded(model: IsingModel) -> tuple[jax.Array, jax.Array]:
 def completion_log_weights(Jpad: jax.Array, hpad: jax.Array, x: jax.Array, idx: jax.Array, patterns: jax.Array):
     """Log-weights of the completions of ``x`` on slots ``idx``, up to a term in ``x_{-S}``.
 
-    ``Jpad``, ``hpad`` from :func:`padded`; x (B, n), idx (B, m) padded with n, patterns
-    (P, m) -> (B, P), and the observed pattern's log-weight (B,). Uses only the local
+    ``Jpad``, ``hpad`` from :func:`padded`; x (B, n) spins in {-1, +1}, idx (B, m) padded with
+    n, patterns (P, m) -> (B, P), and the observed pattern's log-weight (B,). Uses only the local
     fields ``h_i + sum_{j not in S} J_ij x_j`` of the slots and the couplings inside ``S``,
     so the cost is O(B m n + B P m^2), not O(B n^2).
     """

@@ -359,15 +359,21 @@ def _hit_update(target, hit, xs, t):
     return jnp.where((hit < 0) & target(xs), t, hit).astype(jnp.int32)
 
 
+def chain_keys(key: jax.Array, t, num_chains: int) -> jax.Array:
+    """The keys of step ``t`` for chains ``0 .. num_chains - 1``: ``fold_in(fold_in(key, t), c)``,
+    so a chain's randomness depends on neither the chunking nor the number of chains. (C,) keys."""
+    step_key = jax.random.fold_in(key, t)
+    return jax.vmap(lambda c: jax.random.fold_in(step_key, c))(jnp.arange(num_chains))
+
+
 @partial(jax.jit, static_argnums=(0, 1, 2, 3))
 def _run_chunk(sampler, observe, target, thin, key, carry, starts):
     """Steps ``starts[0] .. starts[-1] + thin - 1`` of every chain, recording ``observe`` after each
     ``thin`` steps. Compiled once per (sampler, observe, target, thin) and chunk length."""
-    chain_ids = jnp.arange(carry[0].shape[0])
 
     def one_step(carry, t):
         xs, hit = carry
-        keys = jax.vmap(lambda c: jax.random.fold_in(jax.random.fold_in(key, t), c))(chain_ids)
+        keys = chain_keys(key, t, xs.shape[0])
         xs = jax.vmap(sampler.step)(keys, ChainState(xs))[0].x
         return (xs, _hit_update(target, hit, xs, t + 1)), None
 
@@ -395,8 +401,7 @@ def run_chains(
 
     x0 (C, n) start states. ``observe(xs (C, n)) -> pytree`` is recorded at step 0 and every
     ``thin`` steps (e.g. the fraction of chains in a set); ``target(xs (C, n)) -> (C,) bool``
-    defines the hitting times. Chain ``c`` at step ``t`` uses ``fold_in(fold_in(key, t), c)``,
-    so results do not depend on ``chunk`` or ``thin``. The chains are sharded over
+    defines the hitting times. Chain ``c`` at step ``t`` uses :func:`chain_keys`, so results do not depend on ``chunk`` or ``thin``. The chains are sharded over
     ``jax.devices()`` when ``C`` divides evenly; ``progress`` shows a tqdm bar over chunks.
     ``stop_when_all_hit`` ends the run after the first chunk in which every chain has hit
     ``target``: the hitting times are then complete and the observations stop there.
