@@ -4,7 +4,8 @@ The PaDIR chapter (``notebooks/padir.md``) leaves in ``<run_root>/<src>-<tgt>/``
 (the joint vocabulary), ``ar/`` (the AR teacher), ``distilled.<tgt>.gz`` (the teacher's beam
 outputs on the training set, one a line), ``padir_raw/`` and ``padir_distilled/`` (training run
 folders, see :mod:`gmlm_lib.training`). :func:`open_run` loads them; :func:`tiny_run` trains a
-few-step stand-in with the same layout, for smoke runs and tests.
+few-step stand-in with the same layout, for smoke runs and tests. :func:`distil` writes (or
+reuses) the distilled training set with a record of how and where it was decoded.
 """
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import os
 import pathlib
+import time
 
 import jax
+from tqdm.auto import tqdm
 
 from . import batching, corpus, seq2seq, training, translate
 from . import vocab as V
+from .book import provenance
 
 MODELS = ("ar", "padir_raw", "padir_distilled")
 
@@ -61,6 +66,68 @@ def open_run(root: str | pathlib.Path, need=MODELS) -> RunFolder:
     return RunFolder(root, V.Vocab.load(root / "spm.model"), models, records, distilled)
 
 
+@dataclasses.dataclass
+class Distilled:
+    """The teacher's outputs (``lines[i]`` translates source ``i``), the ``record`` of the decoding
+    (``method``, ``wall_s``, ``sentences``, ``commit``, ``hardware``) and whether the file was
+    ``reused`` rather than decoded now."""
+
+    lines: list[str]
+    record: dict
+    reused: bool
+
+
+def distil(translator: translate.Translator, sources: list[str], method: translate.Method,
+           path: str | pathlib.Path, *, batch_size: int = 128, fallback: list[str] | None = None,
+           progress: bool = True) -> Distilled:
+    """Sequence-level distillation [App. L.1.2]: the teacher ``translator`` decodes ``sources`` with
+    ``method`` into ``path`` (gzipped, one line each), with a record beside it (``distilled.de.gz``
+    gets ``distilled.json``: method, wall time, sentence count, gmlm_lib commit, hardware).
+
+    When ``path`` and its record exist they are reused (a resumed run does not decode again), but
+    only if they were decoded with the same ``method`` from as many sentences as ``sources``;
+    otherwise a ``ValueError`` names the file. ``fallback[i]`` (e.g. the human target) replaces an
+    empty output of a barely trained teacher. Both files are written whole (a temporary file,
+    then a rename), so an interrupted decoding leaves nothing to be reused."""
+    path = pathlib.Path(path)
+    record_path = path.with_name(path.name.split(".")[0] + ".json")
+    want = dataclasses.asdict(method)
+    if fallback is not None and len(fallback) != len(sources):
+        raise ValueError(f"distil(fallback=...): {len(fallback):,} lines for {len(sources):,} sources; pass one per source.")
+    if path.exists():
+        if not record_path.exists():
+            raise ValueError(f"{path} has no record {record_path.name} (an older or interrupted run?); "
+                             "delete the file to decode again.")
+        record = json.loads(record_path.read_text())
+        if record["method"] != want or record["sentences"] != len(sources):
+            raise ValueError(f"{path} was decoded with {record['method']} from {record['sentences']:,} sentences, "
+                             f"not with {want} from {len(sources):,}: use another run folder, or delete the file "
+                             "to decode again.")
+        lines = corpus.read_lines(path)
+        if len(lines) != len(sources):
+            raise ValueError(f"{path} has {len(lines):,} lines but its record says {record['sentences']:,}; "
+                             "delete it to decode again.")
+        return Distilled(lines, record, reused=True)
+    t0 = time.perf_counter()
+    with tqdm(total=len(sources), desc="distil", leave=False, disable=not progress) as bar:
+        lines = translator.translate(sources, method, batch_size=batch_size, progress=bar)
+    wall_s = time.perf_counter() - t0
+    lines = [line.replace("\n", " ") for line in lines]
+    if fallback is not None:
+        lines = [line if line.strip() else human for line, human in zip(lines, fallback)]
+    env = provenance.environment()
+    record = dict(method=want, wall_s=wall_s, sentences=len(lines), commit=provenance.git_commit(),
+                  hardware=provenance.hardware_summary(env))
+    tmp = path.with_name(path.name + ".part")
+    with gzip.open(tmp, "wt", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+    record_tmp = record_path.with_name(record_path.name + ".part")
+    record_tmp.write_text(json.dumps(record))
+    os.replace(record_tmp, record_path)
+    os.replace(tmp, path)
+    return Distilled(lines, record, reused=False)
+
+
 def tiny_run(root: str | pathlib.Path, pairs: corpus.Parallel, *, vocab_size: int = 2000, d_model: int = 64,
              heads: int = 4, layers: int = 1, d_ff: int = 128, steps: int = 8, batch_tokens: int = 1024,
              buckets=(64,), seed: int = 0, progress: bool = False) -> RunFolder:
@@ -87,14 +154,10 @@ def tiny_run(root: str | pathlib.Path, pairs: corpus.Parallel, *, vocab_size: in
         return training.train(cfg, data, root / name, progress=progress)
 
     ar = run("ar", "ar", pairs.tgt)
-    distilled_file = root / "distilled.tgt.gz"
-    if not distilled_file.exists():
-        tr = translate.Translator(ar.model, vocab, buckets=(max(buckets),), seed=seed)
-        out = tr.translate(pairs.src, translate.Method("greedy"), batch_size=128)
-        # a sentence the barely trained teacher leaves empty keeps its human target
-        out = [d.replace("\n", " ") if d.strip() else t for d, t in zip(out, pairs.tgt)]
-        with gzip.open(distilled_file, "wt", encoding="utf-8") as f:
-            f.write("".join(line + "\n" for line in out))
+    tr = translate.Translator(ar.model, vocab, buckets=(max(buckets),), seed=seed)
+    # a sentence the barely trained teacher leaves empty keeps its human target
+    distilled = distil(tr, pairs.src, translate.Method("greedy"), root / "distilled.tgt.gz", fallback=pairs.tgt,
+                       progress=progress)
     run("padir", "padir_raw", pairs.tgt)
-    run("padir", "padir_distilled", corpus.read_lines(distilled_file))
+    run("padir", "padir_distilled", distilled.lines)
     return open_run(root)

@@ -67,6 +67,13 @@ def environment() -> dict:
     }
 
 
+def hardware_summary(env: dict | None = None) -> str:
+    """One line for tables and records, e.g. ``"1 x cpu (cpu, 2 CPU cores)"``, from
+    :func:`environment` (called when ``env`` is not given)."""
+    env = environment() if env is None else env
+    return f"{env['device_count']} x {env['device_kind']} ({env['backend']}, {env['cpu_count']} CPU cores)"
+
+
 @dataclass
 class Run:
     """An open notebook run: its parameters and start time."""
