@@ -8,6 +8,7 @@ a resumed run needs nothing but its step counter.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import jax
 import jax.numpy as jnp
@@ -80,6 +81,16 @@ class Batcher:
             raise ValueError("no training pair fits the buckets; raise the largest bucket (ModelConfig.max_len).")
         self.per_epoch = sum(max(1, len(ix) // self.batch_size(b)) for b, ix in self.groups.items())
         self._epochs: dict[int, list[tuple[int, np.ndarray]]] = {}
+
+    def fingerprint(self) -> str:
+        """SHA-256 of everything that decides the batches: the token ids of every pair (in order),
+        ``batch_tokens``, ``seed``, ``buckets`` and ``multiple``. Two batchers with the same
+        fingerprint yield the same batch at every step."""
+        h = hashlib.sha256(repr((self.batch_tokens, self.seed, tuple(self.buckets), self.multiple, len(self.src))).encode())
+        for side in (self.src, self.tgt):
+            h.update(np.asarray([len(r) for r in side], np.int64).tobytes())
+            h.update(np.asarray([t for r in side for t in r], np.int64).tobytes())
+        return h.hexdigest()
 
     def batch_size(self, bucket: int) -> int:
         return max(self.multiple, self.batch_tokens // bucket // self.multiple * self.multiple)

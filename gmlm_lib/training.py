@@ -14,6 +14,7 @@ import dataclasses
 import json
 import pathlib
 import time
+import warnings
 from typing import Callable
 
 import jax
@@ -223,20 +224,49 @@ def _jsonl_keep(path: pathlib.Path, upto: int):
         path.write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] <= upto))
 
 
+def _check_data(run_dir: pathlib.Path, batcher: batching.Batcher) -> str | None:
+    """The batcher's fingerprint, checked against the one the run folder was started with
+    (``data.json``): resuming or reusing a run on other data (other sentences, vocabulary, batch
+    size, seed or device count) is an error. A folder with checkpoints but no ``data.json`` was
+    trained before fingerprints were recorded: a warning says its data cannot be checked, and
+    ``None`` is returned (nothing is recorded for it)."""
+    path = run_dir / "data.json"
+    fingerprint = batcher.fingerprint()
+    if path.exists():
+        recorded = json.loads(path.read_text())["fingerprint"]
+        if recorded != fingerprint:
+            raise ValueError(f"{run_dir} was trained on other data (batcher fingerprint {recorded[:12]}, this batcher's "
+                             f"{fingerprint[:12]}): other sentences, targets, vocabulary, batch size, seed or device "
+                             "count; use a new run folder for new data.")
+        return fingerprint
+    ckpt = run_dir / "checkpoints"
+    if ckpt.is_dir() and any(ckpt.iterdir()):
+        warnings.warn(f"{run_dir} has checkpoints but no data.json (trained before data fingerprints were recorded): "
+                      "its training data cannot be checked against this batcher's.", stacklevel=3)
+        return None
+    path.write_text(json.dumps(dict(fingerprint=fingerprint, pairs=len(batcher.src), dropped=batcher.dropped)))
+    return fingerprint
+
+
 def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Path, *, devices=None,
           progress: bool = True, on_step: Callable[[int, float], None] | None = None) -> Result:
     """Train (or resume) the run in ``run_dir`` to ``cfg.steps`` updates. ``batcher`` gives the
     batch of each step; its ``multiple`` must be the number of devices. ``on_step(step, loss)``
-    is called after every update (tests raise from it to simulate a kill)."""
+    is called after every update (tests raise from it to simulate a kill).
+
+    A folder already holding a run is resumed (or, when finished, reused) only with the same
+    ``cfg`` and the same data (:meth:`gmlm_lib.batching.Batcher.fingerprint`, kept in ``data.json``);
+    either differing is a ``ValueError``."""
     run_dir = pathlib.Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg_path = run_dir / "config.json"
     if cfg_path.exists() and TrainConfig.from_dict(json.loads(cfg_path.read_text())) != cfg:
         raise ValueError(f"{cfg_path} holds a different TrainConfig; use a new run folder for a new configuration.")
-    cfg_path.write_text(json.dumps(cfg.to_dict(), indent=1))
     m = mesh(devices)
     if batcher.multiple % m.size:
         raise ValueError(f"Batcher.multiple = {batcher.multiple} must be a multiple of the {m.size} devices.")
+    fingerprint = _check_data(run_dir, batcher)
+    cfg_path.write_text(json.dumps(cfg.to_dict(), indent=1))
     replicated, sharded = NamedSharding(m, P()), NamedSharding(m, P("data"))
 
     model = seq2seq.build(cfg.model, cfg.seed)
@@ -291,6 +321,7 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
     prev = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
     record = dict(
         config=cfg.to_dict(), commit=provenance.git_commit(), hardware=provenance.environment(),
+        data_fingerprint=fingerprint or prev.get("data_fingerprint"),
         parameters=seq2seq.count_params(model), dropped_pairs=batcher.dropped, batches_per_epoch=len(batcher),
         steps=cfg.steps, final_loss=loss if start < cfg.steps else prev.get("final_loss"),
         wall_s=prev.get("wall_s", 0.0) + wall, segments=prev.get("segments", []) + [dict(start=start, end=cfg.steps, wall_s=wall)],

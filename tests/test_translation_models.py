@@ -190,6 +190,36 @@ def test_killed_run_resumes_to_the_same_final_loss(kind, tmp_path):
         training.train(_cfg(kind, seed=5), batcher, tmp_path / "resumed", progress=False)
 
 
+def test_a_run_folder_is_reused_only_on_the_data_it_was_trained_on(tmp_path):
+    import dataclasses
+    import warnings
+
+    cfg, batcher = dataclasses.replace(_cfg("ar"), steps=2), _toy_batcher()
+    first = training.train(cfg, batcher, tmp_path / "run", progress=False)
+    recorded = json.loads((tmp_path / "run" / "data.json").read_text())
+    assert recorded["fingerprint"] == batcher.fingerprint() == first.record["data_fingerprint"]
+    assert recorded["pairs"] == 64
+    assert _toy_batcher().fingerprint() == batcher.fingerprint()  # built again from the same data
+    # the same data: the finished run is reused (no new steps)
+    again = training.train(cfg, _toy_batcher(), tmp_path / "run", progress=False)
+    assert again.record["segments"][-1] == dict(start=2, end=2, wall_s=again.record["segments"][-1]["wall_s"])
+    other_targets = batching.Batcher(batcher.src, [t[1:] + t[:1] for t in batcher.tgt], batch_tokens=128, seed=0,
+                                     buckets=(8, 16))
+    other_seed = batching.Batcher(batcher.src, batcher.tgt, batch_tokens=128, seed=1, buckets=(8, 16))
+    for other in (other_targets, other_seed, _toy_batcher(multiple=2)):
+        assert other.fingerprint() != batcher.fingerprint()
+        with pytest.raises(ValueError, match="trained on other data"):
+            training.train(cfg, other, tmp_path / "run", progress=False)
+    # a folder from before fingerprints: reused with a warning, and nothing is recorded for it
+    (tmp_path / "run" / "data.json").unlink()
+    with pytest.warns(UserWarning, match="no data.json"):
+        training.train(cfg, other_targets, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / "data.json").exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        training.train(cfg, batcher, tmp_path / "fresh", progress=False)  # a new folder: no warning
+
+
 def test_training_reduces_the_loss(tmp_path):
     cfg = _cfg("padir")
     import dataclasses
