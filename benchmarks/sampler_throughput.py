@@ -25,7 +25,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, nargs="+", default=[64, 1024], help="numbers of sites")
     ap.add_argument("--chains", type=int, default=1000)
     ap.add_argument("--k", type=int, nargs="+", default=[1, 4], help="k of the k-Gibbs samplers")
-    ap.add_argument("--min-time", type=float, default=2.0, help="seconds spent timing each contestant (3 interleaved rounds; the fastest call counts)")
+    ap.add_argument("--min-time", type=float, default=2.0,
+                    help="each contestant is timed for this times the number of contestants "
+                         "(3 interleaved rounds; the fastest call counts)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     start = time.time()

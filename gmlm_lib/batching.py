@@ -86,7 +86,8 @@ class Batcher:
         """SHA-256 of everything that decides the batches: the token ids of every pair (in order),
         ``batch_tokens``, ``seed``, ``buckets`` and ``multiple``. Two batchers with the same
         fingerprint yield the same batch at every step."""
-        h = hashlib.sha256(repr((self.batch_tokens, self.seed, tuple(self.buckets), self.multiple, len(self.src))).encode())
+        settings = (self.batch_tokens, self.seed, tuple(self.buckets), self.multiple, len(self.src))
+        h = hashlib.sha256(repr(settings).encode())
         for side in (self.src, self.tgt):
             h.update(np.asarray([len(r) for r in side], np.int64).tobytes())
             h.update(np.asarray([t for r in side for t in r], np.int64).tobytes())

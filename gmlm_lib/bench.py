@@ -55,7 +55,8 @@ def throughput(n: int, num_chains: int, sampler: str, k: int = 1, *, dtype="floa
     random n-site model (couplings N(0, 1/n), fields N(0, 0.3^2)), for ``num_chains`` chains:
     JAX (:func:`gmlm_lib.samplers.run_chains`), the per-chain NumPy loop, the vectorised NumPy;
     for the independent parallel sampler also ``ceiling_vs_loop`` (see the module docstring).
-    ``min_time`` is the time spent on each contestant."""
+    Each contestant is timed for ``min_time`` times the number of contestants (3, or 4 with the
+    ceiling's floor step), in 3 interleaved rounds."""
     key = jax.random.key(seed)
     model = ising.random_model(key, n, 1.0 / np.sqrt(n), 0.3)
     J, h = np.asarray(model.J), np.asarray(model.h)

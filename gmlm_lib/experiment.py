@@ -93,7 +93,8 @@ def distil(translator: translate.Translator, sources: list[str], method: transla
     record_path = path.with_name(path.name.split(".")[0] + ".json")
     want = dataclasses.asdict(method)
     if fallback is not None and len(fallback) != len(sources):
-        raise ValueError(f"distil(fallback=...): {len(fallback):,} lines for {len(sources):,} sources; pass one per source.")
+        raise ValueError(f"distil(fallback=...): {len(fallback):,} lines for {len(sources):,} sources; "
+                         "pass one per source.")
     if path.exists():
         if not record_path.exists():
             raise ValueError(f"{path} has no record {record_path.name} (an older or interrupted run?); "
@@ -115,9 +116,8 @@ def distil(translator: translate.Translator, sources: list[str], method: transla
     lines = [line.replace("\n", " ") for line in lines]
     if fallback is not None:
         lines = [line if line.strip() else human for line, human in zip(lines, fallback)]
-    env = provenance.environment()
     record = dict(method=want, wall_s=wall_s, sentences=len(lines), commit=provenance.git_commit(),
-                  hardware=provenance.hardware_summary(env))
+                  hardware=provenance.hardware_summary())
     tmp = path.with_name(path.name + ".part")
     with gzip.open(tmp, "wt", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in lines))

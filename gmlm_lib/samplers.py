@@ -401,8 +401,9 @@ def run_chains(
 
     x0 (C, n) start states. ``observe(xs (C, n)) -> pytree`` is recorded at step 0 and every
     ``thin`` steps (e.g. the fraction of chains in a set); ``target(xs (C, n)) -> (C,) bool``
-    defines the hitting times. Chain ``c`` at step ``t`` uses :func:`chain_keys`, so results do not depend on ``chunk`` or ``thin``. The chains are sharded over
-    ``jax.devices()`` when ``C`` divides evenly; ``progress`` shows a tqdm bar over chunks.
+    defines the hitting times. Chain ``c`` at step ``t`` uses :func:`chain_keys`, so results do
+    not depend on ``chunk`` or ``thin``. The chains are sharded over ``jax.devices()`` when ``C``
+    divides evenly; ``progress`` shows a tqdm bar over chunks.
     ``stop_when_all_hit`` ends the run after the first chunk in which every chain has hit
     ``target``: the hitting times are then complete and the observations stop there.
     """
