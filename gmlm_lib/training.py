@@ -2,16 +2,19 @@
 parallelism over ``jax.devices()``, Orbax checkpoints with exact resume, metrics and provenance.
 
 A run lives in a folder: ``config.json`` (the :class:`TrainConfig`), ``checkpoints/`` (Orbax),
-``metrics.jsonl`` (one JSON line per logged step), ``run.json`` (provenance: config, commit,
-hardware, wall time, throughput). Kill it at any point and call :func:`train` again with the same
-folder: it restores the last checkpoint and ends exactly where an uninterrupted run ends (the
-batch and the random key of step ``t`` depend only on ``t``).
+``metrics.jsonl`` (one JSON line per logged step), ``data.json`` (the data's fingerprint) and
+``run.json`` (provenance: config, commit, hardware, wall time, throughput, one segment per call
+that trained). Kill it at any point and call :func:`train` again with the same folder: it
+restores the last checkpoint and ends exactly where an uninterrupted run ends (the batch and the
+random key of step ``t`` depend only on ``t``). ``run.json`` is rewritten at every checkpoint, so
+a kill loses from the record only the time since the last checkpoint, as it loses the steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
 import time
 import warnings
@@ -224,6 +227,20 @@ def _jsonl_keep(path: pathlib.Path, upto: int):
         path.write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] <= upto))
 
 
+def _losses(path: pathlib.Path) -> list[tuple[int, float]]:
+    """``(step, loss)`` of every line of ``metrics.jsonl`` (empty when there is none)."""
+    if not path.exists():
+        return []
+    return [(r["step"], r["loss"]) for r in map(json.loads, path.read_text().splitlines()) if r]
+
+
+def _write_json(path: pathlib.Path, obj: dict):
+    """Write ``obj`` whole: a temporary file, then a rename (a kill leaves the old file or the new)."""
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
+
+
 def _check_data(run_dir: pathlib.Path, batcher: batching.Batcher) -> str | None:
     """The batcher's fingerprint, checked against the one the run folder was started with
     (``data.json``): resuming or reusing a run on other data (other sentences, vocabulary, batch
@@ -278,12 +295,18 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
         options=ocp.CheckpointManagerOptions(save_interval_steps=cfg.checkpoint_every, max_to_keep=2,
                                              enable_async_checkpointing=False))
     start = manager.latest_step() or 0
+    metrics, record_path = run_dir / "metrics.jsonl", run_dir / "run.json"
+    prev = json.loads(record_path.read_text()) if record_path.exists() else {}
+    if start == cfg.steps and prev.get("done", prev.get("steps")) == cfg.steps and prev.get("final_loss") is not None:
+        # finished before: reuse it as it is (its record names the code and machine that trained it)
+        manager.close()
+        _, model = load(run_dir)
+        return Result(model, _losses(metrics), prev["final_loss"], prev)
     if start:
         target = {"params": params, "opt_state": opt_state}
         restored = manager.restore(start, args=ocp.args.StandardRestore(target))
         params, opt_state = restored["params"], restored["opt_state"]
     params, opt_state = jax.device_put((params, opt_state), replicated)
-    metrics = run_dir / "metrics.jsonl"
     _jsonl_keep(metrics, start)
 
     step_fn = make_step(graphdef, cfg, tx)
@@ -291,6 +314,29 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
     lr = schedule(cfg)
     losses, tokens, t0 = [], 0, time.perf_counter()
     loss = float("nan")
+    parameters = seq2seq.count_params(nnx.merge(graphdef, params))
+    # the segments before the last checkpoint (a killed call's record may run past it: cut it there)
+    earlier = [g for g in prev.get("segments", []) if g["start"] < start]
+    if earlier and earlier[-1]["end"] > start:
+        earlier[-1] = dict(earlier[-1], end=start)
+    segment = dict(start=start, end=start, wall_s=0.0, tokens=0, commit=provenance.git_commit(),
+                   hardware=provenance.hardware_summary())
+
+    def write_record(done: int, final_loss: float | None) -> dict:
+        segment.update(end=done, wall_s=time.perf_counter() - t0, tokens=tokens)
+        segments = earlier + [segment]
+        timed = [g for g in segments if "tokens" in g and g["wall_s"] > 0]
+        record = dict(
+            config=cfg.to_dict(), commit=segment["commit"], hardware=provenance.environment(),
+            data_fingerprint=fingerprint or prev.get("data_fingerprint"), parameters=parameters,
+            dropped_pairs=batcher.dropped, batches_per_epoch=len(batcher), steps=cfg.steps, done=done,
+            final_loss=final_loss, wall_s=sum(g["wall_s"] for g in segments), segments=segments,
+            tokens_per_s=(sum(g["tokens"] for g in timed) / sum(g["wall_s"] for g in timed)) if timed
+            else prev.get("tokens_per_s"),
+        )
+        _write_json(record_path, record)
+        return json.loads(json.dumps(record))  # as a later call reads it back (tuples become lists)
+
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"train {cfg.kind}",
                disable=not progress, leave=False, mininterval=10)
     with metrics.open("a") as log:
@@ -311,24 +357,17 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
             if done % cfg.checkpoint_every == 0 or done == cfg.steps:
                 manager.save(done, args=ocp.args.StandardSave({"params": params, "opt_state": opt_state}), force=True)
                 manager.wait_until_finished()
+                if done < cfg.steps:
+                    write_record(done, None)
             if on_step is not None:
                 on_step(done, float(loss_arr))
     manager.close()
-    wall = time.perf_counter() - t0
-    if start < cfg.steps:
-        loss = float(loss_arr)
+    # a call that trained nothing (the last checkpoint is the final one but its record was lost)
+    # takes the final loss from the metrics
+    final_loss = float(loss_arr) if start < cfg.steps else next((l for t, l in _losses(metrics) if t == cfg.steps), None)
+    record = write_record(cfg.steps, final_loss)
     model = nnx.merge(graphdef, jax.device_get(params))
-    prev = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
-    record = dict(
-        config=cfg.to_dict(), commit=provenance.git_commit(), hardware=provenance.environment(),
-        data_fingerprint=fingerprint or prev.get("data_fingerprint"),
-        parameters=seq2seq.count_params(model), dropped_pairs=batcher.dropped, batches_per_epoch=len(batcher),
-        steps=cfg.steps, final_loss=loss if start < cfg.steps else prev.get("final_loss"),
-        wall_s=prev.get("wall_s", 0.0) + wall, segments=prev.get("segments", []) + [dict(start=start, end=cfg.steps, wall_s=wall)],
-        tokens_per_s=(tokens / wall) if start < cfg.steps and wall > 0 else prev.get("tokens_per_s"),
-    )
-    (run_dir / "run.json").write_text(json.dumps(record, indent=1))
-    return Result(model, losses, record["final_loss"], record)
+    return Result(model, losses if start < cfg.steps else _losses(metrics), final_loss, record)
 
 
 def load(run_dir: str | pathlib.Path) -> tuple[TrainConfig, seq2seq.Seq2Seq]:

@@ -14,6 +14,7 @@ from flax import nnx
 
 from gmlm_lib import batching, decoding, seq2seq, training, translate
 from gmlm_lib import vocab as V
+from gmlm_lib.book import provenance
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -178,8 +179,19 @@ def test_killed_run_resumes_to_the_same_final_loss(kind, tmp_path):
 
     with pytest.raises(Killed):
         training.train(cfg, batcher, tmp_path / "resumed", progress=False, on_step=kill)
+    # the record was written at the checkpoint: the killed call's time up to it is kept
+    killed = json.loads((tmp_path / "resumed" / "run.json").read_text())
+    assert killed["done"] == 2 and killed["final_loss"] is None and killed["steps"] == 6
+    assert [(g["start"], g["end"]) for g in killed["segments"]] == [(0, 2)] and killed["wall_s"] > 0
     resumed = training.train(cfg, batcher, tmp_path / "resumed", progress=False)
-    assert resumed.record["segments"][-1]["start"] == 2
+    segments = resumed.record["segments"]
+    assert [(g["start"], g["end"]) for g in segments] == [(0, 2), (2, 6)]
+    assert segments[0] == killed["segments"][0]
+    assert resumed.record["wall_s"] == pytest.approx(sum(g["wall_s"] for g in segments))
+    assert resumed.record["tokens_per_s"] == pytest.approx(sum(g["tokens"] for g in segments) / resumed.record["wall_s"])
+    assert all(g["commit"] == provenance.git_commit() and g["hardware"] == provenance.hardware_summary()
+               for g in segments)
+    assert resumed.record["done"] == 6 and resumed.record["final_loss"] == resumed.final_loss
     assert abs(resumed.final_loss - whole.final_loss) <= 1e-6
     steps = [json.loads(l)["step"] for l in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 7))  # the lost step's line was dropped and rewritten once
@@ -201,8 +213,13 @@ def test_a_run_folder_is_reused_only_on_the_data_it_was_trained_on(tmp_path):
     assert recorded["pairs"] == 64
     assert _toy_batcher().fingerprint() == batcher.fingerprint()  # built again from the same data
     # the same data: the finished run is reused (no new steps)
+    record = (tmp_path / "run" / "run.json").read_text()
     again = training.train(cfg, _toy_batcher(), tmp_path / "run", progress=False)
-    assert again.record["segments"][-1] == dict(start=2, end=2, wall_s=again.record["segments"][-1]["wall_s"])
+    assert (tmp_path / "run" / "run.json").read_text() == record  # its record (commit, time) is left as it was
+    assert again.record == first.record and again.final_loss == first.final_loss
+    assert again.losses == first.losses  # read back from metrics.jsonl
+    np.testing.assert_array_equal(nnx.state(again.model, nnx.Param)["embed"]["embedding"][...],
+                                  nnx.state(first.model, nnx.Param)["embed"]["embedding"][...])
     other_targets = batching.Batcher(batcher.src, [t[1:] + t[:1] for t in batcher.tgt], batch_tokens=128, seed=0,
                                      buckets=(8, 16))
     other_seed = batching.Batcher(batcher.src, batcher.tgt, batch_tokens=128, seed=1, buckets=(8, 16))
