@@ -325,7 +325,7 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
     def write_record(done: int, final_loss: float | None) -> dict:
         segment.update(end=done, wall_s=time.perf_counter() - t0, tokens=tokens)
         segments = earlier + [segment]
-        timed = [g for g in segments if "tokens" in g and g["wall_s"] > 0]
+        timed = [g for g in segments if "tokens" in g and g["end"] > g["start"] and g["wall_s"] > 0]
         record = dict(
             config=cfg.to_dict(), commit=segment["commit"], hardware=provenance.environment(),
             data_fingerprint=fingerprint or prev.get("data_fingerprint"), parameters=parameters,

@@ -220,6 +220,13 @@ def test_a_run_folder_is_reused_only_on_the_data_it_was_trained_on(tmp_path):
     assert again.losses == first.losses  # read back from metrics.jsonl
     np.testing.assert_array_equal(nnx.state(again.model, nnx.Param)["embed"]["embedding"][...],
                                   nnx.state(first.model, nnx.Param)["embed"]["embedding"][...])
+    # killed after the final checkpoint but before its record: nothing is retrained, the record is
+    # rebuilt with the final loss from metrics.jsonl and no time (none was spent in this call)
+    (tmp_path / "run" / "run.json").unlink()
+    rebuilt = training.train(cfg, _toy_batcher(), tmp_path / "run", progress=False)
+    assert rebuilt.final_loss == first.final_loss and rebuilt.record["done"] == 2
+    assert [(g["start"], g["end"]) for g in rebuilt.record["segments"]] == [(2, 2)]
+    assert rebuilt.record["tokens_per_s"] is None
     other_targets = batching.Batcher(batcher.src, [t[1:] + t[:1] for t in batcher.tgt], batch_tokens=128, seed=0,
                                      buckets=(8, 16))
     other_seed = batching.Batcher(batcher.src, batcher.tgt, batch_tokens=128, seed=1, buckets=(8, 16))
