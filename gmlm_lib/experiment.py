@@ -121,9 +121,7 @@ def distil(translator: translate.Translator, sources: list[str], method: transla
     tmp = path.with_name(path.name + ".part")
     with gzip.open(tmp, "wt", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in lines))
-    record_tmp = record_path.with_name(record_path.name + ".part")
-    record_tmp.write_text(json.dumps(record))
-    os.replace(record_tmp, record_path)
+    provenance.write_record(record_path, record)
     os.replace(tmp, path)
     return Distilled(lines, record, reused=False)
 

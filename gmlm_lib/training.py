@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
 import time
 import warnings
@@ -220,25 +219,20 @@ class Result:
     record: dict
 
 
+def _rows(path: pathlib.Path) -> list[dict]:
+    """The lines of ``metrics.jsonl`` (none when it does not exist)."""
+    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
+
+
 def _jsonl_keep(path: pathlib.Path, upto: int):
     """Drop metric lines written after step ``upto`` (they belong to the lost part of a killed run)."""
     if path.exists():
-        rows = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows if r["step"] <= upto))
+        path.write_text("".join(json.dumps(r) + "\n" for r in _rows(path) if r["step"] <= upto))
 
 
 def _losses(path: pathlib.Path) -> list[tuple[int, float]]:
-    """``(step, loss)`` of every line of ``metrics.jsonl`` (empty when there is none)."""
-    if not path.exists():
-        return []
-    return [(r["step"], r["loss"]) for r in map(json.loads, path.read_text().splitlines()) if r]
-
-
-def _write_json(path: pathlib.Path, obj: dict):
-    """Write ``obj`` whole: a temporary file, then a rename (a kill leaves the old file or the new)."""
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
+    """``(step, loss)`` of every line of ``metrics.jsonl``."""
+    return [(r["step"], r["loss"]) for r in _rows(path)]
 
 
 def _check_data(run_dir: pathlib.Path, batcher: batching.Batcher) -> str | None:
@@ -261,7 +255,7 @@ def _check_data(run_dir: pathlib.Path, batcher: batching.Batcher) -> str | None:
         warnings.warn(f"{run_dir} has checkpoints but no data.json (trained before data fingerprints were recorded): "
                       "its training data cannot be checked against this batcher's.", stacklevel=3)
         return None
-    path.write_text(json.dumps(dict(fingerprint=fingerprint, pairs=len(batcher.src), dropped=batcher.dropped)))
+    provenance.write_record(path, dict(fingerprint=fingerprint, pairs=len(batcher.src), dropped=batcher.dropped))
     return fingerprint
 
 
@@ -295,17 +289,16 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
         options=ocp.CheckpointManagerOptions(save_interval_steps=cfg.checkpoint_every, max_to_keep=2,
                                              enable_async_checkpointing=False))
     start = manager.latest_step() or 0
+    if start:
+        target = {"params": params, "opt_state": opt_state}
+        restored = manager.restore(start, args=ocp.args.StandardRestore(target))
+        params, opt_state = restored["params"], restored["opt_state"]
     metrics, record_path = run_dir / "metrics.jsonl", run_dir / "run.json"
     prev = json.loads(record_path.read_text()) if record_path.exists() else {}
     if start == cfg.steps and prev.get("done", prev.get("steps")) == cfg.steps and prev.get("final_loss") is not None:
         # finished before: reuse it as it is (its record names the code and machine that trained it)
         manager.close()
-        _, model = load(run_dir)
-        return Result(model, _losses(metrics), prev["final_loss"], prev)
-    if start:
-        target = {"params": params, "opt_state": opt_state}
-        restored = manager.restore(start, args=ocp.args.StandardRestore(target))
-        params, opt_state = restored["params"], restored["opt_state"]
+        return Result(nnx.merge(graphdef, params), _losses(metrics), prev["final_loss"], prev)
     params, opt_state = jax.device_put((params, opt_state), replicated)
     _jsonl_keep(metrics, start)
 
@@ -334,7 +327,7 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
             tokens_per_s=(sum(g["tokens"] for g in timed) / sum(g["wall_s"] for g in timed)) if timed
             else prev.get("tokens_per_s"),
         )
-        _write_json(record_path, record)
+        provenance.write_record(record_path, record)
         return json.loads(json.dumps(record))  # as a later call reads it back (tuples become lists)
 
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"train {cfg.kind}",

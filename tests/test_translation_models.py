@@ -1,10 +1,12 @@
 """The encoder-decoder's masks and cache, decoding, and training (sharding, checkpoint resume)."""
 
+import dataclasses
 import json
 import os
 import pathlib
 import subprocess
 import sys
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -91,8 +93,6 @@ def test_kv_cache_matches_the_full_decoder():
 @pytest.fixture(scope="module")
 def trained_ar(tmp_path_factory):
     """An AR model trained to reverse short sequences (so that it ends them with EOS)."""
-    import dataclasses
-
     cfg = dataclasses.replace(_cfg("ar"), steps=150, checkpoint_every=150, log_every=50, learning_rate=3e-3)
     return training.train(cfg, _toy_batcher(), tmp_path_factory.mktemp("ar") / "run", progress=False).model
 
@@ -203,9 +203,6 @@ def test_killed_run_resumes_to_the_same_final_loss(kind, tmp_path):
 
 
 def test_a_run_folder_is_reused_only_on_the_data_it_was_trained_on(tmp_path):
-    import dataclasses
-    import warnings
-
     cfg, batcher = dataclasses.replace(_cfg("ar"), steps=2), _toy_batcher()
     first = training.train(cfg, batcher, tmp_path / "run", progress=False)
     recorded = json.loads((tmp_path / "run" / "data.json").read_text())
@@ -245,10 +242,7 @@ def test_a_run_folder_is_reused_only_on_the_data_it_was_trained_on(tmp_path):
 
 
 def test_training_reduces_the_loss(tmp_path):
-    cfg = _cfg("padir")
-    import dataclasses
-
-    cfg = dataclasses.replace(cfg, steps=60, checkpoint_every=60, log_every=10, learning_rate=3e-3)
+    cfg = dataclasses.replace(_cfg("padir"), steps=60, checkpoint_every=60, log_every=10, learning_rate=3e-3)
     res = training.train(cfg, _toy_batcher(), tmp_path / "run", progress=False)
     assert res.losses[-1][1] < res.losses[0][1] - 0.5
     assert res.record["tokens_per_s"] > 0 and res.record["hardware"]["device_count"] >= 1
@@ -328,8 +322,6 @@ def test_data_parallel_on_8_host_devices_matches_one_device(tmp_path):
 
 @pytest.mark.parametrize("variant", [dict(optimizer="adafactor"), dict(model_dtype="bfloat16"), dict(fill="mask", stages=1)])
 def test_optimiser_precision_and_corruption_variants_train(variant, tmp_path):
-    import dataclasses
-
     cfg = _cfg("padir")
     dtype = variant.pop("model_dtype", None)
     if dtype:

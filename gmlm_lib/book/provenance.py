@@ -74,6 +74,15 @@ def hardware_summary(env: dict | None = None) -> str:
     return f"{env['device_count']} x {env['device_kind']} ({env['backend']}, {env['cpu_count']} CPU cores)"
 
 
+def write_record(path: str | os.PathLike, record: dict) -> None:
+    """Write a JSON record (``run.json``, ``data.json``, ``distilled.json``) whole: a temporary
+    file beside it, then a rename, so a kill leaves the old file or the new, never half of one."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, path)
+
+
 @dataclass
 class Run:
     """An open notebook run: its parameters and start time."""
