@@ -109,6 +109,7 @@ def distil(translator: translate.Translator, sources: list[str], method: transla
             raise ValueError(f"{path} has {len(lines):,} lines but its record says {record['sentences']:,}; "
                              "delete it to decode again.")
         return Distilled(lines, record, reused=True)
+    commit = provenance.git_commit()  # the code that decodes, not whatever HEAD is when it ends
     t0 = time.perf_counter()
     with tqdm(total=len(sources), desc="distil", leave=False, disable=not progress) as bar:
         lines = translator.translate(sources, method, batch_size=batch_size, progress=bar)
@@ -116,7 +117,7 @@ def distil(translator: translate.Translator, sources: list[str], method: transla
     lines = [line.replace("\n", " ") for line in lines]
     if fallback is not None:
         lines = [line if line.strip() else human for line, human in zip(lines, fallback)]
-    record = dict(method=want, wall_s=wall_s, sentences=len(lines), commit=provenance.git_commit(),
+    record = dict(method=want, wall_s=wall_s, sentences=len(lines), commit=commit,
                   hardware=provenance.hardware_summary())
     tmp = path.with_name(path.name + ".part")
     with gzip.open(tmp, "wt", encoding="utf-8") as f:

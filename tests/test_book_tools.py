@@ -175,6 +175,44 @@ def test_smoke_output_is_not_a_committed_run(book_copy):
     assert any("provenance.md does not match" in p for p in problems)
 
 
+def test_full_run_refuses_uncommitted_sources(monkeypatch, tmp_path):
+    """A full run's outputs replace the committed notebook, so they must name a clean commit;
+    refusing up front saves a long run that the check would reject."""
+    name = CHAPTERS[0]
+    (tmp_path / "notebooks").mkdir()
+    shutil.copy(ROOT / "notebooks" / f"{name}.md", tmp_path / "notebooks")
+    monkeypatch.setattr(provenance, "git_commit", lambda: "e" * 40 + "-dirty")
+    with pytest.raises(ValueError, match="must start from committed sources.*commit them first"):
+        runner.run_notebook(name, "full", root=tmp_path)
+    assert not (tmp_path / "notebooks" / f"{name}.ipynb").exists()
+
+
+def test_provenance_names_the_commit_the_run_started_with(monkeypatch):
+    """A commit made while a long run goes on must not be credited with its results."""
+    monkeypatch.setattr(provenance, "git_commit", lambda: "a" * 40)
+    run = provenance.start({})
+    assert "gmlm_lib_commit_at_finish" not in provenance.record(run)
+    monkeypatch.setattr(provenance, "git_commit", lambda: "b" * 40)
+    rec = provenance.record(run)
+    assert rec["gmlm_lib_commit"] == "a" * 40 and rec["gmlm_lib_commit_at_finish"] == "b" * 40
+    assert "sources changed while it ran" in provenance.summary_line(rec)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("gmlm_lib_commit", "c" * 40 + "-dirty", "uncommitted sources (cccccccccccc-dirty)"),
+    ("gmlm_lib_commit_at_finish", "d" * 40, "changed while its full run went on"),
+])
+def test_full_run_without_one_clean_commit_fails(book_copy, field, value, message):
+    name = CHAPTERS[0]
+    ipynb = book_copy / "notebooks" / f"{name}.ipynb"
+    nb = nbformat.read(ipynb, as_version=4)
+    nb.metadata["gmlm"]["provenance"][field] = value
+    nbformat.write(nb, ipynb)
+    assert any(p.startswith(name) and message in p for p in checks.check_all(book_copy))
+    if field == "gmlm_lib_commit":  # the provenance page keeps the mark instead of cutting it off
+        assert f"`{'c' * 12}-dirty`" in checks.provenance_page(book_copy)
+
+
 def test_unlisted_notebook_source_fails(book_copy):
     (book_copy / "notebooks" / "stray.md").write_text("# stray\n")
     assert any("stray" in p and "not listed in _toc.yml" in p for p in checks.check_all(book_copy))

@@ -5,7 +5,9 @@ A chapter fails the check when
 - its ``.ipynb`` is missing, or was not produced by a ``full`` run of the runner;
 - its ``.md`` and ``.ipynb`` disagree in any code cell (source or tags) or markdown cell;
 - the code that produced the ``.ipynb``'s outputs (the SHA-256 stored at run time) is not
-  the code the ``.ipynb`` now holds: a code cell was edited without rerunning.
+  the code the ``.ipynb`` now holds: a code cell was edited without rerunning;
+- its full run does not name one clean commit: the sources had uncommitted changes when it
+  started (``-dirty``) or changed while it ran, so no commit reproduces its outputs.
 
 ``book/provenance.md`` is generated from the notebooks' metadata and must match it.
 """
@@ -47,7 +49,20 @@ def check_pair(md: Path, ipynb: Path) -> list[str]:
             f"{name}: the outputs of {ipynb.name} were not produced by its current code "
             f"(code changed since the last run); rerun `make full NB={name}`."
         )
+    commit = meta.get("provenance", {}).get("gmlm_lib_commit", "")
+    if commit.endswith("-dirty"):
+        problems.append(f"{name}: its full run started from uncommitted sources ({_short(commit)}); commit, then "
+                        f"rerun `make full NB={name}`.")
+    if "gmlm_lib_commit_at_finish" in meta.get("provenance", {}):
+        problems.append(f"{name}: the sources changed while its full run went on (started at {_short(commit)}, "
+                        f"ended at {_short(meta['provenance']['gmlm_lib_commit_at_finish'])}); rerun "
+                        f"`make full NB={name}` and leave the tree alone until it ends.")
     return problems
+
+
+def _short(commit: str) -> str:
+    """A commit for tables and messages: 12 hex digits, keeping a ``-dirty`` mark."""
+    return commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
 
 
 def provenance_page(root: Path) -> str:
@@ -72,7 +87,7 @@ def provenance_page(root: Path) -> str:
         rec = meta.get("provenance", {})
         lines.append(
             f"| {{doc}}`../notebooks/{name}` | {meta.get('profile', 'not run')} | {meta.get('total_wall_time_s', '')} | "
-            f"`{rec.get('gmlm_lib_commit', '')[:12]}` | {rec.get('jax_version', '')} | "
+            f"`{_short(rec.get('gmlm_lib_commit', ''))}` | {rec.get('jax_version', '')} | "
             f"{rec.get('backend', '')} ({rec.get('device_count', '')} x {rec.get('device_kind', '')}) | "
             f"{rec.get('started_at', '')} |"
         )

@@ -85,10 +85,13 @@ def write_record(path: str | os.PathLike, record: dict) -> None:
 
 @dataclass
 class Run:
-    """An open notebook run: its parameters and start time."""
+    """An open notebook run: its parameters, start time, and the commit of the code it started
+    with (:func:`git_commit` at :func:`start`: a commit or edit made while a long run is going
+    must not be credited with its results)."""
 
     parameters: dict
     started: float = field(default_factory=time.perf_counter)
+    commit: str = field(default_factory=lambda: git_commit())
     started_at: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
 
@@ -111,15 +114,21 @@ def start(parameters: dict) -> Run:
 
 
 def record(run: Run) -> dict:
-    """The provenance record of ``run`` as a JSON-able dict."""
-    return {
+    """The provenance record of ``run`` as a JSON-able dict. ``gmlm_lib_commit`` is the commit
+    the run started with; when the sources changed while it ran (a new commit, or edits), the
+    commit found at the end is added as ``gmlm_lib_commit_at_finish``."""
+    rec = {
         "parameters": run.parameters,
         "profile": os.environ.get(ENV_PROFILE, "interactive"),
         "wall_time_s": round(time.perf_counter() - run.started, 2),
         "started_at": run.started_at,
-        "gmlm_lib_commit": git_commit(),
+        "gmlm_lib_commit": run.commit,
         **environment(),
     }
+    now = git_commit()
+    if now != run.commit:
+        rec["gmlm_lib_commit_at_finish"] = now
+    return rec
 
 
 def summary_line(rec: dict) -> str:
@@ -129,6 +138,8 @@ def summary_line(rec: dict) -> str:
         f"Provenance: profile {rec['profile']}; parameters {params}; wall time {rec['wall_time_s']:.1f} s; "
         f"gmlm_lib {rec['gmlm_lib_commit'][:12]}; JAX {rec['jax_version']} on {rec['backend']} "
         f"({rec['device_count']} x {rec['device_kind']}); run started {rec['started_at']}."
+        + (f" The sources changed while it ran (now {rec['gmlm_lib_commit_at_finish'][:12]}): no commit reproduces it."
+           if "gmlm_lib_commit_at_finish" in rec else "")
     )
 
 

@@ -3,7 +3,8 @@
 - ``smoke``: the parameters cell's defaults, overridden by ``params/smoke.yaml`` and then by
   ``-p`` options; the executed notebook goes to ``_build/smoke/NAME.ipynb``.
 - ``full``: the defaults, overridden by ``-p`` options only; the executed notebook replaces the
-  committed ``notebooks/NAME.ipynb``, and ``book/provenance.md`` is regenerated.
+  committed ``notebooks/NAME.ipynb``, and ``book/provenance.md`` is regenerated. It starts only
+  from committed sources (:func:`gmlm_lib.book.provenance.git_commit` without ``-dirty``).
 
 A parameter name that is not in the notebook's ``parameters`` cell is an error. The executed
 notebook's metadata ``gmlm`` holds the provenance record, the profile, the total wall time
@@ -81,6 +82,11 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
 
     root = root or sources.find_root()
     params, inject = resolve_parameters(root, name, profile, overrides)
+    commit = provenance.git_commit()
+    if profile == "full" and commit.endswith("-dirty"):
+        raise ValueError(f"a full run of {name!r} must start from committed sources, but gmlm_lib, notebooks/*.md, "
+                         "params/ or pyproject.toml have uncommitted changes (`git status`); commit them first: "
+                         "the committed outputs must name a commit that reproduces them.")
     out = output_path(root, name, profile)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
