@@ -18,11 +18,11 @@ import pathlib
 import time
 
 import jax
-from tqdm.auto import tqdm
 
 from . import batching, corpus, seq2seq, training, translate
 from . import vocab as V
 from .book import provenance
+from .progress import bar as progress_bar
 
 MODELS = ("ar", "padir_raw", "padir_distilled")
 
@@ -111,7 +111,7 @@ def distil(translator: translate.Translator, sources: list[str], method: transla
         return Distilled(lines, record, reused=True)
     commit = provenance.git_commit()  # the code that decodes, not whatever HEAD is when it ends
     t0 = time.perf_counter()
-    with tqdm(total=len(sources), desc="distil", leave=False, disable=not progress) as bar:
+    with progress_bar(progress=progress, total=len(sources), desc="distil", leave=False) as bar:
         lines = translator.translate(sources, method, batch_size=batch_size, progress=bar)
     wall_s = time.perf_counter() - t0
     lines = [line.replace("\n", " ") for line in lines]

@@ -27,10 +27,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-from tqdm import tqdm
 
 from gmlm_lib import ising, product
 from gmlm_lib.ising import IsingModel
+from gmlm_lib.progress import bar as progress_bar
 from gmlm_lib.masks import MaskDistribution, all_k_subsets, check_distribution, check_k
 
 MAX_KERNEL_N = 6
@@ -427,7 +427,7 @@ def run_chains(
     starts = np.arange(0, num_steps, thin)
     per_chunk = max(1, int(chunk) // thin)
     pieces, done = [], 0
-    bar = tqdm(total=num_steps, desc=sampler.name, disable=not progress, leave=False)
+    bar = progress_bar(progress=progress, total=num_steps, desc=sampler.name, leave=False)
     for lo in range(0, len(starts), per_chunk):
         block = starts[lo : lo + per_chunk]
         carry, obs = _run_chunk(sampler, observe, target, thin, key, carry, jnp.asarray(block))

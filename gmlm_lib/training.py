@@ -26,9 +26,9 @@ import optax
 import orbax.checkpoint as ocp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from tqdm.auto import tqdm
 
 from . import batching
+from .progress import bar as progress_bar
 from . import seq2seq
 from . import vocab as V
 from .book import provenance
@@ -330,8 +330,8 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
         provenance.write_record(record_path, record)
         return json.loads(json.dumps(record))  # as a later call reads it back (tuples become lists)
 
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"train {cfg.kind}",
-               disable=not progress, leave=False, mininterval=10)
+    bar = progress_bar(range(start, cfg.steps), progress=progress, initial=start, total=cfg.steps,
+                       desc=f"train {cfg.kind}", leave=False, mininterval=10)
     with metrics.open("a") as log:
         for step in bar:
             b = batcher.at(step)

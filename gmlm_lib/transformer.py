@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from tqdm import tqdm
+
+from gmlm_lib.progress import bar as progress_bar
 
 DTYPE = jnp.float32
 
@@ -108,8 +109,7 @@ def train(model: ParallelDecoder, batches: Iterator[tuple[np.ndarray, np.ndarray
         return loss
 
     losses, start = [], time.perf_counter()
-    bar = {"desc": "training", "leave": False} if progress else {"disable": True}  # TQDM_* env vars still apply
-    for t in tqdm(range(1, steps + 1), **bar):
+    for t in progress_bar(range(1, steps + 1), progress=progress, desc="training", leave=False):
         tokens, targets = next(batches)
         loss = step(model, opt, jnp.asarray(tokens, jnp.int32), jnp.asarray(targets, jnp.int32))
         if t % log_every == 0 or t == steps:

@@ -236,3 +236,16 @@ def test_throughput_report():
     assert kg["sampler"] == "2-Gibbs" and np.isnan(kg["ceiling_vs_loop"])
     with pytest.raises(ValueError, match="sampler must be 'k-gibbs' or 'independent-parallel'"):
         bench.throughput(8, 4, "gibbs")
+
+
+def test_progress_bar_honours_tqdm_disable(monkeypatch, capsys):
+    """progress=True shows a bar, unless TQDM_DISABLE is set (the book's runner sets it, so a
+    stored notebook holds no progress bars): an explicit disable=False would override it."""
+    s = samplers.k_gibbs(_model(seed=1)[2], 1)
+    x0 = jnp.ones((2, 5), jnp.int8)
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    samplers.run_chains(jax.random.key(0), s, x0, 3, progress=True)
+    assert "1-Gibbs" in capsys.readouterr().err
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    samplers.run_chains(jax.random.key(0), s, x0, 3, progress=True)
+    assert capsys.readouterr().err == ""
