@@ -5,8 +5,13 @@ stores hold no progress bars). Passing ``disable=False`` to tqdm would override 
 from __future__ import annotations
 
 import os
+import warnings
 
-from tqdm.auto import tqdm
+from tqdm import TqdmWarning
+
+with warnings.catch_warnings():  # without ipywidgets tqdm.auto falls back to text bars; no need to say so
+    warnings.simplefilter("ignore", TqdmWarning)
+    from tqdm.auto import tqdm
 
 
 def bar(iterable=None, *, progress: bool = True, **kwargs) -> tqdm:
