@@ -30,8 +30,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from gmlm_lib import ising, product
 from gmlm_lib.ising import IsingModel
-from gmlm_lib.progress import bar as progress_bar
 from gmlm_lib.masks import MaskDistribution, all_k_subsets, check_distribution, check_k
+from gmlm_lib.progress import bar as progress_bar
 
 MAX_KERNEL_N = 6
 """Largest n for exact transition matrices (64 x 64), built by enumerating every block and pattern."""

@@ -28,10 +28,10 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from . import batching
-from .progress import bar as progress_bar
 from . import seq2seq
 from . import vocab as V
 from .book import provenance
+from .progress import bar as progress_bar
 
 
 @dataclasses.dataclass(frozen=True)

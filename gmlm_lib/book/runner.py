@@ -82,8 +82,7 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
 
     root = root or sources.find_root()
     params, inject = resolve_parameters(root, name, profile, overrides)
-    commit = provenance.git_commit()
-    if profile == "full" and commit.endswith("-dirty"):
+    if profile == "full" and provenance.git_commit().endswith("-dirty"):
         raise ValueError(f"a full run of {name!r} must start from committed sources, but gmlm_lib, notebooks/*.md, "
                          "params/ or pyproject.toml have uncommitted changes (`git status`); commit them first: "
                          "the committed outputs must name a commit that reproduces them.")
