@@ -196,6 +196,8 @@ def test_provenance_names_the_commit_the_run_started_with(monkeypatch):
     rec = provenance.record(run)
     assert rec["gmlm_lib_commit"] == "a" * 40 and rec["gmlm_lib_commit_at_finish"] == "b" * 40
     assert "sources changed while it ran" in provenance.summary_line(rec)
+    rec["gmlm_lib_commit"] = "a" * 40 + "-dirty"  # the visible line keeps the mark too
+    assert f"gmlm_lib {'a' * 12}-dirty;" in provenance.summary_line(rec)
 
 
 @pytest.mark.parametrize("field, value, message", [

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nbformat
 
-from gmlm_lib.book import sources
+from gmlm_lib.book import provenance, sources
 
 PROVENANCE_PAGE = Path("book") / "provenance.md"
 RUN_METADATA = ("papermill", "execution")  # per-cell metadata written by a run, not by the text
@@ -49,20 +49,16 @@ def check_pair(md: Path, ipynb: Path) -> list[str]:
             f"{name}: the outputs of {ipynb.name} were not produced by its current code "
             f"(code changed since the last run); rerun `make full NB={name}`."
         )
-    commit = meta.get("provenance", {}).get("gmlm_lib_commit", "")
-    if commit.endswith("-dirty"):
-        problems.append(f"{name}: its full run started from uncommitted sources ({_short(commit)}); commit, then "
-                        f"rerun `make full NB={name}`.")
-    if "gmlm_lib_commit_at_finish" in meta.get("provenance", {}):
-        problems.append(f"{name}: the sources changed while its full run went on (started at {_short(commit)}, "
-                        f"ended at {_short(meta['provenance']['gmlm_lib_commit_at_finish'])}); rerun "
-                        f"`make full NB={name}` and leave the tree alone until it ends.")
+    rec = meta.get("provenance", {})
+    short = provenance.short_commit
+    if rec.get("gmlm_lib_commit", "").endswith("-dirty"):
+        problems.append(f"{name}: its full run started from uncommitted sources ({short(rec['gmlm_lib_commit'])}); "
+                        f"commit, then rerun `make full NB={name}`.")
+    if "gmlm_lib_commit_at_finish" in rec:
+        problems.append(f"{name}: the sources changed while its full run went on (started at "
+                        f"{short(rec['gmlm_lib_commit'])}, ended at {short(rec['gmlm_lib_commit_at_finish'])}); "
+                        f"rerun `make full NB={name}` and leave the tree alone until it ends.")
     return problems
-
-
-def _short(commit: str) -> str:
-    """A commit for tables and messages: 12 hex digits, keeping a ``-dirty`` mark."""
-    return commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
 
 
 def provenance_page(root: Path) -> str:
@@ -87,7 +83,7 @@ def provenance_page(root: Path) -> str:
         rec = meta.get("provenance", {})
         lines.append(
             f"| {{doc}}`../notebooks/{name}` | {meta.get('profile', 'not run')} | {meta.get('total_wall_time_s', '')} | "
-            f"`{_short(rec.get('gmlm_lib_commit', ''))}` | {rec.get('jax_version', '')} | "
+            f"`{provenance.short_commit(rec.get('gmlm_lib_commit', ''))}` | {rec.get('jax_version', '')} | "
             f"{rec.get('backend', '')} ({rec.get('device_count', '')} x {rec.get('device_kind', '')}) | "
             f"{rec.get('started_at', '')} |"
         )

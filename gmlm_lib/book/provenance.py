@@ -28,6 +28,7 @@ ENV_RECORD = "GMLM_PROVENANCE_FILE"  # where finish() writes its record for the 
 ENV_PROFILE = "GMLM_PROFILE"  # "smoke" or "full"
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
+SOURCES = ("gmlm_lib", "notebooks/*.md", "params", "pyproject.toml")  # what a -dirty commit mark looks at
 
 
 def git_commit(path: Path = _PACKAGE_DIR) -> str:
@@ -38,7 +39,7 @@ def git_commit(path: Path = _PACKAGE_DIR) -> str:
         top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path, capture_output=True, text=True, check=True).stdout.strip()
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=top, capture_output=True, text=True, check=True).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "gmlm_lib", "notebooks/*.md", "params", "pyproject.toml"],
+            ["git", "status", "--porcelain", "--", *SOURCES],
             cwd=top, capture_output=True, text=True, check=True,
         ).stdout.strip()
         return sha + ("-dirty" if dirty else "")
@@ -49,6 +50,11 @@ def git_commit(path: Path = _PACKAGE_DIR) -> str:
         return direct.get("vcs_info", {}).get("commit_id", "unknown")
     except (_metadata.PackageNotFoundError, ValueError):
         return "unknown"
+
+
+def short_commit(commit: str) -> str:
+    """A commit for tables and messages: 12 hex digits, keeping a ``-dirty`` mark."""
+    return commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
 
 
 def environment() -> dict:
@@ -136,9 +142,9 @@ def summary_line(rec: dict) -> str:
     params = ", ".join(f"{k}={v!r}" for k, v in rec["parameters"].items())
     return (
         f"Provenance: profile {rec['profile']}; parameters {params}; wall time {rec['wall_time_s']:.1f} s; "
-        f"gmlm_lib {rec['gmlm_lib_commit'][:12]}; JAX {rec['jax_version']} on {rec['backend']} "
+        f"gmlm_lib {short_commit(rec['gmlm_lib_commit'])}; JAX {rec['jax_version']} on {rec['backend']} "
         f"({rec['device_count']} x {rec['device_kind']}); run started {rec['started_at']}."
-        + (f" The sources changed while it ran (now {rec['gmlm_lib_commit_at_finish'][:12]}): no commit reproduces it."
+        + (f" The sources changed while it ran (now {short_commit(rec['gmlm_lib_commit_at_finish'])}): no commit reproduces it."
            if "gmlm_lib_commit_at_finish" in rec else "")
     )
 

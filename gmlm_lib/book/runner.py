@@ -83,9 +83,9 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
     root = root or sources.find_root()
     params, inject = resolve_parameters(root, name, profile, overrides)
     if profile == "full" and provenance.git_commit().endswith("-dirty"):
-        raise ValueError(f"a full run of {name!r} must start from committed sources, but gmlm_lib, notebooks/*.md, "
-                         "params/ or pyproject.toml have uncommitted changes (`git status`); commit them first: "
-                         "the committed outputs must name a commit that reproduces them.")
+        raise ValueError(f"a full run of {name!r} must start from committed sources, but {', '.join(provenance.SOURCES)} "
+                         "have uncommitted changes (`git status`); commit them first: the committed outputs must name "
+                         "a commit that reproduces them.")
     out = output_path(root, name, profile)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
