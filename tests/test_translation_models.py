@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from gmlm_lib import batching, decoding, seq2seq, training, translate
+from gmlm_lib import batching, decode_costs, decoding, seq2seq, training, translate
 from gmlm_lib import vocab as V
 from gmlm_lib.book import provenance
 
@@ -140,6 +140,61 @@ def test_padir_decoding_outputs():
     assert len(masked["attention"]) == 2
     with pytest.raises(ValueError, match="init"):
         decoding.PadirOptions(init="noise")
+
+
+class _CountingStatic:
+    """A stand-in graphdef that counts how often it is hashed; equal to every other one."""
+
+    hashed = 0
+
+    def __hash__(self):
+        _CountingStatic.hashed += 1
+        return 7
+
+    def __eq__(self, other):
+        return isinstance(other, _CountingStatic)
+
+
+def _plus(graphdef, x, *, k):
+    return x + k
+
+
+def test_jitted_hashes_a_graphdef_once_and_shares_equal_ones():
+    a, b = _CountingStatic(), _CountingStatic()
+    before = _CountingStatic.hashed
+    f = decoding.jitted(_plus, a, k=2)
+    for _ in range(5):
+        assert decoding.jitted(_plus, a, k=2) is f
+        assert int(f(jnp.int32(1))) == 3
+    assert _CountingStatic.hashed - before == 1  # the first sight of `a` only
+    assert decoding.jitted(_plus, b, k=2) is f  # an equal graphdef shares the compilation
+    assert decoding.jitted(_plus, a, k=3) is not f and int(decoding.jitted(_plus, a, k=3)(jnp.int32(1))) == 4
+    # the real decoders: two models of one structure, one compiled function, their own parameters
+    m1, m2 = tiny(True), seq2seq.build(tiny(True).cfg, seed=2)
+    (g1, p1), (g2, p2) = nnx.split(m1), nnx.split(m2)
+    assert g1 is not g2 and decoding.jitted(decoding._ar_greedy, g1, max_len=16) is decoding.jitted(
+        decoding._ar_greedy, g2, max_len=16)
+    src, sm = ids(6, (2, 8)), jnp.ones((2, 8), bool)
+    assert not np.array_equal(decoding.ar_greedy(g1, p1, src, sm, max_len=16),
+                              decoding.ar_greedy(g2, p2, src, sm, max_len=16))
+
+
+def test_unit_costs_and_the_speedup_bound():
+    ar, pd_ = tiny(True), tiny(False)
+    rows = decode_costs.unit_costs(ar, pd_, widths=(8, 16), hyps=(1, 2), repeats=3)
+    assert sorted({(r["unit"], r["width"], r["hyps"]) for r in rows}) == sorted(
+        [(u, w, 1) for u in ("AR encoder", "AR step") for w in (8, 16)] + [("PaDIR encoder", w, 2) for w in (8, 16)]
+        + [("PaDIR pass", w, h) for w in (8, 16) for h in (1, 2)])
+    assert all(r["ms"] > 0 for r in rows)
+    fake = [dict(unit="AR encoder", width=16, hyps=1, ms=2.0), dict(unit="AR step", width=16, hyps=1, ms=1.0),
+            dict(unit="PaDIR encoder", width=16, hyps=3, ms=2.0), dict(unit="PaDIR pass", width=16, hyps=1, ms=3.0)]
+    assert decode_costs.speedup_bound(fake, ar_steps=16, padir_passes=2, width=16) == pytest.approx(18 / 8)
+    with pytest.raises(ValueError, match="no 'AR encoder' cost for {'width': 32}"):
+        decode_costs.speedup_bound(fake, ar_steps=16, padir_passes=2, width=32)
+    with pytest.raises(ValueError, match="AR model first"):
+        decode_costs.unit_costs(pd_, ar)
+    with pytest.raises(ValueError, match="max_len = 16"):
+        decode_costs.unit_costs(ar, pd_, widths=(32,))
 
 
 def test_stutter_remasking_and_repeat_dropping():

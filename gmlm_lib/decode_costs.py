@@ -1,0 +1,125 @@
+"""Where batch-1 decoding time goes: the unit costs of AR and PaDIR decoding, measured [Section 3.3].
+
+An AR greedy translation of ``m`` pieces costs one encoder call and ``m + 1`` cached decoder
+steps (EOS included); a PaDIR translation costs one encoder call (with the length predictor)
+and up to ``T`` decoder passes over ``#hyp x width`` positions. :func:`unit_costs` times each
+unit on its own at batch 1 (jitted, warm, the fastest of ``repeats`` calls: this 2-core machine's
+load moves the median of the same unit by up to 2x from run to run, the fastest call much less);
+:func:`speedup_bound`
+turns them into the batch-1 speed-up the units allow, whatever the overheads around them.
+
+A standalone call includes one dispatch from Python, which the decoders' loops do not pay per
+step, so these are upper bounds on the in-loop costs (:func:`dispatch_floor` measures that
+dispatch).
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from . import batching, decoding
+from . import vocab as V
+
+
+def _fastest_ms(units: list, *, repeats: int, rounds: int = 3) -> list[float]:
+    """``units``: ``(fn, args)`` pairs. Each is compiled and warmed, then all are timed in
+    ``rounds`` interleaved rounds of ``repeats // rounds`` calls (so a slow spell of the machine
+    hits every unit alike); returns each unit's fastest call in milliseconds."""
+    for fn, args in units:
+        jax.block_until_ready(fn(*args))
+    best = [np.inf] * len(units)
+    for _ in range(rounds):
+        for i, (fn, args) in enumerate(units):
+            for _ in range(max(1, repeats // rounds)):
+                t0 = time.perf_counter()
+                jax.block_until_ready(fn(*args))
+                best[i] = min(best[i], time.perf_counter() - t0)
+    return [1e3 * b for b in best]
+
+
+def _ar_encode(graphdef, params, src, src_mask):
+    model = nnx.merge(graphdef, params)
+    enc, enc_mask = model.encode(src, src_mask)
+    return model.cross_kv(enc), enc_mask
+
+
+def _ar_step(graphdef, params, token, t, cache, cross, enc_mask):
+    model = nnx.merge(graphdef, params)
+    logits, cache = model.decode_step(token, t, cache, cross, enc_mask)
+    return jnp.argmax(logits, -1), cache
+
+
+def _padir_pass(graphdef, params, hyp, tmask, enc, enc_mask):
+    """One refinement pass as :func:`gmlm_lib.decoding.padir_refine` runs it (logits, forbidden
+    ids, log-softmax, argmax and mean log-probability)."""
+    model = nnx.merge(graphdef, params)
+    logits = model.decode(hyp, tmask, enc, enc_mask).at[..., jnp.array(decoding._PADIR_FORBIDDEN)].set(-jnp.inf)
+    logp = jax.nn.log_softmax(logits)
+    return jnp.argmax(logp, -1), (jnp.max(logp, -1) * tmask).sum(-1)
+
+
+def _noop(x):
+    return x + 1
+
+
+def dispatch_floor(repeats: int = 200) -> float:
+    """Milliseconds of the fastest call of a trivial jitted function (the per-call overhead of dispatch)."""
+    return _fastest_ms([(jax.jit(_noop), (jnp.int32(0),))], repeats=repeats)[0]
+
+
+def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), repeats: int = 99) -> list[dict]:
+    """Time each unit of batch-1 decoding for the two models (:class:`gmlm_lib.seq2seq.Seq2Seq`,
+    AR and PaDIR). ``widths`` are source buckets and PaDIR hypothesis widths (each at most
+    ``max_len``); ``hyps`` the numbers of PaDIR hypotheses. Returns rows ``{"unit", "width",
+    "hyps", "ms"}``: ``"AR encoder"`` (encoder and cross-attention keys and values, per source
+    width), ``"AR step"`` (one cached step at position ``width // 2`` of a ``max_len`` cache),
+    ``"PaDIR encoder"`` (encoder and length predictor, per source width) and ``"PaDIR pass"``
+    (one refinement pass over ``hyps`` hypotheses of ``width`` positions, sources of 16)."""
+    if not ar_model.cfg.causal or padir_model.cfg.causal:
+        raise ValueError("unit_costs(ar_model, padir_model): pass the AR model first and the PaDIR model second.")
+    for name, model in (("ar_model", ar_model), ("padir_model", padir_model)):
+        too_long = [w for w in widths if w > model.cfg.max_len]
+        if too_long:
+            raise ValueError(f"unit_costs: widths {too_long} exceed {name}.cfg.max_len = {model.cfg.max_len}; "
+                             "nothing is clipped: pass widths up to max_len.")
+    ga, pa = nnx.split(ar_model)
+    gp, pp = nnx.split(padir_model)
+    enc_ar = decoding.jitted(_ar_encode, ga)
+    enc_padir = decoding.jitted(decoding._padir_encode, gp, hyps=max(hyps))
+    labels, units = [], []
+    for w in widths:
+        src, mask = (jnp.asarray(a) for a in batching.pad([[V.FIRST_PIECE] * w], w))
+        cross, enc_mask = enc_ar(pa, src, mask)
+        step_args = (pa, jnp.full((1,), V.FIRST_PIECE, jnp.int32), jnp.int32(w // 2),
+                     ar_model.init_cache(1, ar_model.cfg.max_len), cross, enc_mask)
+        labels += [("AR encoder", w, 1), ("AR step", w, 1), ("PaDIR encoder", w, max(hyps))]
+        units += [(enc_ar, (pa, src, mask)), (decoding.jitted(_ar_step, ga), step_args), (enc_padir, (pp, src, mask))]
+    src, mask = (jnp.asarray(a) for a in batching.pad([[V.FIRST_PIECE] * 16], 16))
+    enc, enc_mask, _ = decoding.padir_encode(gp, pp, src, mask, hyps=1)
+    for h in hyps:
+        for w in widths:
+            labels.append(("PaDIR pass", w, h))
+            units.append((decoding.jitted(_padir_pass, gp), (pp, jnp.full((h, w), V.FIRST_PIECE, jnp.int32),
+                                                             jnp.ones((h, w), bool), jnp.repeat(enc, h, 0),
+                                                             jnp.repeat(enc_mask, h, 0))))
+    times = _fastest_ms(units, repeats=repeats)
+    return [dict(unit=u, width=w, hyps=h, ms=ms) for (u, w, h), ms in zip(labels, times)]
+
+
+def speedup_bound(costs: list[dict], *, ar_steps: float, padir_passes: float, width: int, hyps: int = 1) -> float:
+    """The batch-1 speed-up of PaDIR over AR greedy that the unit ``costs`` (:func:`unit_costs`)
+    allow for a sentence in source bucket and hypothesis width ``width``: ``(AR encoder + ar_steps
+    x AR step) / (PaDIR encoder + padir_passes x PaDIR pass)``, with no overhead on either side."""
+    def cost(unit, **kw):
+        found = [r["ms"] for r in costs if r["unit"] == unit and all(r[k] == v for k, v in kw.items())]
+        if not found:
+            raise ValueError(f"speedup_bound: no {unit!r} cost for {kw} in costs; measure it with unit_costs.")
+        return found[0]
+
+    ar = cost("AR encoder", width=width) + ar_steps * cost("AR step", width=width)
+    return ar / (cost("PaDIR encoder", width=width) + padir_passes * cost("PaDIR pass", width=width, hyps=hyps))
