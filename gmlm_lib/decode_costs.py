@@ -3,10 +3,10 @@
 An AR greedy translation of ``m`` pieces costs one encoder call and ``m + 1`` cached decoder
 steps (EOS included); a PaDIR translation costs one encoder call (with the length predictor)
 and up to ``T`` decoder passes over ``#hyp x width`` positions. :func:`unit_costs` times each
-unit on its own at batch 1 (jitted, warm, the fastest of ``repeats`` calls: this 2-core machine's
-load moves the median of the same unit by up to 2x from run to run, the fastest call much less);
-:func:`speedup_bound`
-turns them into the batch-1 speed-up the units allow, whatever the overheads around them.
+unit on its own at batch 1 (jitted, warm, its fastest call in interleaved rounds: this 2-core
+machine's load moves the median of the same unit by up to 2x from run to run, the fastest call
+much less); :func:`speedup_bound` turns them into the batch-1 speed-up the units allow, whatever
+the overheads around them.
 
 A standalone call includes one dispatch from Python, which the decoders' loops do not pay per
 step, so these are upper bounds on the in-loop costs (:func:`dispatch_floor` measures that
@@ -15,31 +15,25 @@ dispatch).
 
 from __future__ import annotations
 
-import time
+import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
-from . import batching, decoding
+from . import batching, bench, decoding
 from . import vocab as V
 
 
-def _fastest_ms(units: list, *, repeats: int, rounds: int = 3) -> list[float]:
-    """``units``: ``(fn, args)`` pairs. Each is compiled and warmed, then all are timed in
-    ``rounds`` interleaved rounds of ``repeats // rounds`` calls (so a slow spell of the machine
-    hits every unit alike); returns each unit's fastest call in milliseconds."""
-    for fn, args in units:
-        jax.block_until_ready(fn(*args))
-    best = [np.inf] * len(units)
-    for _ in range(rounds):
-        for i, (fn, args) in enumerate(units):
-            for _ in range(max(1, repeats // rounds)):
-                t0 = time.perf_counter()
-                jax.block_until_ready(fn(*args))
-                best[i] = min(best[i], time.perf_counter() - t0)
-    return [1e3 * b for b in best]
+def _fastest_ms(units: list, *, min_time: float) -> list[float]:
+    """``units``: ``(fn, args)`` pairs, each compiled and warmed, then timed by
+    :func:`gmlm_lib.bench.best_times` (interleaved rounds, so a slow spell of the machine hits
+    every unit alike); each unit's fastest call in milliseconds."""
+    calls = {i: (lambda fn=fn, args=args: jax.block_until_ready(fn(*args))) for i, (fn, args) in enumerate(units)}
+    for call in calls.values():
+        call()
+    best = bench.best_times(calls, min_time)
+    return [1e3 * best[i] for i in range(len(units))]
 
 
 def _ar_encode(graphdef, params, src, src_mask):
@@ -55,31 +49,28 @@ def _ar_step(graphdef, params, token, t, cache, cross, enc_mask):
 
 
 def _padir_pass(graphdef, params, hyp, tmask, enc, enc_mask):
-    """One refinement pass as :func:`gmlm_lib.decoding.padir_refine` runs it (logits, forbidden
-    ids, log-softmax, argmax and mean log-probability)."""
-    model = nnx.merge(graphdef, params)
-    logits = model.decode(hyp, tmask, enc, enc_mask).at[..., jnp.array(decoding._PADIR_FORBIDDEN)].set(-jnp.inf)
-    logp = jax.nn.log_softmax(logits)
-    return jnp.argmax(logp, -1), (jnp.max(logp, -1) * tmask).sum(-1)
+    """One refinement pass exactly as :func:`gmlm_lib.decoding.padir_refine` runs it."""
+    return decoding.refine_pass(nnx.merge(graphdef, params), hyp, tmask, enc, enc_mask)
 
 
 def _noop(x):
     return x + 1
 
 
-def dispatch_floor(repeats: int = 200) -> float:
+def dispatch_floor(min_time: float = 0.3) -> float:
     """Milliseconds of the fastest call of a trivial jitted function (the per-call overhead of dispatch)."""
-    return _fastest_ms([(jax.jit(_noop), (jnp.int32(0),))], repeats=repeats)[0]
+    return _fastest_ms([(jax.jit(_noop), (jnp.int32(0),))], min_time=min_time)[0]
 
 
-def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), repeats: int = 99) -> list[dict]:
+def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), min_time: float = 0.5) -> list[dict]:
     """Time each unit of batch-1 decoding for the two models (:class:`gmlm_lib.seq2seq.Seq2Seq`,
     AR and PaDIR). ``widths`` are source buckets and PaDIR hypothesis widths (each at most
     ``max_len``); ``hyps`` the numbers of PaDIR hypotheses. Returns rows ``{"unit", "width",
     "hyps", "ms"}``: ``"AR encoder"`` (encoder and cross-attention keys and values, per source
     width), ``"AR step"`` (one cached step at position ``width // 2`` of a ``max_len`` cache),
     ``"PaDIR encoder"`` (encoder and length predictor, per source width) and ``"PaDIR pass"``
-    (one refinement pass over ``hyps`` hypotheses of ``width`` positions, sources of 16)."""
+    (one refinement pass over ``hyps`` hypotheses of ``width`` positions, sources of 16). Each unit
+    is timed for ``min_time`` seconds in all."""
     if not ar_model.cfg.causal or padir_model.cfg.causal:
         raise ValueError("unit_costs(ar_model, padir_model): pass the AR model first and the PaDIR model second.")
     for name, model in (("ar_model", ar_model), ("padir_model", padir_model)):
@@ -90,7 +81,7 @@ def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), repea
     ga, pa = nnx.split(ar_model)
     gp, pp = nnx.split(padir_model)
     enc_ar = decoding.jitted(_ar_encode, ga)
-    enc_padir = decoding.jitted(decoding._padir_encode, gp, hyps=max(hyps))
+    enc_padir = functools.partial(decoding.padir_encode, gp, hyps=max(hyps))
     labels, units = [], []
     for w in widths:
         src, mask = (jnp.asarray(a) for a in batching.pad([[V.FIRST_PIECE] * w], w))
@@ -107,7 +98,7 @@ def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), repea
             units.append((decoding.jitted(_padir_pass, gp), (pp, jnp.full((h, w), V.FIRST_PIECE, jnp.int32),
                                                              jnp.ones((h, w), bool), jnp.repeat(enc, h, 0),
                                                              jnp.repeat(enc_mask, h, 0))))
-    times = _fastest_ms(units, repeats=repeats)
+    times = _fastest_ms(units, min_time=min_time)
     return [dict(unit=u, width=w, hyps=h, ms=ms) for (u, w, h), ms in zip(labels, times)]
 
 

@@ -189,6 +189,16 @@ def stutter_positions(ids, mask):
     return jnp.concatenate([jnp.zeros_like(rep[:, :1]), rep], axis=1)
 
 
+def refine_pass(model, hyp, tmask, enc, enc_mask):
+    """One PaDIR refinement pass: hypotheses (N, W) with mask ``tmask`` -> the argmax over the
+    allowed ids (N, W) (PAD outside ``tmask``) and the mean log-probability of that argmax
+    over the real positions (N,)."""
+    logp = jax.nn.log_softmax(_forbid(model.decode(hyp, tmask, enc, enc_mask), _PADIR_FORBIDDEN))
+    pred = jnp.argmax(logp, -1).astype(jnp.int32)
+    score = (jnp.max(logp, -1) * tmask).sum(-1) / tmask.sum(-1)
+    return jnp.where(tmask, pred, V.PAD), score
+
+
 def padir_encode(graphdef, params, src, src_mask, *, hyps: int):
     """PaDIR phase 1: encode and predict the top-``hyps`` target lengths (at least 1).
     (B, S) -> enc (B, S + 1, D), enc_mask (B, S + 1), lengths (B, hyps)."""
@@ -228,20 +238,13 @@ def _padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Pad
     tmask = jnp.arange(width)[None, :] < lengths[:, None]
     hyp = initial_hypothesis(key, (b * l, width), tmask, model.cfg.vocab, options.init)
 
-    def predict(hyp):
-        logits = model.decode(hyp, tmask, enc, enc_mask)
-        logp = jax.nn.log_softmax(_forbid(logits, _PADIR_FORBIDDEN))
-        pred = jnp.argmax(logp, -1).astype(jnp.int32)
-        score = (jnp.max(logp, -1) * tmask).sum(-1) / lengths
-        return jnp.where(tmask, pred, V.PAD), score
-
     def cond(c):
         t, _, _, _, stop, _, _ = c
         return (t < options.steps) & ~stop
 
     def body(c):
         t, hyp, prev, _, _, hist, last_in = c
-        pred, score = predict(hyp)
+        pred, score = refine_pass(model, hyp, tmask, enc, enc_mask)
         stop = jnp.all(pred == prev) if options.early_stop else jnp.bool_(False)
         nxt = jnp.where(stutter_positions(pred, tmask), V.MASK, pred) if options.remask_stutter else pred
         hist = hist.at[t].set(pred)

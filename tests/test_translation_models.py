@@ -181,7 +181,7 @@ def test_jitted_hashes_a_graphdef_once_and_shares_equal_ones():
 
 def test_unit_costs_and_the_speedup_bound():
     ar, pd_ = tiny(True), tiny(False)
-    rows = decode_costs.unit_costs(ar, pd_, widths=(8, 16), hyps=(1, 2), repeats=3)
+    rows = decode_costs.unit_costs(ar, pd_, widths=(8, 16), hyps=(1, 2), min_time=0.02)
     assert sorted({(r["unit"], r["width"], r["hyps"]) for r in rows}) == sorted(
         [(u, w, 1) for u in ("AR encoder", "AR step") for w in (8, 16)] + [("PaDIR encoder", w, 2) for w in (8, 16)]
         + [("PaDIR pass", w, h) for w in (8, 16) for h in (1, 2)])
