@@ -72,6 +72,20 @@ def test_padir_decoder_never_sees_a_padded_position():
     assert m.length_logits(enc).shape == (2, 17)
 
 
+def test_dropout_drops_at_its_rate_and_follows_its_key():
+    x = jnp.full((400, 2500), 3.0)
+    out = np.asarray(seq2seq.dropout(x, 0.1, jax.random.key(0)))
+    dropped = float((out == 0).mean())
+    assert abs(dropped - 0.1) <= 4.5 * np.sqrt(0.1 * 0.9 / out.size), dropped
+    np.testing.assert_allclose(out[out != 0], 3.0 / 0.9, rtol=1e-6)  # inverted: the mean is kept
+    assert np.array_equal(out, np.asarray(seq2seq.dropout(x, 0.1, jax.random.key(0))))
+    other = np.asarray(seq2seq.dropout(x, 0.1, jax.random.key(1))) == 0
+    assert 0.05 < float(((out == 0) != other).mean()) < 0.25  # another key, another mask (about 0.18 differ)
+    rows = (out == 0).mean(1)  # no structure along the rows: each row's rate is binomial
+    assert abs(float(rows.std()) - np.sqrt(0.1 * 0.9 / 2500)) < 0.002
+    assert seq2seq.dropout(x, 0.1, None) is x and seq2seq.dropout(x, 0.0, jax.random.key(0)) is x
+
+
 def test_positional_attention_is_a_padir_option():
     with_pos, without = tiny(False), tiny(False, positional_attention=False)
     assert seq2seq.count_params(with_pos) > seq2seq.count_params(without)
