@@ -18,6 +18,7 @@ from flax import nnx
 
 from . import batching, decoding
 from . import vocab as V
+from .progress import bar
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,13 +137,7 @@ class Translator:
 
     def latency(self, texts: list[str], method: Method) -> np.ndarray:
         """Seconds per sentence at batch 1, end to end (``translate_one``), after :meth:`warm_up`."""
-        self.warm_up(method)
-        times = np.empty(len(texts))
-        for i, text in enumerate(texts):
-            t0 = time.perf_counter()
-            self.translate_one(text, method)
-            times[i] = time.perf_counter() - t0
-        return times
+        return latencies({"": (self, method)}, texts, progress=False)[""]
 
     def throughput(self, texts: list[str], method: Method, batch_size: int = 64) -> float:
         """Sentences per second translating ``texts`` in batches of ``batch_size`` (after a warm-up)."""
@@ -150,3 +145,28 @@ class Translator:
         t0 = time.perf_counter()
         self.translate(texts, method, batch_size=batch_size)
         return len(texts) / (time.perf_counter() - t0)
+
+
+def latencies(systems: dict[str, tuple[Translator, Method]], texts: list[str], *,
+              progress: bool = True) -> dict[str, np.ndarray]:
+    """Seconds per sentence at batch 1, end to end (:meth:`Translator.translate_one`), for each
+    ``name: (translator, method)`` of ``systems``, timed in turn: after every system's
+    :meth:`~Translator.warm_up`, each sentence is translated by every system, in an order that
+    rotates by one system per sentence. A slow spell of the machine then slows all systems alike;
+    timed one after another, whole rows of a speed table move (in the PaDIR chapter's run at
+    197aa33 on the 2-core CPU, PaDIR with T = 10 came out faster than with T = 4, though it runs
+    at least as many passes). Returns ``name: (len(texts),)`` seconds."""
+    if not systems:
+        raise ValueError("latencies: systems is empty; pass at least one name: (translator, method).")
+    for translator, method in systems.values():
+        translator.warm_up(method)
+    names = list(systems)
+    times = {name: np.empty(len(texts)) for name in names}
+    for i, text in enumerate(bar(texts, progress=progress, desc="batch-1 latency", leave=False)):
+        for j in range(len(names)):
+            name = names[(i + j) % len(names)]
+            translator, method = systems[name]
+            t0 = time.perf_counter()
+            translator.translate_one(text, method)
+            times[name][i] = time.perf_counter() - t0
+    return times

@@ -340,6 +340,29 @@ def test_bad_training_inputs():
         tiny(True).length_logits(jnp.zeros((1, 3, 32)))
 
 
+def test_latencies_time_every_system_on_every_sentence_in_rotating_order():
+    calls = []
+
+    class Recorder:  # what latencies needs of a Translator
+        def __init__(self, name):
+            self.name = name
+
+        def warm_up(self, method):
+            calls.append(("warm", self.name))
+
+        def translate_one(self, text, method):
+            calls.append((text, self.name))
+
+    systems = {n: (Recorder(n), translate.Method("greedy")) for n in "abc"}
+    times = translate.latencies(systems, ["s0", "s1", "s2", "s3"], progress=False)
+    assert calls[:3] == [("warm", n) for n in "abc"]
+    assert [n for _, n in calls[3:]] == list("abc" "bca" "cab" "abc")
+    assert [t for t, _ in calls[3:]] == [f"s{i}" for i in range(4) for _ in range(3)]
+    assert set(times) == set("abc") and all(v.shape == (4,) and (v > 0).all() for v in times.values())
+    with pytest.raises(ValueError, match="systems is empty"):
+        translate.latencies({}, ["s0"])
+
+
 def test_translator_rejects_a_mismatched_method_and_long_sources():
     texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras"] * 20
     v = V.train(texts, 60)
