@@ -6,7 +6,8 @@
 Prints one row per (n, sampler) with site updates per second and the speed-ups (for the
 independent parallel sampler also the ceiling: the loop's time per step over the time of the
 step's dense product and random words alone, see ``gmlm_lib.bench``), and the machine it ran
-on; ``--json`` also writes them with the parameters and the commit.
+on; ``--json`` also writes them with the parameters and the commit. On a CPU, every core is a
+JAX device and the chains are split over them (``--cpu-devices``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import math
 import subprocess
 import time
 
-from gmlm_lib import bench
+from gmlm_lib import bench, samplers
 
 
 def main() -> None:
@@ -29,7 +30,11 @@ def main() -> None:
                     help="each contestant is timed for this times the number of contestants "
                          "(3 interleaved rounds; the fastest call counts)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--cpu-devices", type=int, default=None,
+                    help="CPU cores exposed to JAX as devices, the chains split over them "
+                         "(default: every core; 1: JAX's default, one CPU device)")
     args = ap.parse_args()
+    samplers.use_cpu_cores_as_devices(args.cpu_devices)
     start = time.time()
     rows = []
     for n in args.n:

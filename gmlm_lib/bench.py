@@ -10,7 +10,7 @@ of load from elsewhere on the machine does not land on one side only. Used by
 For the independent parallel sampler the benchmark also times the part of a step no
 implementation of it can skip: the dense product ``x @ J`` for every chain and one random
 word per site (from the same per-chain keys as :func:`gmlm_lib.samplers.run_chains`), scanned over the
-same number of steps as the sampler. The per-chain NumPy loop's time per step over that time
+same number of steps as the sampler, with the chains laid out over the devices as ``run_chains`` lays them out. The per-chain NumPy loop's time per step over that time
 is the ``ceiling``: the largest speed-up a JAX step doing this work could reach on the machine.
 """
 
@@ -111,6 +111,9 @@ def parallel_step_floor(key: jax.Array, model: ising.IsingModel, x: jax.Array, n
 
         return jax.lax.scan(step, x, jnp.arange(num_steps))[0]
 
+    sharding = samplers.chain_sharding(x.shape[0])  # laid out over the devices as run_chains does
+    if sharding is not None:
+        x = jax.device_put(x, sharding)
     run = lambda: jax.block_until_ready(floor(key, x, J))  # noqa: E731
     run()  # compile
     return run

@@ -342,7 +342,38 @@ class ChainRun(NamedTuple):
     recorded_steps: np.ndarray
 
 
-def _chain_sharding(num_chains: int):
+def use_cpu_cores_as_devices(count: int | None = None) -> int:
+    """Expose ``count`` CPU cores (default: every core this process may run on) to JAX as that
+    many CPU devices, so that :func:`run_chains` shards its chains over them.
+
+    XLA runs each step of the k-Gibbs samplers (row gathers and reductions, no dense product) on
+    one core of a CPU device; as two devices, two cores share the chains. Dense products (the
+    independent parallel sampler) already use every core either way. Call it right after
+    ``import jax``, before JAX computes anything (once JAX runs, only a call asking for the count
+    it already has succeeds); accelerators (GPU, TPU) are not affected. Returns the number of
+    CPU devices.
+    """
+    import os
+
+    count = len(os.sched_getaffinity(0)) if count is None else int(count)
+    if count < 1:
+        raise ValueError(f"count must be >= 1 CPU device; got {count}.")
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError as e:
+        if len(jax.devices("cpu")) == count:  # already so (a notebook run again in the same kernel)
+            return count
+        raise RuntimeError(
+            "use_cpu_cores_as_devices must run before JAX computes anything (it sets the number of "
+            "CPU devices, fixed when JAX starts its backends): call it right after `import jax`, or "
+            "restart the kernel."
+        ) from e
+    return len(jax.devices("cpu"))
+
+
+def chain_sharding(num_chains: int) -> NamedSharding | None:
+    """How :func:`run_chains` lays out a (num_chains, n) batch: split by chains over
+    ``jax.devices()`` when there are several and they divide ``num_chains``, else ``None``."""
     devices = jax.devices()
     if len(devices) > 1 and num_chains % len(devices) == 0:
         return NamedSharding(Mesh(np.asarray(devices), ("chains",)), PartitionSpec("chains"))
@@ -418,7 +449,7 @@ def run_chains(
     if thin < 1 or num_steps % thin:
         raise ValueError(f"thin must be a positive divisor of num_steps = {num_steps}; got {thin}.")
     C = x0.shape[0]
-    sharding = _chain_sharding(C)
+    sharding = chain_sharding(C)
     if sharding is not None:
         x0 = jax.device_put(x0, sharding)
     observe = observe or _no_observation

@@ -5,6 +5,11 @@ stationary law, and the runner's bookkeeping."""
 from __future__ import annotations
 
 import itertools
+import json
+import os
+import pathlib
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -249,3 +254,48 @@ def test_progress_bar_honours_tqdm_disable(monkeypatch, capsys):
     monkeypatch.setenv("TQDM_DISABLE", "1")
     samplers.run_chains(jax.random.key(0), s, x0, 3, progress=True)
     assert capsys.readouterr().err == ""
+
+
+CORES_SCRIPT = r"""
+import json, sys
+import jax
+sys.path.insert(0, sys.argv[1])
+from gmlm_lib import bench, ising, samplers
+assert samplers.use_cpu_cores_as_devices(int(sys.argv[2])) == int(sys.argv[2])
+import jax.numpy as jnp
+model = ising.clique_plus_independent(6, 3, 1.0, 0.5)
+x0 = jnp.tile(jnp.asarray([-1, -1, -1, 1, 1, 1], jnp.int8), (12, 1))
+plus = lambda xs: jnp.all(xs[:, :3] > 0, axis=1)
+out = {"sharded": samplers.chain_sharding(12) is not None}
+for name, s in [("2-gibbs", samplers.k_gibbs(model, 2)), ("ip", samplers.independent_parallel(model))]:
+    r = samplers.run_chains(jax.random.key(5), s, x0, 40, target=plus, observe=lambda xs: jnp.mean(plus(xs)), thin=4)
+    out[name] = [r.final.tolist(), r.hitting_time.tolist(), r.observations.tolist()]
+out["floor"] = bench.parallel_step_floor(jax.random.key(5), model, x0, 3)().tolist()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_chains_sharded_over_cpu_cores_match_one_device():
+    """use_cpu_cores_as_devices: with 2 CPU devices run_chains splits the chains over them and
+    gives the same chains, bit for bit, as one device (each chain's keys do not depend on the
+    layout); the benchmark's floor step runs on the same layout."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    runs = {}
+    for count in (1, 2):
+        res = subprocess.run([sys.executable, "-c", CORES_SCRIPT, str(root), str(count)], capture_output=True,
+                             text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        assert res.returncode == 0, res.stderr[-3000:]
+        runs[count] = json.loads(res.stdout.strip().splitlines()[-1])
+    assert not runs[1].pop("sharded") and runs[2].pop("sharded")
+    assert runs[1] == runs[2]
+    assert sum(t > 0 for t in runs[1]["2-gibbs"][1]) >= 6  # the chains moved: most reached X_+
+
+
+def test_cpu_devices_cannot_change_once_jax_runs():
+    have = len(jax.devices("cpu"))  # the backends are up in this process
+    with pytest.raises(RuntimeError, match="before JAX computes anything"):
+        samplers.use_cpu_cores_as_devices(have + 1)
+    assert samplers.use_cpu_cores_as_devices(have) == have  # asking for what it has is fine
+    with pytest.raises(ValueError, match="count must be >= 1"):
+        samplers.use_cpu_cores_as_devices(0)
