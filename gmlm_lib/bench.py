@@ -9,9 +9,10 @@ of load from elsewhere on the machine does not land on one side only. Used by
 
 For the independent parallel sampler the benchmark also times the part of a step no
 implementation of it can skip: the dense product ``x @ J`` for every chain and one random
-word per site (from the same per-chain keys as :func:`gmlm_lib.samplers.run_chains`), scanned over the
-same number of steps as the sampler, with the chains laid out over the devices as ``run_chains`` lays them out. The per-chain NumPy loop's time per step over that time
-is the ``ceiling``: the largest speed-up a JAX step doing this work could reach on the machine.
+word per site (from the same per-chain keys as :func:`gmlm_lib.samplers.run_chains`), scanned
+over the same number of steps as the sampler, the chains laid out over the devices as
+``run_chains`` lays them out. The per-chain NumPy loop's time per step over that time is the
+``ceiling``: the largest speed-up a JAX step doing this work could reach on the machine.
 """
 
 from __future__ import annotations
