@@ -129,10 +129,13 @@ def distil(translator: translate.Translator, sources: list[str], method: transla
 
 def tiny_run(root: str | pathlib.Path, pairs: corpus.Parallel, *, vocab_size: int = 2000, d_model: int = 64,
              heads: int = 4, layers: int = 1, d_ff: int = 128, steps: int = 8, batch_tokens: int = 1024,
-             buckets=(64,), seed: int = 0, progress: bool = False) -> RunFolder:
+             buckets=(64,), seed: int = 0, padir_init: str = "teacher", progress: bool = False) -> RunFolder:
     """Train a stand-in for the PaDIR chapter's run folder in ``root``: vocabulary, AR teacher,
-    greedy distillation of ``pairs``, PaDIR on raw and on distilled targets, ``steps`` updates each.
-    Only for smoke runs and tests: the models are barely trained."""
+    greedy distillation of ``pairs``, PaDIR on raw and on distilled targets, ``steps`` updates each,
+    started as ``padir_init`` says (the chapter's default: from the teacher). Only for smoke runs
+    and tests: the models are barely trained."""
+    if padir_init not in ("teacher", "random"):
+        raise ValueError(f"tiny_run(padir_init=...) must be 'teacher' or 'random'; got {padir_init!r}.")
     root = pathlib.Path(root)
     root.mkdir(parents=True, exist_ok=True)
     if (root / "spm.model").exists():
@@ -142,21 +145,22 @@ def tiny_run(root: str | pathlib.Path, pairs: corpus.Parallel, *, vocab_size: in
         vocab.save(root / "spm.model")
     multiple = len(jax.devices())
 
-    def run(kind, name, targets):
+    def run(kind, name, targets, teacher=None):
         model = seq2seq.ModelConfig(vocab=vocab.size, causal=kind == "ar", d_model=d_model, heads=heads,
                                     enc_layers=layers, dec_layers=layers, d_ff=d_ff, max_len=max(buckets), dropout=0.1)
         cfg = training.TrainConfig(kind=kind, model=model, steps=steps, batch_tokens=batch_tokens, warmup=min(2, steps - 1),
                                    learning_rate=2e-3, seed=seed, checkpoint_every=steps, log_every=1,
-                                   buckets=tuple(buckets))
+                                   buckets=tuple(buckets), init="teacher" if teacher is not None else "random")
         data = batching.Batcher(vocab.encode(pairs.src), vocab.encode(targets), batch_tokens, seed=seed,
                                 buckets=tuple(buckets), multiple=multiple)
-        return training.train(cfg, data, root / name, progress=progress)
+        return training.train(cfg, data, root / name, progress=progress, teacher=teacher)
 
     ar = run("ar", "ar", pairs.tgt)
     tr = translate.Translator(ar.model, vocab, buckets=(max(buckets),), seed=seed)
     # a sentence the barely trained teacher leaves empty keeps its human target
     distilled = distil(tr, pairs.src, translate.Method("greedy"), root / "distilled.tgt.gz", fallback=pairs.tgt,
                        progress=progress)
-    run("padir", "padir_raw", pairs.tgt)
-    run("padir", "padir_distilled", distilled.lines)
+    teacher = ar.model if padir_init == "teacher" else None
+    run("padir", "padir_raw", pairs.tgt, teacher)
+    run("padir", "padir_distilled", distilled.lines, teacher)
     return open_run(root)

@@ -16,11 +16,13 @@ turns it off), so a module call is a pure function of parameters, inputs and key
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from . import vocab as V
@@ -261,9 +263,51 @@ def count_params(model: nnx.Module) -> int:
     return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
+def params_fingerprint(model: nnx.Module) -> str:
+    """SHA-256 of every parameter's path, shape, dtype and values (in path order)."""
+    h = hashlib.sha256()
+    for path, var in sorted(nnx.to_flat_state(nnx.state(model, nnx.Param)), key=lambda kv: tuple(map(str, kv[0]))):
+        x = np.asarray(var[...])
+        h.update(repr(("/".join(map(str, path)), x.shape, str(x.dtype))).encode())
+        h.update(np.ascontiguousarray(x).tobytes())
+    return h.hexdigest()
+
+
 def build(cfg: ModelConfig, seed: int = 0) -> Seq2Seq:
     return Seq2Seq(cfg, rngs=nnx.Rngs(seed))
 
 
 def as_dict(cfg: Any) -> dict:
     return dataclasses.asdict(cfg)
+
+
+SHAPE_FIELDS = ("vocab", "d_model", "heads", "enc_layers", "dec_layers", "d_ff", "max_len")
+
+
+def warm_start(model: Seq2Seq, teacher: Seq2Seq) -> tuple[Seq2Seq, list[str]]:
+    """``model`` with every parameter that ``teacher`` also has (same path, same shape) copied from
+    ``teacher``; returns the new model and the paths of the parameters it kept (a PaDIR model
+    started from the AR teacher keeps its positional attention and length predictor).
+
+    The output projection of each kept positional attention is zeroed, so that the started model
+    computes what the teacher's layers compute (with bidirectional self-attention) until training
+    moves it. This departs from the paper, which initialises PaDIR randomly [App. L.2], for
+    budgets far shorter than its 500k steps (Guo et al., AAAI 2020, study starting a
+    non-autoregressive model from an autoregressive one, with a curriculum; this is the plain
+    start). The two configs must agree on every size (``SHAPE_FIELDS``)."""
+    diff = [f"{f} ({getattr(model.cfg, f)} here, {getattr(teacher.cfg, f)} in the teacher)"
+            for f in SHAPE_FIELDS if getattr(model.cfg, f) != getattr(teacher.cfg, f)]
+    if diff:
+        raise ValueError("warm_start: the teacher's ModelConfig differs in " + ", ".join(diff) +
+                         "; train the model from a random start or use a teacher of the same size.")
+    model = nnx.clone(model)  # the caller's model is left as it was
+    source = dict(nnx.to_flat_state(nnx.state(teacher, nnx.Param)))
+    kept = []
+    for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        if path in source and source[path][...].shape == var[...].shape:
+            var[...] = jnp.array(source[path][...], copy=True)  # own buffers: training donates them
+        else:
+            kept.append("/".join(map(str, path)))
+            if "pos_attn" in path and path[-2] == "o":
+                var[...] = jnp.zeros_like(var[...])
+    return model, kept

@@ -13,6 +13,7 @@ a kill loses from the record only the time since the last checkpoint, as it lose
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import pathlib
 import time
@@ -42,7 +43,10 @@ class TrainConfig:
     (the rest become random pieces, or ``[MASK]`` with ``fill = "mask"``); ``stages`` = 2 feeds the
     model its own stage-1 argmax [App. L.1.2]; ``length_loss_weight`` weighs the length
     cross-entropy. The learning rate warms up linearly for ``warmup`` steps, then decays by a
-    cosine to ``learning_rate * min_lr_ratio`` at ``steps``."""
+    cosine to ``learning_rate * min_lr_ratio`` at ``steps``.
+
+    ``init`` = "teacher" starts a PaDIR model from the AR teacher passed to :func:`train`
+    (:func:`gmlm_lib.seq2seq.warm_start`); "random" is the paper's random start [App. L.2]."""
 
     kind: str
     model: seq2seq.ModelConfig
@@ -63,6 +67,7 @@ class TrainConfig:
     checkpoint_every: int = 500
     log_every: int = 50
     buckets: tuple[int, ...] = batching.DEFAULT_BUCKETS
+    init: str = "random"
 
     def __post_init__(self):
         if self.kind not in ("ar", "padir"):
@@ -82,6 +87,11 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.label_smoothing must be in [0, 1); got {self.label_smoothing}.")
         if self.fill not in ("random", "mask"):
             raise ValueError(f"TrainConfig.fill must be 'random' or 'mask'; got {self.fill!r}.")
+        if self.init not in ("random", "teacher"):
+            raise ValueError(f"TrainConfig.init must be 'random' or 'teacher'; got {self.init!r}.")
+        if self.init == "teacher" and self.kind != "padir":
+            raise ValueError("TrainConfig.init = 'teacher' starts a PaDIR model from its AR teacher; "
+                             f"kind = {self.kind!r} needs init = 'random'.")
         if max(self.buckets) > self.model.max_len:
             raise ValueError(f"TrainConfig.buckets go up to {max(self.buckets)} but ModelConfig.max_len = "
                              f"{self.model.max_len}; lower the buckets or raise max_len.")
@@ -235,20 +245,23 @@ def _losses(path: pathlib.Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in _rows(path)]
 
 
-def _check_data(run_dir: pathlib.Path, batcher: batching.Batcher) -> str | None:
+def _check_data(run_dir: pathlib.Path, batcher: batching.Batcher, teacher: str = "") -> str | None:
     """The batcher's fingerprint, checked against the one the run folder was started with
     (``data.json``): resuming or reusing a run on other data (other sentences, vocabulary, batch
     size, seed or device count) is an error. A folder with checkpoints but no ``data.json`` was
     trained before fingerprints were recorded: a warning says its data cannot be checked, and
-    ``None`` is returned (nothing is recorded for it)."""
+    ``None`` is returned (nothing is recorded for it). ``teacher`` (the fingerprint of the model a
+    run starts from, if any) is folded in, so a run cannot resume from another teacher."""
     path = run_dir / "data.json"
     fingerprint = batcher.fingerprint()
+    if teacher:
+        fingerprint = hashlib.sha256((fingerprint + teacher).encode()).hexdigest()
     if path.exists():
         recorded = json.loads(path.read_text())["fingerprint"]
         if recorded != fingerprint:
             raise ValueError(f"{run_dir} was trained on other data (batcher fingerprint {recorded[:12]}, this batcher's "
-                             f"{fingerprint[:12]}): other sentences, targets, vocabulary, batch size, seed or device "
-                             "count; use a new run folder for new data.")
+                             f"{fingerprint[:12]}): other sentences, targets, vocabulary, batch size, seed, device "
+                             "count or teacher; use a new run folder for new data.")
         return fingerprint
     ckpt = run_dir / "checkpoints"
     if ckpt.is_dir() and any(ckpt.iterdir()):
@@ -260,10 +273,12 @@ def _check_data(run_dir: pathlib.Path, batcher: batching.Batcher) -> str | None:
 
 
 def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Path, *, devices=None,
-          progress: bool = True, on_step: Callable[[int, float], None] | None = None) -> Result:
+          progress: bool = True, on_step: Callable[[int, float], None] | None = None,
+          teacher: seq2seq.Seq2Seq | None = None) -> Result:
     """Train (or resume) the run in ``run_dir`` to ``cfg.steps`` updates. ``batcher`` gives the
     batch of each step; its ``multiple`` must be the number of devices. ``on_step(step, loss)``
-    is called after every update (tests raise from it to simulate a kill).
+    is called after every update (tests raise from it to simulate a kill). ``teacher``: the AR
+    model a run with ``cfg.init = "teacher"`` starts from (required there, refused otherwise).
 
     A folder already holding a run is resumed (or, when finished, reused) only with the same
     ``cfg`` and the same data (:meth:`gmlm_lib.batching.Batcher.fingerprint`, kept in ``data.json``);
@@ -273,14 +288,24 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
     cfg_path = run_dir / "config.json"
     if cfg_path.exists() and TrainConfig.from_dict(json.loads(cfg_path.read_text())) != cfg:
         raise ValueError(f"{cfg_path} holds a different TrainConfig; use a new run folder for a new configuration.")
+    if (cfg.init == "teacher") != (teacher is not None):
+        raise ValueError("train: TrainConfig.init = 'teacher' needs the AR model as teacher=...; "
+                         "init = 'random' takes no teacher." if teacher is None else
+                         "train: a teacher was given but TrainConfig.init = 'random'; set init = 'teacher' "
+                         "(cfg.replace(init='teacher')) or leave the teacher out.")
     m = mesh(devices)
     if batcher.multiple % m.size:
         raise ValueError(f"Batcher.multiple = {batcher.multiple} must be a multiple of the {m.size} devices.")
-    fingerprint = _check_data(run_dir, batcher)
+    teacher_fp = seq2seq.params_fingerprint(teacher) if teacher is not None else ""
+    fingerprint = _check_data(run_dir, batcher, teacher_fp)
     cfg_path.write_text(json.dumps(cfg.to_dict(), indent=1))
     replicated, sharded = NamedSharding(m, P()), NamedSharding(m, P("data"))
 
     model = seq2seq.build(cfg.model, cfg.seed)
+    init = dict(start=cfg.init)
+    if teacher is not None:
+        model, kept = seq2seq.warm_start(model, teacher)
+        init.update(teacher_fingerprint=teacher_fp, random_parameters=kept)
     graphdef, params = nnx.split(model)
     tx = optimizer(cfg)
     opt_state = tx.init(params)
@@ -320,7 +345,7 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
         segments = earlier + [segment]
         timed = [g for g in segments if "tokens" in g and g["end"] > g["start"] and g["wall_s"] > 0]
         record = dict(
-            config=cfg.to_dict(), commit=segment["commit"], hardware=provenance.environment(),
+            config=cfg.to_dict(), commit=segment["commit"], hardware=provenance.environment(), init=init,
             data_fingerprint=fingerprint or prev.get("data_fingerprint"), parameters=parameters,
             dropped_pairs=batcher.dropped, batches_per_epoch=len(batcher), steps=cfg.steps, done=done,
             final_loss=final_loss, wall_s=sum(g["wall_s"] for g in segments), segments=segments,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from gmlm_lib import batching, decode_costs, decoding, seq2seq, training, translate
+from gmlm_lib import batching, decode_costs, decoding, experiment, seq2seq, training, translate
 from gmlm_lib import vocab as V
 from gmlm_lib.book import provenance
 
@@ -315,6 +315,70 @@ def test_training_reduces_the_loss(tmp_path):
     res = training.train(cfg, _toy_batcher(), tmp_path / "run", progress=False)
     assert res.losses[-1][1] < res.losses[0][1] - 0.5
     assert res.record["tokens_per_s"] > 0 and res.record["hardware"]["device_count"] >= 1
+
+
+def test_warm_start_copies_the_teacher_and_leaves_the_rest():
+    ar, padir = tiny(True), seq2seq.build(dataclasses.replace(tiny(False).cfg), seed=7)
+    before = seq2seq.params_fingerprint(padir)
+    started, kept = seq2seq.warm_start(padir, ar)
+    assert seq2seq.params_fingerprint(padir) == before  # the caller's model is not touched
+    # what the AR model lacks stays: positional attention (and its norm) and the length predictor
+    assert sorted({p.split("/")[-2] if p.startswith("decoder") else p.split("/")[0] for p in kept}) == \
+        ["k", "length_head", "ln_pos", "o", "q", "v"]
+    assert all("pos_attn" in p or "ln_pos" in p or p.startswith("length_head") for p in kept)
+    mine = dict(nnx.to_flat_state(nnx.state(started, nnx.Param)))
+    theirs = dict(nnx.to_flat_state(nnx.state(ar, nnx.Param)))
+    orig = dict(nnx.to_flat_state(nnx.state(padir, nnx.Param)))
+    for path, var in mine.items():
+        name = "/".join(map(str, path))
+        if name in kept:
+            want = np.zeros_like(orig[path][...]) if "pos_attn/o/" in name else orig[path][...]
+        else:
+            want = theirs[path][...]
+        np.testing.assert_array_equal(var[...], want, err_msg=name)
+    src, sm = ids(0, (2, 9)), jnp.ones((2, 9), bool)
+    np.testing.assert_array_equal(started.encode(src, sm)[0], ar.encode(src, sm)[0])  # the teacher's encoder
+    other = seq2seq.build(dataclasses.replace(ar.cfg, d_ff=128), seed=1)
+    with pytest.raises(ValueError, match="d_ff"):
+        seq2seq.warm_start(padir, other)
+
+
+def test_padir_trained_from_its_teacher(tmp_path):
+    batcher = _toy_batcher()
+    teacher = training.train(dataclasses.replace(_cfg("ar"), steps=60, checkpoint_every=60, log_every=10,
+                                                 learning_rate=3e-3), batcher, tmp_path / "ar", progress=False)
+    base = dataclasses.replace(_cfg("padir"), steps=10, checkpoint_every=10, log_every=1, learning_rate=3e-3)
+    random_start = training.train(base, batcher, tmp_path / "random", progress=False)
+    warm = training.train(base.replace(init="teacher"), batcher, tmp_path / "warm", progress=False,
+                          teacher=teacher.model)
+    # the teacher's encoder and embeddings already know the task: the first updates' loss is lower
+    assert warm.losses[0][1] < random_start.losses[0][1] - 0.5
+    # a teacher loaded from its checkpoint holds device arrays; training donates its own copies, so
+    # the teacher stays usable (the ablations start several variants from one teacher)
+    _, loaded = training.load(tmp_path / "ar")
+    fp = seq2seq.params_fingerprint(loaded)
+    for name in ("warm2", "warm3"):
+        training.train(base.replace(init="teacher", steps=2), batcher, tmp_path / name, progress=False, teacher=loaded)
+    assert seq2seq.params_fingerprint(loaded) == fp == seq2seq.params_fingerprint(teacher.model)
+    assert warm.record["init"]["start"] == "teacher" and random_start.record["init"] == {"start": "random"}
+    assert warm.record["init"]["teacher_fingerprint"] == seq2seq.params_fingerprint(teacher.model)
+    assert "length_head/kernel" in warm.record["init"]["random_parameters"]
+    again = training.train(base.replace(init="teacher"), batcher, tmp_path / "warm", progress=False,
+                           teacher=teacher.model)
+    assert again.final_loss == warm.final_loss  # reused
+    with pytest.raises(ValueError, match="teacher"):  # the same folder from another teacher
+        training.train(base.replace(init="teacher"), batcher, tmp_path / "warm", progress=False,
+                       teacher=seq2seq.build(teacher.model.cfg, seed=3))
+    with pytest.raises(ValueError, match="needs the AR model as teacher"):
+        training.train(base.replace(init="teacher"), batcher, tmp_path / "x", progress=False)
+    with pytest.raises(ValueError, match="init = 'random'"):
+        training.train(base, batcher, tmp_path / "y", progress=False, teacher=teacher.model)
+    with pytest.raises(ValueError, match="TrainConfig.init"):
+        _cfg("padir", init="bert")
+    with pytest.raises(ValueError, match="kind = 'ar' needs init = 'random'"):
+        _cfg("ar", init="teacher")
+    with pytest.raises(ValueError, match="padir_init"):
+        experiment.tiny_run(tmp_path / "tiny", None, padir_init="bert")
 
 
 def test_bad_training_inputs():
