@@ -129,11 +129,11 @@ def distil(translator: translate.Translator, sources: list[str], method: transla
 
 def tiny_run(root: str | pathlib.Path, pairs: corpus.Parallel, *, vocab_size: int = 2000, d_model: int = 64,
              heads: int = 4, layers: int = 1, d_ff: int = 128, steps: int = 8, batch_tokens: int = 1024,
-             buckets=(64,), seed: int = 0, padir_init: str = "teacher", progress: bool = False) -> RunFolder:
+             buckets=(64,), seed: int = 0, padir_init: str = "random", progress: bool = False) -> RunFolder:
     """Train a stand-in for the PaDIR chapter's run folder in ``root``: vocabulary, AR teacher,
     greedy distillation of ``pairs``, PaDIR on raw and on distilled targets, ``steps`` updates each,
-    started as ``padir_init`` says (the chapter's default: from the teacher). Only for smoke runs
-    and tests: the models are barely trained."""
+    started as ``padir_init`` says ("random", or "teacher": from the AR stand-in, as the PaDIR
+    chapter's default does). Only for smoke runs and tests: the models are barely trained."""
     if padir_init not in ("teacher", "random"):
         raise ValueError(f"tiny_run(padir_init=...) must be 'teacher' or 'random'; got {padir_init!r}.")
     root = pathlib.Path(root)
