@@ -1,7 +1,8 @@
 """Where batch-1 decoding time goes: the unit costs of AR and PaDIR decoding, measured [Section 3.3].
 
 An AR greedy translation of ``m`` pieces costs one encoder call and ``m + 1`` cached decoder
-steps (EOS included); a PaDIR translation costs one encoder call (with the length predictor)
+steps (EOS included); a PaDIR translation costs one encoder call (with the length predictor and
+the cross-attention projections of its hypotheses)
 and up to ``T`` decoder passes over ``#hyp x width`` positions. :func:`unit_costs` times each
 unit on its own at batch 1 (jitted, warm, its fastest call in interleaved rounds: this 2-core
 machine's load moves the median of the same unit by up to 2x from run to run, the fastest call
@@ -15,7 +16,6 @@ dispatch).
 
 from __future__ import annotations
 
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -43,14 +43,23 @@ def _ar_encode(graphdef, params, src, src_mask):
 
 
 def _ar_step(graphdef, params, token, t, cache, cross, enc_mask):
+    """One cached step and its greedy choice, as :func:`gmlm_lib.decoding.ar_greedy` runs it."""
     model = nnx.merge(graphdef, params)
     logits, cache = model.decode_step(token, t, cache, cross, enc_mask)
-    return jnp.argmax(logits, -1), cache
+    return decoding.ar_next_token(logits), cache
 
 
-def _padir_pass(graphdef, params, hyp, tmask, enc, enc_mask):
+def _padir_encode(graphdef, params, src, src_mask, *, hyps: int):
+    """PaDIR's once-per-sentence work: encoder, length predictor and the cross-attention keys and
+    values of the ``hyps`` copies of the encoder states, as :func:`gmlm_lib.decoding.padir_refine`
+    projects them before its passes."""
+    enc, enc_mask, lengths = decoding._padir_encode(graphdef, params, src, src_mask, hyps=hyps)
+    return nnx.merge(graphdef, params).cross_kv(jnp.repeat(enc, hyps, 0)), jnp.repeat(enc_mask, hyps, 0), lengths
+
+
+def _padir_pass(graphdef, params, hyp, tmask, enc_mask, cross):
     """One refinement pass exactly as :func:`gmlm_lib.decoding.padir_refine` runs it."""
-    return decoding.refine_pass(nnx.merge(graphdef, params), hyp, tmask, enc, enc_mask)
+    return decoding.refine_pass(nnx.merge(graphdef, params), hyp, tmask, enc_mask, cross)
 
 
 def _noop(x):
@@ -68,7 +77,8 @@ def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), min_t
     ``max_len``); ``hyps`` the numbers of PaDIR hypotheses. Returns rows ``{"unit", "width",
     "hyps", "ms"}``: ``"AR encoder"`` (encoder and cross-attention keys and values, per source
     width), ``"AR step"`` (one cached step at position ``width // 2`` of a ``max_len`` cache),
-    ``"PaDIR encoder"`` (encoder and length predictor, per source width) and ``"PaDIR pass"``
+    ``"PaDIR encoder"`` (encoder, length predictor and the cross-attention keys and values of
+    its hypotheses, per source width) and ``"PaDIR pass"``
     (one refinement pass over ``hyps`` hypotheses of ``width`` positions, sources of 16). Each unit
     is timed for ``min_time`` seconds in all."""
     if not ar_model.cfg.causal or padir_model.cfg.causal:
@@ -81,7 +91,7 @@ def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), min_t
     ga, pa = nnx.split(ar_model)
     gp, pp = nnx.split(padir_model)
     enc_ar = decoding.jitted(_ar_encode, ga)
-    enc_padir = functools.partial(decoding.padir_encode, gp, hyps=max(hyps))
+    enc_padir = decoding.jitted(_padir_encode, gp, hyps=max(hyps))
     labels, units = [], []
     for w in widths:
         src, mask = (jnp.asarray(a) for a in batching.pad([[V.FIRST_PIECE] * w], w))
@@ -91,13 +101,12 @@ def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), min_t
         labels += [("AR encoder", w, 1), ("AR step", w, 1), ("PaDIR encoder", w, max(hyps))]
         units += [(enc_ar, (pa, src, mask)), (decoding.jitted(_ar_step, ga), step_args), (enc_padir, (pp, src, mask))]
     src, mask = (jnp.asarray(a) for a in batching.pad([[V.FIRST_PIECE] * 16], 16))
-    enc, enc_mask, _ = decoding.padir_encode(gp, pp, src, mask, hyps=1)
     for h in hyps:
+        cross, enc_mask, _ = decoding.jitted(_padir_encode, gp, hyps=h)(pp, src, mask)
         for w in widths:
             labels.append(("PaDIR pass", w, h))
             units.append((decoding.jitted(_padir_pass, gp), (pp, jnp.full((h, w), V.FIRST_PIECE, jnp.int32),
-                                                             jnp.ones((h, w), bool), jnp.repeat(enc, h, 0),
-                                                             jnp.repeat(enc_mask, h, 0))))
+                                                             jnp.ones((h, w), bool), enc_mask, cross)))
     times = _fastest_ms(units, min_time=min_time)
     return [dict(unit=u, width=w, hyps=h, ms=ms) for (u, w, h), ms in zip(labels, times)]
 

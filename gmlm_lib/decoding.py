@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from . import reductions
 from . import vocab as V
 
 #: ids a PaDIR position may never take (they mean padding or control, not text)
@@ -31,7 +32,15 @@ _AR_FORBIDDEN = (V.PAD, V.BOS, V.MASK, V.LENGTH)
 
 
 def _forbid(logits, ids):
-    return logits.at[..., jnp.array(ids)].set(-jnp.inf)
+    """``logits`` with the entries of ``ids`` on the last axis set to -inf (an elementwise select:
+    it fuses with what follows, where a scatter into the logits did not)."""
+    banned = np.isin(np.arange(logits.shape[-1]), ids)
+    return jnp.where(banned, -jnp.inf, logits)
+
+
+def ar_next_token(logits):
+    """The greedy AR choice: (B, V) logits -> (B,) int32, the best id an AR step may emit."""
+    return reductions.argmax(_forbid(logits, _AR_FORBIDDEN))
 
 
 #: id(graphdef) -> (graphdef, its number among the distinct graphdefs seen); the graphdef is kept
@@ -80,7 +89,7 @@ def _ar_greedy(graphdef, params, src, src_mask, *, max_len: int):
     def body(c):
         t, token, cache, done, out = c
         logits, cache = model.decode_step(token, t, cache, cross, enc_mask)
-        nxt = jnp.argmax(_forbid(logits, _AR_FORBIDDEN), -1).astype(jnp.int32)
+        nxt = ar_next_token(logits)
         nxt = jnp.where(done, V.PAD, nxt)
         out = out.at[:, t].set(nxt)
         return t + 1, nxt, cache, done | (nxt == V.EOS), out
@@ -189,14 +198,19 @@ def stutter_positions(ids, mask):
     return jnp.concatenate([jnp.zeros_like(rep[:, :1]), rep], axis=1)
 
 
-def refine_pass(model, hyp, tmask, enc, enc_mask):
-    """One PaDIR refinement pass: hypotheses (N, W) with mask ``tmask`` -> the argmax over the
-    allowed ids (N, W) (PAD outside ``tmask``) and the mean log-probability of that argmax
-    over the real positions (N,)."""
-    logp = jax.nn.log_softmax(_forbid(model.decode(hyp, tmask, enc, enc_mask), _PADIR_FORBIDDEN))
-    pred = jnp.argmax(logp, -1).astype(jnp.int32)
-    score = (jnp.max(logp, -1) * tmask).sum(-1) / tmask.sum(-1)
-    return jnp.where(tmask, pred, V.PAD), score
+def refine_pass(model, hyp, tmask, enc_mask, cross_kv):
+    """One PaDIR refinement pass: hypotheses (N, W) with mask ``tmask``, the encoder mask (N, S + 1)
+    and the cross-attention keys and values of the encoder states (``model.cross_kv(enc)``,
+    computed once for all passes) -> the argmax over the allowed ids (N, W) (PAD outside
+    ``tmask``) and the mean log-probability of that argmax over the real positions (N,).
+
+    The argmax's log-probability is ``-log sum_v exp(logit_v - max_v logit_v)``, the same value
+    (to the bit) as the maximum of ``jax.nn.log_softmax``, without the (N, W, V) array."""
+    logits = _forbid(model.decode(hyp, tmask, None, enc_mask, cross_kv=cross_kv), _PADIR_FORBIDDEN)
+    top = jnp.max(logits, -1, keepdims=True)
+    best_logp = -jnp.log(jnp.sum(jnp.exp(logits - top), -1))
+    score = (best_logp * tmask).sum(-1) / tmask.sum(-1)
+    return jnp.where(tmask, reductions.argmax(logits), V.PAD), score
 
 
 def padir_encode(graphdef, params, src, src_mask, *, hyps: int):
@@ -237,6 +251,7 @@ def _padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Pad
     enc, enc_mask = jnp.repeat(enc, l, 0), jnp.repeat(enc_mask, l, 0)
     tmask = jnp.arange(width)[None, :] < lengths[:, None]
     hyp = initial_hypothesis(key, (b * l, width), tmask, model.cfg.vocab, options.init)
+    cross = model.cross_kv(enc)  # once for all T passes (of the repeated states: the passes' own shapes)
 
     def cond(c):
         t, _, _, _, stop, _, _ = c
@@ -244,7 +259,7 @@ def _padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Pad
 
     def body(c):
         t, hyp, prev, _, _, hist, last_in = c
-        pred, score = refine_pass(model, hyp, tmask, enc, enc_mask)
+        pred, score = refine_pass(model, hyp, tmask, enc_mask, cross)
         stop = jnp.all(pred == prev) if options.early_stop else jnp.bool_(False)
         nxt = jnp.where(stutter_positions(pred, tmask), V.MASK, pred) if options.remask_stutter else pred
         hist = hist.at[t].set(pred)
@@ -259,7 +274,8 @@ def _padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Pad
     pick = jnp.arange(b) * l + best
     out = dict(ids=pred[pick], length=lengths[pick], score=score[pick], steps=steps, history=hist[:, pick])
     if return_attention:  # the final pass again, on its own input, to read its weights (no dropout: the same pass)
-        _, weights = model.decode(last_in[pick], tmask[pick], enc[pick], enc_mask[pick], return_attention=True)
+        _, weights = model.decode(last_in[pick], tmask[pick], None, enc_mask[pick], return_attention=True,
+                                  cross_kv=[(k[pick], v[pick]) for k, v in cross])
         out["attention"] = weights
         out["final_input"] = last_in[pick]
     return out

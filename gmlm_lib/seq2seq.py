@@ -212,12 +212,20 @@ class Seq2Seq(nnx.Module):
     def logits(self, h: jax.Array) -> jax.Array:
         return self.embed.attend(self.ln_dec(h)).astype(jnp.float32)
 
-    def decode(self, tgt: jax.Array, tgt_mask: jax.Array, enc: jax.Array, enc_mask: jax.Array, key=None,
-               *, return_attention: bool = False):
+    def decode(self, tgt: jax.Array, tgt_mask: jax.Array, enc: jax.Array | None, enc_mask: jax.Array, key=None,
+               *, cross_kv: list | None = None, return_attention: bool = False):
         """Teacher-forced (AR) or one refinement pass (PaDIR): (B, L) -> logits (B, L, V).
 
-        With ``return_attention`` also returns a list over layers of ``(self (B, H, L, L),
-        cross (B, H, L, S + 1))`` attention weights."""
+        ``cross_kv`` (:meth:`cross_kv` of the encoder states) replaces ``enc`` (pass None), so that
+        PaDIR's T passes over the same source project its states once. With ``return_attention``
+        also returns a list over layers of ``(self (B, H, L, L), cross (B, H, L, S + 1))``
+        attention weights."""
+        if (enc is None) == (cross_kv is None):
+            raise ValueError("decode: pass the encoder states as enc or their projections as cross_kv "
+                             "(Seq2Seq.cross_kv(enc)), exactly one of the two.")
+        if cross_kv is not None and len(cross_kv) != len(self.decoder):
+            raise ValueError(f"decode: cross_kv has {len(cross_kv)} entries for {len(self.decoder)} decoder layers; "
+                             "build it with Seq2Seq.cross_kv(enc) of this model.")
         b, length = tgt.shape
         if length > self.cfg.max_len + 1:
             raise ValueError(f"target length {length} exceeds ModelConfig.max_len + 1 = {self.cfg.max_len + 1}.")
@@ -227,8 +235,9 @@ class Seq2Seq(nnx.Module):
         pos = jnp.broadcast_to(pos, h.shape)
         smask, cmask = self.self_mask(tgt_mask), enc_mask.astype(bool)[:, None, None, :]
         weights = []
-        for block, k in zip(self.decoder, keys[1:]):
-            h, _, w = block(h, pos, enc, smask, cmask, k, return_weights=return_attention)
+        kvs = [None] * len(self.decoder) if cross_kv is None else cross_kv
+        for block, k, kv in zip(self.decoder, keys[1:], kvs):
+            h, _, w = block(h, pos, enc, smask, cmask, k, cross_kv=kv, return_weights=return_attention)
             weights.append(w)
         out = self.logits(h)
         return (out, weights) if return_attention else out

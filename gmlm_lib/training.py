@@ -29,6 +29,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from . import batching
+from . import reductions
 from . import seq2seq
 from . import vocab as V
 from .book import provenance
@@ -151,7 +152,7 @@ def loss_fn(model: seq2seq.Seq2Seq, cfg: TrainConfig, batch: dict, key):
         total, count = cross_entropy(logits, tgt, tm, eps)
         token_loss = token_loss + total / count / cfg.stages
         if stage + 1 < cfg.stages:  # the next stage refines this stage's own prediction
-            pred = jnp.argmax(logits.at[..., : V.FIRST_PIECE].set(-jnp.inf), -1).astype(tgt.dtype)
+            pred = reductions.argmax(logits.at[..., : V.FIRST_PIECE].set(-jnp.inf)).astype(tgt.dtype)
             hyp = jax.lax.stop_gradient(jnp.where(tm, pred, V.PAD))
     lengths = tm.sum(-1)
     length_loss = optax.softmax_cross_entropy_with_integer_labels(model.length_logits(enc), lengths).mean()

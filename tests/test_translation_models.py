@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from gmlm_lib import batching, decode_costs, decoding, experiment, seq2seq, training, translate
+from gmlm_lib import batching, decode_costs, decoding, experiment, reductions, seq2seq, training, translate
 from gmlm_lib import vocab as V
 from gmlm_lib.book import provenance
 
@@ -154,6 +154,79 @@ def test_padir_decoding_outputs():
     assert len(masked["attention"]) == 2
     with pytest.raises(ValueError, match="init"):
         decoding.PadirOptions(init="noise")
+
+
+def _refine_by_definition(model, enc, enc_mask, lengths, key, opts, width):
+    """PaDIR's refinement written from its definition [App. L.1.1], for comparison: every pass
+    decodes from the encoder states, takes log_softmax over the allowed ids and its jnp.argmax."""
+    b, l = lengths.shape
+    lengths = lengths.reshape(-1)
+    enc, enc_mask = jnp.repeat(enc, l, 0), jnp.repeat(enc_mask, l, 0)
+    tmask = jnp.arange(width)[None, :] < lengths[:, None]
+    hyp = decoding.initial_hypothesis(key, (b * l, width), tmask, model.cfg.vocab, opts.init)
+    prev, history = None, []
+    for _ in range(opts.steps):
+        logits = model.decode(hyp, tmask, enc, enc_mask)
+        logp = jax.nn.log_softmax(logits.at[..., jnp.array(decoding._PADIR_FORBIDDEN)].set(-jnp.inf))
+        pred = jnp.where(tmask, jnp.argmax(logp, -1), V.PAD)
+        score = (jnp.max(logp, -1) * tmask).sum(-1) / tmask.sum(-1)
+        history.append(pred)
+        stop = prev is not None and bool(jnp.all(pred == prev))
+        hyp = jnp.where(decoding.stutter_positions(pred, tmask), V.MASK, pred) if opts.remask_stutter else pred
+        prev = pred
+        if stop and opts.early_stop:
+            break
+    pick = jnp.arange(b) * l + jnp.argmax(score.reshape(b, l), -1)
+    return dict(ids=pred[pick], score=score[pick], steps=len(history), history=jnp.stack(history)[:, pick])
+
+
+@pytest.mark.parametrize("opts", [decoding.PadirOptions(steps=6, hyps=3), decoding.PadirOptions(steps=3, hyps=2, init="mask"),
+                                  decoding.PadirOptions(steps=5, hyps=1, remask_stutter=False, early_stop=False)])
+def test_padir_refinement_follows_its_definition(opts):
+    """The jitted loop (cross-attention projected once, the two-pass argmax, the score without the
+    log-softmax array) gives the ids, history, pass count and scores of the definition."""
+    m = tiny(False)
+    g, p = nnx.split(m)
+    for seed in range(3):
+        src, sm = ids(10 + seed, (4, 8)), jnp.arange(8)[None, :] < jnp.array([[8], [5], [3], [7]])
+        enc, em, lengths = decoding.padir_encode(g, p, src, sm, hyps=opts.hyps)
+        key = jax.random.key(seed)
+        out = decoding.padir_refine(g, p, enc, em, lengths, key, options=opts, width=16)
+        ref = _refine_by_definition(m, enc, em, lengths, key, opts, 16)
+        np.testing.assert_array_equal(out["ids"], ref["ids"])
+        assert int(out["steps"]) == ref["steps"]
+        np.testing.assert_array_equal(out["history"][: ref["steps"]], ref["history"])
+        np.testing.assert_allclose(out["score"], ref["score"], rtol=0, atol=1e-6)
+
+
+def test_two_pass_argmax_is_jnp_argmax():
+    rng = np.random.default_rng(0)
+    cases = [rng.normal(size=(5, 9)), rng.integers(0, 3, size=(4, 6, 7)).astype(np.float32),  # many ties
+             np.array([[-np.inf, -np.inf, -np.inf], [1.0, np.nan, np.nan], [np.nan, 2.0, 3.0], [0.0, -0.0, 0.0]]),
+             rng.integers(-5, 5, size=(3, 11)), rng.normal(size=(13,)).astype(np.float32)]
+    for x in cases:
+        for arr in (jnp.asarray(x), jnp.asarray(x, jnp.bfloat16) if x.dtype.kind == "f" else jnp.asarray(x)):
+            got = reductions.argmax(arr)
+            assert got.dtype == jnp.int32
+            np.testing.assert_array_equal(got, jnp.argmax(arr, -1))
+            np.testing.assert_array_equal(jax.jit(reductions.argmax)(arr), jnp.argmax(arr, -1))
+    with pytest.raises(ValueError, match="non-empty last axis"):
+        reductions.argmax(jnp.zeros((3, 0)))
+
+
+def test_decoder_reads_projected_encoder_states():
+    m = tiny(False)
+    src, sm = ids(3, (2, 8)), jnp.ones((2, 8), bool)
+    enc, em = m.encode(src, sm)
+    tgt, tm = ids(4, (2, 6)), jnp.ones((2, 6), bool)
+    np.testing.assert_allclose(m.decode(tgt, tm, None, em, cross_kv=m.cross_kv(enc)), m.decode(tgt, tm, enc, em),
+                               rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="exactly one of the two"):
+        m.decode(tgt, tm, enc, em, cross_kv=m.cross_kv(enc))
+    with pytest.raises(ValueError, match="exactly one of the two"):
+        m.decode(tgt, tm, None, em)
+    with pytest.raises(ValueError, match="1 entries for 2 decoder layers"):
+        m.decode(tgt, tm, None, em, cross_kv=m.cross_kv(enc)[:1])
 
 
 class _CountingStatic:
