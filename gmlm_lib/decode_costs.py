@@ -2,12 +2,11 @@
 
 An AR greedy translation of ``m`` pieces costs one encoder call and ``m + 1`` cached decoder
 steps (EOS included); a PaDIR translation costs one encoder call (with the length predictor and
-the cross-attention projections of its hypotheses)
-and up to ``T`` decoder passes over ``#hyp x width`` positions. :func:`unit_costs` times each
-unit on its own at batch 1 (jitted, warm, its fastest call in interleaved rounds: this 2-core
-machine's load moves the median of the same unit by up to 2x from run to run, the fastest call
-much less); :func:`speedup_bound` turns them into the batch-1 speed-up the units allow, whatever
-the overheads around them.
+the cross-attention projections of its hypotheses) and up to ``T`` decoder passes over ``#hyp x
+width`` positions. :func:`unit_costs` times each unit on its own at batch 1 (jitted, warm, its
+fastest call in interleaved rounds: this 2-core machine's load moves the median of the same unit
+by up to 2x from run to run, the fastest call much less); :func:`speedup_bound` turns them into
+the batch-1 speed-up the units allow, whatever the overheads around them.
 
 A standalone call includes one dispatch from Python, which the decoders' loops do not pay per
 step, so these are upper bounds on the in-loop costs (:func:`dispatch_floor` measures that
@@ -15,7 +14,6 @@ dispatch).
 """
 
 from __future__ import annotations
-
 
 import jax
 import jax.numpy as jnp

@@ -32,8 +32,7 @@ _AR_FORBIDDEN = (V.PAD, V.BOS, V.MASK, V.LENGTH)
 
 
 def _forbid(logits, ids):
-    """``logits`` with the entries of ``ids`` on the last axis set to -inf (an elementwise select:
-    it fuses with what follows, where a scatter into the logits did not)."""
+    """``logits`` with the entries of ``ids`` on the last axis set to -inf (an elementwise select)."""
     banned = np.isin(np.arange(logits.shape[-1]), ids)
     return jnp.where(banned, -jnp.inf, logits)
 
@@ -251,7 +250,8 @@ def _padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Pad
     enc, enc_mask = jnp.repeat(enc, l, 0), jnp.repeat(enc_mask, l, 0)
     tmask = jnp.arange(width)[None, :] < lengths[:, None]
     hyp = initial_hypothesis(key, (b * l, width), tmask, model.cfg.vocab, options.init)
-    cross = model.cross_kv(enc)  # once for all T passes (of the repeated states: the passes' own shapes)
+    # projected once for all T passes, from the repeated states, as each pass used to project them
+    cross = model.cross_kv(enc)
 
     def cond(c):
         t, _, _, _, stop, _, _ = c
