@@ -52,7 +52,8 @@ def _padir_encode(graphdef, params, src, src_mask, *, hyps: int):
     values of the ``hyps`` copies of the encoder states, as :func:`gmlm_lib.decoding.padir_refine`
     projects them before its passes."""
     enc, enc_mask, lengths = decoding._padir_encode(graphdef, params, src, src_mask, hyps=hyps)
-    return nnx.merge(graphdef, params).cross_kv(jnp.repeat(enc, hyps, 0)), jnp.repeat(enc_mask, hyps, 0), lengths
+    cross, enc_mask = decoding.hypothesis_cross_kv(nnx.merge(graphdef, params), enc, enc_mask, hyps)
+    return cross, enc_mask, lengths
 
 
 def _padir_pass(graphdef, params, hyp, tmask, enc_mask, cross):

@@ -212,6 +212,13 @@ def refine_pass(model, hyp, tmask, enc_mask, cross_kv):
     return jnp.where(tmask, reductions.argmax(logits), V.PAD), score
 
 
+def hypothesis_cross_kv(model, enc, enc_mask, hyps: int):
+    """The encoder side of PaDIR's passes, computed once per call: ``hyps`` copies of each source's
+    states projected to cross-attention keys and values (a list over decoder layers of (B * hyps,
+    S + 1, H, D/H) pairs) and the repeated mask (B * hyps, S + 1)."""
+    return model.cross_kv(jnp.repeat(enc, hyps, 0)), jnp.repeat(enc_mask, hyps, 0)
+
+
 def padir_encode(graphdef, params, src, src_mask, *, hyps: int):
     """PaDIR phase 1: encode and predict the top-``hyps`` target lengths (at least 1).
     (B, S) -> enc (B, S + 1, D), enc_mask (B, S + 1), lengths (B, hyps)."""
@@ -247,11 +254,10 @@ def _padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Pad
     model = nnx.merge(graphdef, params)
     b, l = lengths.shape
     lengths = lengths.reshape(-1)
-    enc, enc_mask = jnp.repeat(enc, l, 0), jnp.repeat(enc_mask, l, 0)
+    # projected once for all T passes, from the repeated states, as each pass used to project them
+    cross, enc_mask = hypothesis_cross_kv(model, enc, enc_mask, l)
     tmask = jnp.arange(width)[None, :] < lengths[:, None]
     hyp = initial_hypothesis(key, (b * l, width), tmask, model.cfg.vocab, options.init)
-    # projected once for all T passes, from the repeated states, as each pass used to project them
-    cross = model.cross_kv(enc)
 
     def cond(c):
         t, _, _, _, stop, _, _ = c
