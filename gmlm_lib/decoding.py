@@ -254,7 +254,7 @@ def _padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Pad
     model = nnx.merge(graphdef, params)
     b, l = lengths.shape
     lengths = lengths.reshape(-1)
-    # projected once for all T passes, from the repeated states, as each pass used to project them
+    # cross-attention keys and values of the encoder states repeated per hypothesis: projected once for all T passes
     cross, enc_mask = hypothesis_cross_kv(model, enc, enc_mask, l)
     tmask = jnp.arange(width)[None, :] < lengths[:, None]
     hyp = initial_hypothesis(key, (b * l, width), tmask, model.cfg.vocab, options.init)
