@@ -238,7 +238,11 @@ def padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Padi
     (``width`` >= every length; positions beyond a hypothesis' length are padding that no real
     position attends to). Returns a dict with ``ids`` (B, width) (PAD beyond the chosen length),
     ``length`` (B,), ``score`` (B,) the mean log-probability of the chosen hypothesis, ``steps``
-    (the passes run), ``history`` (T, B, width) the argmax after each pass, and, with
+    (the passes run), ``history`` (T, B, width) the chosen hypothesis' argmax after each pass,
+    ``pass_best`` (T, B, width) and ``pass_best_score`` (T, B): row t is the hypothesis that scores
+    best after pass t + 1 and its score, i.e. what a decode with ``steps = t + 1`` and the same key
+    returns (the chosen one may be another length hypothesis; rows after an early stop repeat the
+    last pass, as do those of ``history``), and, with
     ``return_attention``, ``attention``: the chosen hypotheses' weights in the final pass (the one
     whose argmax is the output), a list over decoder layers of ``(self (B, H, width, width),
     cross (B, H, width, S + 1))``, each row over real keys summing to one, and ``final_input``
@@ -260,25 +264,31 @@ def _padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Pad
     hyp = initial_hypothesis(key, (b * l, width), tmask, model.cfg.vocab, options.init)
 
     def cond(c):
-        t, _, _, _, stop, _, _ = c
+        t, _, _, _, stop, _, _, _ = c
         return (t < options.steps) & ~stop
 
     def body(c):
-        t, hyp, prev, _, _, hist, last_in = c
+        t, hyp, prev, _, _, hist, hist_score, last_in = c
         pred, score = refine_pass(model, hyp, tmask, enc_mask, cross)
         stop = jnp.all(pred == prev) if options.early_stop else jnp.bool_(False)
         nxt = jnp.where(stutter_positions(pred, tmask), V.MASK, pred) if options.remask_stutter else pred
-        hist = hist.at[t].set(pred)
-        return t + 1, nxt, pred, score, stop, hist, (hyp if return_attention else last_in)
+        hist, hist_score = hist.at[t].set(pred), hist_score.at[t].set(score)
+        return t + 1, nxt, pred, score, stop, hist, hist_score, (hyp if return_attention else last_in)
 
     hist = jnp.full((options.steps, b * l, width), V.PAD, jnp.int32)
+    hist_score = jnp.zeros((options.steps, b * l), jnp.float32)
     init = (jnp.int32(0), hyp, jnp.full_like(hyp, -1), jnp.zeros((b * l,), jnp.float32), jnp.bool_(False), hist,
-            hyp if return_attention else jnp.zeros((), jnp.int32))
-    steps, _, pred, score, _, hist, last_in = jax.lax.while_loop(cond, body, init)
-    hist = jnp.where(jnp.arange(options.steps)[:, None, None] < steps, hist, pred[None])
-    best = jnp.argmax(score.reshape(b, l), -1)
-    pick = jnp.arange(b) * l + best
-    out = dict(ids=pred[pick], length=lengths[pick], score=score[pick], steps=steps, history=hist[:, pick])
+            hist_score, hyp if return_attention else jnp.zeros((), jnp.int32))
+    steps, _, pred, score, _, hist, hist_score, last_in = jax.lax.while_loop(cond, body, init)
+    ran = jnp.arange(options.steps) < steps  # passes after an early stop repeat the last one
+    hist = jnp.where(ran[:, None, None], hist, pred[None])
+    hist_score = jnp.where(ran[:, None], hist_score, score[None])
+    pick = jnp.arange(b) * l + jnp.argmax(score.reshape(b, l), -1)
+    # each pass's own best hypothesis: what a decode stopped after that pass returns
+    top = jnp.arange(b)[None, :] * l + jnp.argmax(hist_score.reshape(options.steps, b, l), -1)  # (T, B)
+    out = dict(ids=pred[pick], length=lengths[pick], score=score[pick], steps=steps, history=hist[:, pick],
+               pass_best=jnp.take_along_axis(hist, top[..., None], 1),
+               pass_best_score=jnp.take_along_axis(hist_score, top, 1))
     if return_attention:  # the final pass again, on its own input, to read its weights (no dropout: the same pass)
         _, weights = model.decode(last_in[pick], tmask[pick], None, enc_mask[pick], return_attention=True,
                                   cross_kv=[(k[pick], v[pick]) for k, v in cross])

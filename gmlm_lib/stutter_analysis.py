@@ -137,8 +137,9 @@ def analyse(translator, texts: list[str], refs: list[str], options, *, batch_siz
     ``position``, ``token``, ``stutter`` (:func:`token_stutter_labels` against the encoded
     reference) and the :func:`aggregate` columns; ``per_layer[name]`` (P, layers) the mean over
     heads of each statistic; ``outputs`` the raw output ids (repeats kept); ``history`` (T, N, W)
-    the argmax after each pass (early-stopped rows repeat their last one), padded to the width ``W``
-    of the largest bucket."""
+    row t the best hypothesis after pass t + 1, i.e. what decoding with ``steps = t + 1`` returns
+    (``pass_best`` of :func:`gmlm_lib.decoding.padir_refine`; early-stopped rows repeat their last
+    one), padded to the width ``W`` of the largest bucket."""
     ref_ids = translator.vocab.encode(refs)
     width = max(translator.buckets + (translator.cfg.max_len,))
     outputs: list[list[int] | None] = [None] * len(texts)
@@ -151,7 +152,7 @@ def analyse(translator, texts: list[str], refs: list[str], options, *, batch_siz
         k = len(chunk)
         lengths = np.asarray(out["length"])[:k]
         tok = np.asarray(out["ids"])[:k]
-        hist = np.asarray(out["history"])[:, :k]
+        hist = np.asarray(out["pass_best"])[:, :k]
         history[:, chunk, : hist.shape[2]] = hist
         att = [(np.asarray(s)[:k], np.asarray(c)[:k]) for s, c in out["attention"]]
         sent, pos, st = pair_statistics(att, lengths)

@@ -34,7 +34,7 @@ def test_attention_extraction_shapes_rows_and_default_path_unchanged():
     full = decoding.padir(g, p, src, sm, jax.random.key(0), options=opts, max_len=16, buckets=(8, 16),
                           return_attention=True)
     assert "attention" not in plain and "final_input" not in plain
-    for k in ("ids", "length", "score", "steps", "history"):
+    for k in ("ids", "length", "score", "steps", "history", "pass_best", "pass_best_score"):
         np.testing.assert_array_equal(np.asarray(plain[k]), np.asarray(full[k]))
     width = plain["ids"].shape[1]
     assert len(full["attention"]) == 3

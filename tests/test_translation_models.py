@@ -164,20 +164,24 @@ def _refine_by_definition(model, enc, enc_mask, lengths, key, opts, width):
     enc, enc_mask = jnp.repeat(enc, l, 0), jnp.repeat(enc_mask, l, 0)
     tmask = jnp.arange(width)[None, :] < lengths[:, None]
     hyp = decoding.initial_hypothesis(key, (b * l, width), tmask, model.cfg.vocab, opts.init)
-    prev, history = None, []
+    prev, history, scores = None, [], []
     for _ in range(opts.steps):
         logits = model.decode(hyp, tmask, enc, enc_mask)
         logp = jax.nn.log_softmax(logits.at[..., jnp.array(decoding._PADIR_FORBIDDEN)].set(-jnp.inf))
         pred = jnp.where(tmask, jnp.argmax(logp, -1), V.PAD)
         score = (jnp.max(logp, -1) * tmask).sum(-1) / tmask.sum(-1)
         history.append(pred)
+        scores.append(score)
         stop = prev is not None and bool(jnp.all(pred == prev))
         hyp = jnp.where(decoding.stutter_positions(pred, tmask), V.MASK, pred) if opts.remask_stutter else pred
         prev = pred
         if stop and opts.early_stop:
             break
     pick = jnp.arange(b) * l + jnp.argmax(score.reshape(b, l), -1)
-    return dict(ids=pred[pick], score=score[pick], steps=len(history), history=jnp.stack(history)[:, pick])
+    tops = [jnp.arange(b) * l + jnp.argmax(s.reshape(b, l), -1) for s in scores]
+    return dict(ids=pred[pick], score=score[pick], steps=len(history), history=jnp.stack(history)[:, pick],
+                pass_best=jnp.stack([h[t] for h, t in zip(history, tops)]),
+                pass_best_score=jnp.stack([s[t] for s, t in zip(scores, tops)]))
 
 
 @pytest.mark.parametrize("opts", [decoding.PadirOptions(steps=6, hyps=3), decoding.PadirOptions(steps=3, hyps=2, init="mask"),
@@ -196,7 +200,32 @@ def test_padir_refinement_follows_its_definition(opts):
         np.testing.assert_array_equal(out["ids"], ref["ids"])
         assert int(out["steps"]) == ref["steps"]
         np.testing.assert_array_equal(out["history"][: ref["steps"]], ref["history"])
+        np.testing.assert_array_equal(out["pass_best"][: ref["steps"]], ref["pass_best"])
         np.testing.assert_allclose(out["score"], ref["score"], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(out["pass_best_score"][: ref["steps"]], ref["pass_best_score"], rtol=0, atol=1e-6)
+        for t in range(ref["steps"], opts.steps):  # after an early stop, the rows repeat the last pass
+            np.testing.assert_array_equal(out["history"][t], out["ids"])
+            np.testing.assert_array_equal(out["pass_best"][t], out["ids"])
+
+
+def test_pass_best_row_is_the_decode_stopped_after_that_pass():
+    """Row t of ``pass_best`` is what decoding with T = t + 1 (same key) returns: the hypothesis
+    best after that pass, which with several length hypotheses need not be the one chosen at the
+    end (``history``). Checked on seeds where the two differ, so the test can fail."""
+    m = tiny(False)
+    g, p = nnx.split(m)
+    differs = 0
+    for seed in range(6):
+        src, sm = ids(20 + seed, (4, 8)), jnp.ones((4, 8), bool)
+        opts = decoding.PadirOptions(steps=5, hyps=3, early_stop=False)
+        full = decoding.padir(g, p, src, sm, jax.random.key(seed), options=opts, max_len=16, buckets=(16,))
+        for t in range(1, opts.steps + 1):
+            short = decoding.padir(g, p, src, sm, jax.random.key(seed), options=decoding.PadirOptions(steps=t, hyps=3),
+                                   max_len=16, buckets=(16,))
+            np.testing.assert_array_equal(full["pass_best"][t - 1], short["ids"])
+            np.testing.assert_allclose(full["pass_best_score"][t - 1], short["score"], rtol=0, atol=1e-6)
+            differs += int(np.any(np.asarray(full["history"][t - 1]) != np.asarray(short["ids"])))
+    assert differs > 0
 
 
 def test_two_pass_argmax_is_jnp_argmax():
