@@ -62,7 +62,7 @@ def test_every_chapter_is_runnable_by_the_book_rules(name):
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert 'if "google.colab" in sys.modules:' in code[0].source
     assert "provenance.start(" in "".join(c.source for c in code)
-    assert code[-1].source.strip().startswith("provenance.finish(run)")
+    assert code[-1].source.strip().startswith("provenance.finish(run")
 
 
 def test_smoke_yaml_only_names_chapters():
@@ -103,6 +103,29 @@ def test_provenance_start_checks_names(monkeypatch, capsys, tmp_path):
     assert json.loads(out.read_text())["parameters"] == {"a": 1, "b": 2}
     for key in ("wall_time_s", "gmlm_lib_commit", "jax_version", "backend", "device_kind"):
         assert key in rec
+    assert "artifacts" not in rec
+
+
+def test_provenance_records_the_artifacts_a_run_used(capsys):
+    """A reused model's training cost, commits and hardware (each segment of a resumed run) and a
+    distilled corpus' record reach the run's record and its visible line; a record without the
+    fields is an error that says what to pass."""
+    env = dict(device_count=1, device_kind="cpu", backend="cpu", cpu_count=2)
+    model = {"done": 1600, "wall_s": 1871.15, "commit": "b" * 40, "hardware": env,
+             "segments": [{"commit": "a" * 40, "hardware": "1 x cpu (cpu, 2 CPU cores)", "wall_s": 1176.2},
+                          {"commit": "b" * 40, "hardware": "1 x H100 (gpu, 16 CPU cores)", "wall_s": 695.0}]}
+    corpus = {"wall_s": 390.6, "commit": "c" * 40, "hardware": "1 x cpu (cpu, 2 CPU cores)", "sentences": 29000}
+    rec = provenance.finish(provenance.start({}), artifacts={"PaDIR distilled": model, "distillation": corpus})
+    assert rec["artifacts"]["PaDIR distilled"] == dict(updates=1600, wall_s=1871.2, commits=["a" * 40, "b" * 40],
+                                                       hardware=["1 x cpu (cpu, 2 CPU cores)",
+                                                                 "1 x H100 (gpu, 16 CPU cores)"])
+    assert rec["artifacts"]["distillation"] == dict(updates=None, wall_s=390.6, commits=["c" * 40],
+                                                    hardware=["1 x cpu (cpu, 2 CPU cores)"])
+    out = capsys.readouterr().out
+    assert "used PaDIR distilled: 1600 updates, 1871 s, gmlm_lib aaaaaaaaaaaa, bbbbbbbbbbbb" in out
+    assert "used distillation: 391 s" in out
+    with pytest.raises(ValueError, match=r"lacks \['commit', 'hardware'\]"):
+        provenance.artifact_summary({"wall_s": 1.0})
 
 
 # --- freshness -----------------------------------------------------------------------------
@@ -218,3 +241,19 @@ def test_full_run_without_one_clean_commit_fails(book_copy, field, value, messag
 def test_unlisted_notebook_source_fails(book_copy):
     (book_copy / "notebooks" / "stray.md").write_text("# stray\n")
     assert any("stray" in p and "not listed in _toc.yml" in p for p in checks.check_all(book_copy))
+
+
+def test_provenance_page_lists_the_artifacts_a_run_used(book_copy):
+    """A chapter that reused a trained model shows its training cost beside its own wall time."""
+    name = CHAPTERS[0]
+    ipynb = book_copy / "notebooks" / f"{name}.ipynb"
+    nb = nbformat.read(ipynb, as_version=4)
+    nb.metadata["gmlm"]["provenance"]["artifacts"] = {
+        "AR teacher": dict(updates=2800, wall_s=2364.0, commits=["a" * 40, "b" * 40 + "-dirty"],
+                           hardware=["1 x cpu (cpu, 2 CPU cores)"])}
+    nbformat.write(nb, ipynb)
+    page = checks.provenance_page(book_copy)
+    assert "## Trained models and other artifacts the runs used" in page
+    assert (f"| {{doc}}`../notebooks/{name}` | AR teacher | 2800 | 2364.0 | `{'a' * 12}`, `{'b' * 12}-dirty` | "
+            "1 x cpu (cpu, 2 CPU cores) |") in page
+    assert any("provenance.md does not match" in p for p in checks.check_all(book_copy))

@@ -73,7 +73,7 @@ def provenance_page(root: Path) -> str:
         "| Chapter | Profile | Wall time (s) | gmlm_lib commit | JAX | Backend (devices) | Run started (UTC) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    details = []
+    details, used = [], []
     for name in sources.toc_notebooks(root):
         ipynb = root / "notebooks" / f"{name}.ipynb"
         if not ipynb.is_file():
@@ -87,8 +87,20 @@ def provenance_page(root: Path) -> str:
             f"{rec.get('backend', '')} ({rec.get('device_count', '')} x {rec.get('device_kind', '')}) | "
             f"{rec.get('started_at', '')} |"
         )
+        for art, a in rec.get("artifacts", {}).items():
+            used.append(f"| {{doc}}`../notebooks/{name}` | {art} | {'' if a['updates'] is None else a['updates']} | "
+                        f"{a['wall_s']} | {', '.join(f'`{provenance.short_commit(c)}`' for c in a['commits'])} | "
+                        f"{'; '.join(a['hardware'])} |")
         params = rec.get("parameters", {})
         details += [f"**{name}**: " + (", ".join(f"`{k} = {v!r}`" for k, v in params.items()) or "no parameters"), ""]
+    if used:
+        lines += ["", "## Trained models and other artifacts the runs used", "",
+                  "The trained models and the distilled corpus behind a chapter's numbers, with what they cost",
+                  "and which code and hardware made them (a resumed training run lists each). A chapter that",
+                  "reused them from its run folder, made by an earlier execution, leaves that work out of its",
+                  "wall time above.", "",
+                  "| Chapter | Artifact | Updates | Wall time (s) | gmlm_lib commit(s) | Hardware |",
+                  "| --- | --- | --- | --- | --- | --- |", *used]
     lines += ["", "## Parameters of each run", "", *details]
     return "\n".join(lines).rstrip() + "\n"
 

@@ -137,6 +137,23 @@ def record(run: Run) -> dict:
     return rec
 
 
+def artifact_summary(record: dict) -> dict:
+    """What the provenance page shows of an artifact a chapter used rather than made in its own
+    execution: a trained model's ``run.json`` (:func:`gmlm_lib.training.train`) or another record
+    with ``wall_s``, ``commit`` and ``hardware`` (the distilled corpus' ``distilled.json``).
+
+    Returns ``updates`` (the optimiser steps done, or ``None``), ``wall_s`` (the time the work took,
+    summed over the segments of a resumed run), ``commits`` and ``hardware`` (every distinct one
+    that did part of the work, in order)."""
+    missing = [k for k in ("wall_s", "commit", "hardware") if k not in record]
+    if missing:
+        raise ValueError(f"artifact record lacks {missing}; pass a run.json (training.train) or distilled.json record.")
+    parts = record.get("segments") or [dict(commit=record["commit"], hardware=record["hardware"])]
+    hardware = [h if isinstance(h, str) else hardware_summary(h) for h in (s["hardware"] for s in parts)]
+    return dict(updates=record.get("done"), wall_s=round(float(record["wall_s"]), 1),
+                commits=list(dict.fromkeys(s["commit"] for s in parts)), hardware=list(dict.fromkeys(hardware)))
+
+
 def summary_line(rec: dict) -> str:
     """The one visible line a notebook ends with."""
     params = ", ".join(f"{k}={v!r}" for k, v in rec["parameters"].items())
@@ -146,12 +163,21 @@ def summary_line(rec: dict) -> str:
         f"({rec['device_count']} x {rec['device_kind']}); run started {rec['started_at']}."
         + (f" The sources changed while it ran (now {short_commit(rec['gmlm_lib_commit_at_finish'])}): no commit reproduces it."
            if "gmlm_lib_commit_at_finish" in rec else "")
+        + ("".join(f"\n  used {name}: " + (f"{a['updates']} updates, " if a["updates"] is not None else "")
+                   + f"{a['wall_s']:.0f} s, gmlm_lib {', '.join(short_commit(c) for c in a['commits'])}, "
+                   + "; ".join(a["hardware"]) for name, a in rec.get("artifacts", {}).items()))
     )
 
 
-def finish(run: Run) -> dict:
-    """Close ``run``: print the visible provenance line, hand the record to the runner. Returns it."""
+def finish(run: Run, artifacts: dict[str, dict] | None = None) -> dict:
+    """Close ``run``: print the visible provenance line, hand the record to the runner. Returns it.
+
+    ``artifacts`` names the records of what the chapter used but did not make in this execution
+    (trained models it reused, a distilled corpus: see :func:`artifact_summary`); their training
+    cost, commits and hardware then appear beside the run's own on the provenance page."""
     rec = record(run)
+    if artifacts:
+        rec["artifacts"] = {name: artifact_summary(r) for name, r in artifacts.items()}
     print(summary_line(rec))
     out = os.environ.get(ENV_RECORD)
     if out:
