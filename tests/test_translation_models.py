@@ -220,7 +220,7 @@ def test_pass_best_row_is_the_decode_stopped_after_that_pass():
         opts = decoding.PadirOptions(steps=5, hyps=3, early_stop=False)
         full = decoding.padir(g, p, src, sm, jax.random.key(seed), options=opts, max_len=16, buckets=(16,))
         for t in range(1, opts.steps + 1):
-            short = decoding.padir(g, p, src, sm, jax.random.key(seed), options=decoding.PadirOptions(steps=t, hyps=3),
+            short = decoding.padir(g, p, src, sm, jax.random.key(seed), options=dataclasses.replace(opts, steps=t),
                                    max_len=16, buckets=(16,))
             np.testing.assert_array_equal(full["pass_best"][t - 1], short["ids"])
             np.testing.assert_allclose(full["pass_best_score"][t - 1], short["score"], rtol=0, atol=1e-6)
