@@ -133,17 +133,17 @@ def analyse(translator, texts: list[str], refs: list[str], options, *, batch_siz
     """Decode ``texts`` with PaDIR ``options`` (a :class:`gmlm_lib.translate.Translator` over a
     PaDIR model), read the attention of the final pass, and describe every adjacent output pair.
 
-    Returns ``(pairs, per_layer, outputs, history)``: ``pairs`` one row per pair with ``sentence``,
+    Returns ``(pairs, per_layer, outputs, per_pass)``: ``pairs`` one row per pair with ``sentence``,
     ``position``, ``token``, ``stutter`` (:func:`token_stutter_labels` against the encoded
     reference) and the :func:`aggregate` columns; ``per_layer[name]`` (P, layers) the mean over
-    heads of each statistic; ``outputs`` the raw output ids (repeats kept); ``history`` (T, N, W)
+    heads of each statistic; ``outputs`` the raw output ids (repeats kept); ``per_pass`` (T, N, W)
     row t the best hypothesis after pass t + 1, i.e. what decoding with ``steps = t + 1`` returns
     (``pass_best`` of :func:`gmlm_lib.decoding.padir_refine`; early-stopped rows repeat their last
     one), padded to the width ``W`` of the largest bucket."""
     ref_ids = translator.vocab.encode(refs)
     width = max(translator.buckets + (translator.cfg.max_len,))
     outputs: list[list[int] | None] = [None] * len(texts)
-    history = np.full((options.steps, len(texts), width), 0, np.int32)
+    per_pass = np.full((options.steps, len(texts), width), 0, np.int32)
     frames, layers = [], []
     for chunk, src, mask, key in translator.batches(texts, batch_size):
         out = decoding.padir(translator.graphdef, translator.params, jnp.asarray(src), jnp.asarray(mask), key,
@@ -153,7 +153,7 @@ def analyse(translator, texts: list[str], refs: list[str], options, *, batch_siz
         lengths = np.asarray(out["length"])[:k]
         tok = np.asarray(out["ids"])[:k]
         hist = np.asarray(out["pass_best"])[:, :k]
-        history[:, chunk, : hist.shape[2]] = hist
+        per_pass[:, chunk, : hist.shape[2]] = hist
         att = [(np.asarray(s)[:k], np.asarray(c)[:k]) for s, c in out["attention"]]
         sent, pos, st = pair_statistics(att, lengths)
         df = aggregate(st)
@@ -171,4 +171,4 @@ def analyse(translator, texts: list[str], refs: list[str], options, *, batch_siz
             progress.update(k)
     pairs = pd.concat(frames, ignore_index=True)
     per_layer = {name: np.concatenate([l[name] for l in layers]) for name in STATISTICS}
-    return pairs, per_layer, outputs, history
+    return pairs, per_layer, outputs, per_pass
