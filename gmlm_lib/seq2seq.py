@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -284,10 +283,6 @@ def params_fingerprint(model: nnx.Module) -> str:
 
 def build(cfg: ModelConfig, seed: int = 0) -> Seq2Seq:
     return Seq2Seq(cfg, rngs=nnx.Rngs(seed))
-
-
-def as_dict(cfg: Any) -> dict:
-    return dataclasses.asdict(cfg)
 
 
 SHAPE_FIELDS = ("vocab", "d_model", "heads", "enc_layers", "dec_layers", "d_ff", "max_len")

@@ -65,6 +65,23 @@ def test_every_chapter_is_runnable_by_the_book_rules(name):
     assert code[-1].source.strip().startswith("provenance.finish(run")
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "params" / "padir").glob("*.yaml")), ids=lambda p: p.name)
+def test_documented_parameter_sets_name_real_parameters(path):
+    """``papermill -f`` injects any name it is given, so a misspelt key in a documented set would
+    silently leave the default in force: every key must be a parameter of the PaDIR chapter, with
+    a value of the default's type (an int where a float is expected is fine)."""
+    import yaml
+
+    defaults = sources.parameters_cell(sources.read_text_notebook(ROOT / "notebooks" / "padir.md"))
+    values = yaml.safe_load(path.read_text())
+    assert values, f"{path.name} sets nothing"
+    assert set(values) <= set(defaults), f"{path.name}: not parameters of padir: {sorted(set(values) - set(defaults))}"
+    for key, value in values.items():
+        default = defaults[key]
+        ok = type(value) in (int, float) if type(default) is float else type(value) is type(default)
+        assert ok, f"{path.name}: {key} = {value!r}, the default is {default!r}"
+
+
 def test_smoke_yaml_only_names_chapters():
     assert set(sources.smoke_overrides(ROOT)) <= set(CHAPTERS)
 
