@@ -25,6 +25,8 @@ from .book import provenance
 from .progress import bar as progress_bar
 
 MODELS = ("ar", "padir_raw", "padir_distilled")
+# How the book names each model of a run folder (the PaDIR chapter's tables and the provenance page).
+LABELS = {"ar": "AR teacher", "padir_raw": "PaDIR raw", "padir_distilled": "PaDIR distilled"}
 
 
 @dataclasses.dataclass

@@ -79,3 +79,7 @@ def test_an_interrupted_distillation_leaves_nothing_to_reuse(tmp_path):
     teacher = FakeTeacher()
     assert not experiment.distil(teacher, SOURCES, translate.Method("greedy"), path, progress=False).reused
     assert teacher.calls == 1
+
+
+def test_every_run_folder_model_has_a_label():
+    assert set(experiment.LABELS) == set(experiment.MODELS)
