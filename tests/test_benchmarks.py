@@ -1,0 +1,51 @@
+"""The scripts under benchmarks/ run end to end on tiny sizes and write what their docstrings promise."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run_script(name: str, *args: str, cwd: Path) -> str:
+    done = subprocess.run([sys.executable, str(BENCHMARKS / name), *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_decode_units_measures_the_units_and_the_bound(tmp_path):
+    out = tmp_path / "units.json"
+    stdout = run_script("decode_units.py", "--vocab", "64", "--d-model", "32", "--heads", "2", "--layers", "1",
+                        "--d-ff", "64", "--max-len", "16", "--widths", "8", "16", "--hyps", "2", "--passes", "1", "4",
+                        "--ar-steps", "10", "--min-time", "0.03", "--json", str(out), cwd=tmp_path)
+    rec = json.loads(out.read_text())
+    units = {(r["unit"], r["width"], r["hyps"]) for r in rec["rows"]}
+    assert units == {(u, w, 1) for u in ("AR encoder", "AR step") for w in (8, 16)} | {
+        ("PaDIR encoder", w, 2) for w in (8, 16)} | {("PaDIR pass", w, h) for w in (8, 16) for h in (1, 2)}
+    assert all(r["ms"] > 0 for r in rec["rows"])
+    ms = {(r["unit"], r["width"], r["hyps"]): r["ms"] for r in rec["rows"]}
+    for w in (8, 16):
+        assert rec["pass_per_step"][str(w)] == pytest.approx(ms[("PaDIR pass", w, 1)] / ms[("AR step", w, 1)])
+        ar = ms[("AR encoder", w, 1)] + 10 * ms[("AR step", w, 1)]
+        for p in (1, 4):
+            padir = ms[("PaDIR encoder", w, 2)] + p * ms[("PaDIR pass", w, 1)]
+            assert rec["bound"][str(w)][str(p)] == pytest.approx(ar / padir)
+    assert rec["size"]["d_model"] == 32 and rec["size"]["vocab"] == 64  # the overrides, not the preset
+    assert "one pass (#hyp 1) =" in stdout and rec["machine"]["backend"]
+
+
+def test_sampler_throughput_reports_every_sampler(tmp_path):
+    out = tmp_path / "throughput.json"
+    run_script("sampler_throughput.py", "--n", "8", "--chains", "4", "--k", "1", "2", "--min-time", "0.05",
+               "--json", str(out), cwd=tmp_path)
+    rec = json.loads(out.read_text())
+    assert [(r["n"], r["sampler"]) for r in rec["rows"]] == [(8, "1-Gibbs"), (8, "2-Gibbs"), (8, "independent parallel")]
+    for r in rec["rows"]:
+        assert r["jax"] > 0 and r["numpy_loop"] > 0
+        assert r["speedup_vs_loop"] == pytest.approx(r["jax"] / r["numpy_loop"])
