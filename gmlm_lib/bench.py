@@ -98,7 +98,7 @@ def throughput(n: int, num_chains: int, sampler: str, k: int = 1, *, dtype="floa
 def parallel_step_floor(key: jax.Array, model: ising.IsingModel, x: jax.Array, num_steps: int, dtype="float64"):
     """A compiled, warm callable that runs ``num_steps`` steps of the work an independent parallel
     step over the chains ``x`` (C, n) cannot skip: ``x @ J`` in ``dtype`` and one uint32 random
-    word per site from the keys :func:`gmlm_lib.samplers.chain_keys` gives :func:`run_chains`.
+    word per site from the keys :func:`gmlm_lib.samplers.chain_keys` gives :func:`gmlm_lib.samplers.run_chains`.
     The next ``x`` is one comparison of the two per site, so neither is hoisted out of the scan."""
     J = model.J.astype(dtype)
 

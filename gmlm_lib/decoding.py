@@ -64,7 +64,7 @@ def jitted(fn, graphdef, **static):
 
 
 def _length_penalty(length, alpha):
-    """GNMT length penalty ((5 + |y|) / 6) ** alpha."""
+    """GNMT length penalty ``((5 + |y|) / 6) ** alpha``."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -99,7 +99,7 @@ def _ar_greedy(graphdef, params, src, src_mask, *, max_len: int):
 
 def ar_beam(graphdef, params, src, src_mask, *, max_len: int, beam: int = 4, alpha: float = 0.6):
     """Beam search with the GNMT length penalty. (B, S) -> (ids (B, max_len), scores (B,)): the best
-    finished hypothesis by log p / ((5 + |y|) / 6) ** alpha (|y| counts EOS). A row stops once it
+    finished hypothesis by ``log p / ((5 + |y|) / 6) ** alpha`` (``|y|`` counts EOS). A row stops once it
     has ``beam`` finished hypotheses (fairseq's rule) or none of its alive beams can win."""
     return jitted(_ar_beam, graphdef, max_len=max_len, beam=beam)(params, src, src_mask, alpha)
 

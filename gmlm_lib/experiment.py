@@ -24,8 +24,9 @@ from . import vocab as V
 from .book import provenance
 from .progress import bar as progress_bar
 
+#: The trained models of a run folder, by subfolder name.
 MODELS = ("ar", "padir_raw", "padir_distilled")
-# How the book names each model of a run folder (the PaDIR chapter's tables and the provenance page).
+#: How the book names each model of a run folder (the PaDIR chapter's tables and the provenance page).
 LABELS = {"ar": "AR teacher", "padir_raw": "PaDIR raw", "padir_distilled": "PaDIR distilled"}
 
 

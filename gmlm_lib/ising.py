@@ -170,7 +170,7 @@ def log_partition(model: IsingModel) -> jax.Array:
 
     States are generated and summed in chunks of ``2^16`` so that n = 20 needs no more
     than a few MB; each chunk and the total use the max-shifted log-sum-exp, so values of
-    ``|E|`` in the thousands (|J| = 10 at n = 20) stay exact to float64 rounding.
+    ``|E|`` in the thousands (``|J| = 10`` at n = 20) stay exact to float64 rounding.
     """
     n = model.n
     check_exact_n(n)

@@ -11,7 +11,7 @@ Both chains are reversible with respect to ``p``. The operator is applied matrix
 sum over blocks, ``O(M 2^n)`` per product) for any ``n <= 20``; :func:`transition_matrix`
 builds it densely from the same code for ``n <=`` :data:`MAX_DENSE_N`. The Poincaré constant
 ``C_P = 1 / (1 - lambda_2(P))`` comes from a dense symmetric eigensolver or from Lanczos
-(ARPACK ``eigsh``) on a :class:`scipy.sparse.linalg.LinearOperator`.
+(ARPACK ``eigsh``) on a ``scipy.sparse.linalg.LinearOperator``.
 """
 
 from __future__ import annotations

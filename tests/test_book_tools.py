@@ -24,6 +24,21 @@ def _params_cell(src):
     return nbformat.v4.new_code_cell(src, metadata={"tags": ["parameters"]})
 
 
+def test_library_reference_lists_every_module():
+    """book/api.md renders the docstrings of every module of gmlm_lib (a new module must be added there)."""
+    import pkgutil
+    import re
+
+    import gmlm_lib
+
+    listed = re.findall(r"^\.\. automodule:: (\S+)$", (ROOT / "book" / "api.md").read_text(), flags=re.M)
+    modules = {m.name for m in pkgutil.walk_packages(gmlm_lib.__path__, "gmlm_lib.")
+               if not m.ispkg and not m.name.endswith("__main__")}
+    assert len(listed) == len(set(listed)), "a module is listed twice in book/api.md"
+    assert set(listed) == modules, (f"missing from book/api.md: {sorted(modules - set(listed))}; "
+                                    f"not modules: {sorted(set(listed) - modules)}")
+
+
 def test_toc_lists_chapters_with_sources():
     assert CHAPTERS, "no chapters under notebooks/ in _toc.yml"
     for name in CHAPTERS:
