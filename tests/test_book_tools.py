@@ -39,6 +39,16 @@ def test_library_reference_lists_every_module():
                                     f"not modules: {sorted(set(listed) - modules)}")
 
 
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_every_figure_has_a_caption(name):
+    """A cell that draws a figure carries a ``mystnb: figure: caption:`` saying what it shows and asks."""
+    nb = sources.read_text_notebook(ROOT / "notebooks" / f"{name}.md")
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "plt.show()" in cell.source:
+            caption = cell.metadata.get("mystnb", {}).get("figure", {}).get("caption", "")
+            assert caption.strip(), f"{name}: a figure without a caption:\n{cell.source[:200]}"
+
+
 def test_toc_lists_chapters_with_sources():
     assert CHAPTERS, "no chapters under notebooks/ in _toc.yml"
     for name in CHAPTERS:
