@@ -49,6 +49,21 @@ def test_every_figure_has_a_caption(name):
             assert caption.strip(), f"{name}: a figure without a caption:\n{cell.source[:200]}"
 
 
+def test_citation_file_names_the_paper_as_the_bibliography_does():
+    """CITATION.cff's preferred citation and book/references.bib's li2024promises agree (title, authors, year)."""
+    import re
+
+    import yaml
+
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())["preferred-citation"]
+    bib = (ROOT / "book" / "references.bib").read_text()
+    entry = bib[bib.index("{li2024promises,"):]
+    field = {k: re.search(rf"{k}\s*=\s*{{(.+?)}},?\n", entry).group(1) for k in ("title", "author", "year")}
+    assert cff["title"] == field["title"]
+    assert [f"{a['family-names']}, {a['given-names']}" for a in cff["authors"]] == field["author"].split(" and ")
+    assert str(cff["year"]) == field["year"]
+
+
 def test_toc_lists_chapters_with_sources():
     assert CHAPTERS, "no chapters under notebooks/ in _toc.yml"
     for name in CHAPTERS:
