@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import brute
 from gmlm_lib import bench, ising, markov, masks, numpy_samplers, samplers
@@ -59,6 +61,41 @@ def test_block_dynamics_kernels_are_definitions_6_and_8():
     P = samplers.transition_matrix(samplers.adaptive_block_dynamics(model, dist))
     np.testing.assert_allclose(np.asarray(P), brute.transition(J, h, subsets, np.asarray(dist.weights)), atol=1e-13)
     np.testing.assert_allclose(np.asarray(P), np.asarray(markov.transition_matrix(model, dist)), atol=1e-13)
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=st.integers(1, 4), seed=st.integers(0, 2**31 - 1), scale=st.floats(0.0, 2.0), adaptive=st.booleans())
+def test_property_block_dynamics_kernels_on_random_models_and_masks(n, seed, scale, adaptive):
+    """Random models, random sets of distinct non-empty masks, random fixed weights or a random
+    state-dependent rule: the kernel is Definition 6 / 8 (brute force), a stochastic matrix, and
+    reversible with respect to p (detailed balance p(x) P(x, y) = p(y) P(y, x), so p is invariant)."""
+    rng = np.random.default_rng(seed)
+    J, h = brute.random_model(rng, n, scale)
+    model = ising.ising_model(J, h)
+    codes = rng.choice(np.arange(1, 2**n), size=min(int(rng.integers(1, 5)), 2**n - 1), replace=False)
+    subsets = ((codes[:, None] >> np.arange(n)) & 1).astype(bool)  # distinct, none empty
+    m = len(subsets)
+    if adaptive:
+        A, b = rng.normal(size=(n, m)), rng.normal(size=m)
+
+        def rule(states):
+            z = np.asarray(states, dtype=np.float64) @ A + b
+            e = np.exp(z - z.max(1, keepdims=True))
+            return e / e.sum(1, keepdims=True)
+
+        dist = masks.adaptive(subsets, rule)
+        sampler = samplers.adaptive_block_dynamics(model, dist)
+        W = np.asarray(dist.weights)
+    else:
+        w = rng.random(m) + 0.05
+        dist = masks.from_weights(subsets, w / w.sum())
+        sampler = samplers.block_dynamics(model, dist)
+        W = np.tile(np.asarray(dist.weights), (2**n, 1))
+    P = np.asarray(samplers.transition_matrix(sampler))
+    np.testing.assert_allclose(P, brute.transition(J, h, subsets, W), atol=1e-13)
+    assert P.min() >= 0 and np.abs(P.sum(1) - 1).max() < 1e-13
+    flow = brute.probs(J, h)[:, None] * P
+    assert np.abs(flow - flow.T).max() < 1e-14
 
 
 def test_independent_parallel_kernel_is_definition_11_and_a_product():

@@ -7,12 +7,16 @@ import os
 import pathlib
 import threading
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
 import sacrebleu
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gmlm_lib import batching, corpus, mt_metrics, vocab
+from gmlm_lib import batching, corpus, decoding, mt_metrics, vocab
 
 SHARED = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
 M30K = pathlib.Path(os.environ.get(corpus.ENV_VAR) or SHARED)
@@ -188,6 +192,41 @@ def test_stutter_rate_on_hand_made_examples():
     assert mt_metrics.stutter_flags("a very very big Dog, dog.", "a very very big dog") == [False, False, False, False, True]
     rate = mt_metrics.stutter_rate(["a dog dog runs", "two cats"], ["a dog runs", "two cats"])
     assert rate == pytest.approx(100 * 1 / 6)
+
+
+_WORDS = st.lists(st.sampled_from(["a", "dog", "runs", "very", "Dog,", "big."]), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(hyp=_WORDS, ref=_WORDS, at=st.integers(0, 11))
+def test_property_stutter_counts_repeats_the_reference_lacks(hyp, ref, at):
+    """A text never stutters against itself (its repeats are the reference's); doubling one word
+    of a text without repeats adds exactly one stuttered pair against a reference that lacks
+    that repeat, and none against one that has it."""
+    text = " ".join(hyp)
+    assert mt_metrics.stutter_rate([text], [text]) == 0.0
+    words = [w for w, _ in itertools.groupby(mt_metrics.words(text))]  # no adjacent repeats left
+    if not words:
+        return
+    i = at % len(words)
+    doubled = " ".join(words[: i + 1] + words[i:])
+    r = " ".join(ref)
+    has_it = words[i] in {a for a, b in itertools.pairwise(mt_metrics.words(r)) if a == b}
+    assert sum(mt_metrics.stutter_flags(doubled, r)) == (0 if has_it else 1)
+    assert mt_metrics.stutter_rate([doubled], [r]) == pytest.approx(0.0 if has_it else 100.0 / (len(words) + 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.lists(st.integers(vocab.FIRST_PIECE, vocab.FIRST_PIECE + 3), max_size=10), min_size=1, max_size=4),
+       tail=st.lists(st.integers(0, vocab.FIRST_PIECE + 3), max_size=5))
+def test_property_strip_undoes_padding_and_stops_at_eos(rows, tail):
+    """``decoding.strip`` returns each row up to its first EOS or PAD (whatever follows EOS), and
+    with ``drop_repeats`` merges runs of one token into one."""
+    ids, mask = batching.pad(rows, 16)
+    assert decoding.strip(ids) == rows and mask.sum(1).tolist() == [len(r) for r in rows]
+    ended, _ = batching.pad([r + [vocab.EOS] + tail for r in rows], 16)
+    assert decoding.strip(ended) == rows
+    assert decoding.strip(ids, drop_repeats=True) == [[t for t, _ in itertools.groupby(r)] for r in rows]
 
 
 def test_paired_bootstrap_is_sacrebleus_and_reproducible():
