@@ -64,6 +64,37 @@ def test_citation_file_names_the_paper_as_the_bibliography_does():
     assert str(cff["year"]) == field["year"]
 
 
+def test_github_workflow_runs_the_readme_commands_and_publishes_what_make_book_builds():
+    """.github/workflows/book.yml runs the README's two set-up commands (one job each), uploads
+    the folder ``make book`` writes, and deploys it only from a push to main, after both jobs."""
+    import re
+
+    import yaml
+
+    readme = (ROOT / "README.md").read_text()
+    setup = readme[readme.index("## Set up"):]
+    block = re.search(r"```bash\n(.*?)```", setup, flags=re.S).group(1)
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    assert commands == ["make book", "make test"], commands
+
+    wf = yaml.safe_load((ROOT / ".github" / "workflows" / "book.yml").read_text())
+    jobs = wf["jobs"]
+    runs = {name: [s["run"] for s in job["steps"] if "run" in s] for name, job in jobs.items()}
+    for command in commands:
+        assert [name for name, r in runs.items() if any(x.startswith(command + " ") or x == command for x in r)], \
+            f"no job of the workflow runs {command!r}"
+    uploads = [s for job in jobs.values() for s in job["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact")]
+    assert len(uploads) == 1
+    makefile = (ROOT / "Makefile").read_text()
+    book_recipe = makefile[makefile.index("\nbook:"):].split("\n\n")[0]
+    assert f"$(CURDIR)/{uploads[0]['with']['path']}/index.html" in book_recipe
+    deploy = jobs["deploy"]
+    assert set(deploy["needs"]) == set(jobs) - {"deploy"}
+    assert "refs/heads/main" in deploy["if"] and "push" in deploy["if"]
+    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert wf["permissions"] == {"contents": "read"}
+
+
 def test_toc_lists_chapters_with_sources():
     assert CHAPTERS, "no chapters under notebooks/ in _toc.yml"
     for name in CHAPTERS:
