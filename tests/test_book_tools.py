@@ -95,6 +95,55 @@ def test_github_workflow_runs_the_readme_commands_and_publishes_what_make_book_b
     assert wf["permissions"] == {"contents": "read"}
 
 
+#: The stderr messages a committed run may hold: environment notices the rendered book leaves out
+#: (``nb_output_stderr: remove`` in _config.yml). Anything else must be looked at, not hidden.
+BENIGN_STDERR = (
+    "TqdmWarning: IProgress not found. Please update jupyter and ipywidgets.",  # tqdm.auto without ipywidgets
+    "UserWarning: The figure layout has changed to tight",  # matplotlib: tight_layout on a constrained figure
+)
+
+
+def benign_stderr(text: str) -> bool:
+    """True when every warning in a stderr stream is one of :data:`BENIGN_STDERR` (its source
+    line, which Python prints after each warning, included)."""
+    import re
+
+    warnings = re.findall(r"^\S.*?\w+Warning: .*$", text, flags=re.M)
+    rest = [line for line in text.splitlines() if line.strip() and not line.startswith("  ")
+            and line not in warnings]
+    return bool(warnings) and not rest and all(any(b in w for b in BENIGN_STDERR) for w in warnings)
+
+
+def test_rendered_book_leaves_out_stderr_and_committed_runs_have_only_benign_stderr():
+    import yaml
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert config["sphinx"]["config"]["nb_output_stderr"] == "remove"
+    unexpected = []
+    for name in CHAPTERS:
+        nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+        for i, cell in enumerate(nb.cells):
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "stream" and out.get("name") == "stderr" and not benign_stderr(out.text):
+                    unexpected.append(f"{name} cell {i}: {out.text[:300]!r}")
+    assert not unexpected, ("stderr the book would hide; fix its cause or, if it is harmless, add it to "
+                            "BENIGN_STDERR:\n" + "\n".join(unexpected))
+
+
+@pytest.mark.parametrize("text, ok", [
+    ("/x/tqdm/auto.py:21: TqdmWarning: IProgress not found. Please update jupyter and ipywidgets. See https://x\n"
+     "  from .autonotebook import tqdm as notebook_tqdm\n", True),
+    ("/tmp/ipykernel_1/2.py:12: UserWarning: The figure layout has changed to tight\n  fig.tight_layout()\n", True),
+    ("/x/ising.py:3: RuntimeWarning: overflow encountered in exp\n  z = np.exp(a)\n", False),
+    ("/x/tqdm/auto.py:21: TqdmWarning: IProgress not found. Please update jupyter and ipywidgets.\n"
+     "  from .autonotebook import tqdm\n/x/m.py:1: RuntimeWarning: divide by zero\n  y = 1 / x\n", False),
+    ("decode: 100%|##########| 8/8 [00:01<00:00]\n", False),
+    ("Traceback (most recent call last):\n", False),
+])
+def test_benign_stderr_accepts_only_the_listed_notices(text, ok):
+    assert benign_stderr(text) is ok
+
+
 def test_toc_lists_chapters_with_sources():
     assert CHAPTERS, "no chapters under notebooks/ in _toc.yml"
     for name in CHAPTERS:
