@@ -2,6 +2,7 @@
 
     python benchmarks/sampler_throughput.py                 # n = 64 and 1024, 1,000 chains
     python benchmarks/sampler_throughput.py --n 64 --json out.json
+    python benchmarks/sampler_throughput.py --dtype float64 float32   # both arithmetics
 
 Prints one row per (n, sampler) with site updates per second and the speed-ups (for the
 independent parallel sampler also the ceiling: the loop's time per step over the time of the
@@ -29,6 +30,8 @@ def main() -> None:
     ap.add_argument("--min-time", type=float, default=2.0,
                     help="each contestant is timed for this times the number of contestants "
                          "(3 interleaved rounds; the fastest call counts)")
+    ap.add_argument("--dtype", nargs="+", default=["float64"], choices=["float64", "float32"],
+                    help="arithmetic of the JAX samplers (the NumPy references are float64)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--cpu-devices", type=int, default=None,
                     help="CPU cores exposed to JAX as devices, the chains split over them "
@@ -37,14 +40,14 @@ def main() -> None:
     samplers.use_cpu_cores_as_devices(args.cpu_devices)
     start = time.time()
     rows = []
-    for n in args.n:
-        for sampler, k in [("k-gibbs", k) for k in args.k] + [("independent-parallel", 1)]:
-            r = bench.throughput(n, args.chains, sampler, k, min_time=args.min_time)
-            rows.append(r)
-            print(f"n={n:5d} {r['sampler']:>22s}  JAX {r['jax']:10.3g}/s  NumPy loop {r['numpy_loop']:10.3g}/s "
-                  f"(x{r['speedup_vs_loop']:.0f})  NumPy vectorised {r['numpy_vectorised']:10.3g}/s (x{r['speedup_vs_vectorised']:.1f})"
-                  + ("" if math.isnan(r["ceiling_vs_loop"]) else f"  ceiling x{r['ceiling_vs_loop']:.0f}"),
-                  flush=True)
+    contestants = [("k-gibbs", k) for k in args.k] + [("independent-parallel", 1)]
+    for n, dtype, (sampler, k) in [(n, d, c) for n in args.n for d in args.dtype for c in contestants]:
+        r = bench.throughput(n, args.chains, sampler, k, dtype=dtype, min_time=args.min_time)
+        rows.append(r)
+        print(f"n={n:5d} {r['sampler']:>22s} {dtype}  JAX {r['jax']:10.3g}/s  NumPy loop {r['numpy_loop']:10.3g}/s "
+              f"(x{r['speedup_vs_loop']:.0f})  NumPy vectorised {r['numpy_vectorised']:10.3g}/s (x{r['speedup_vs_vectorised']:.1f})"
+              + ("" if math.isnan(r["ceiling_vs_loop"]) else f"  ceiling x{r['ceiling_vs_loop']:.0f}"),
+              flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     record = {"rows": rows, "machine": bench.machine(), "params": vars(args), "commit": commit, "wall_s": time.time() - start}
     print(json.dumps(record["machine"]))

@@ -43,9 +43,10 @@ def test_decode_units_measures_the_units_and_the_bound(tmp_path):
 def test_sampler_throughput_reports_every_sampler(tmp_path):
     out = tmp_path / "throughput.json"
     run_script("sampler_throughput.py", "--n", "8", "--chains", "4", "--k", "1", "2", "--min-time", "0.05",
-               "--json", str(out), cwd=tmp_path)
+               "--dtype", "float64", "float32", "--json", str(out), cwd=tmp_path)
     rec = json.loads(out.read_text())
-    assert [(r["n"], r["sampler"]) for r in rec["rows"]] == [(8, "1-Gibbs"), (8, "2-Gibbs"), (8, "independent parallel")]
+    assert [(r["n"], r["sampler"], r["dtype"]) for r in rec["rows"]] == [
+        (8, s, d) for d in ("float64", "float32") for s in ("1-Gibbs", "2-Gibbs", "independent parallel")]
     for r in rec["rows"]:
         assert r["jax"] > 0 and r["numpy_loop"] > 0
         assert r["speedup_vs_loop"] == pytest.approx(r["jax"] / r["numpy_loop"])
