@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import time
 
 PRESETS = {
@@ -47,6 +46,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from gmlm_lib import bench, decode_costs, seq2seq  # after parsing: --help does not start JAX
+    from gmlm_lib.book import provenance
 
     size = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in PRESETS[args.preset].items()}
     if args.widths:
@@ -74,7 +74,7 @@ def main() -> None:
               "AR steps: " + ", ".join(f"T'={p}: {b:.2f}x" for p, b in bounds[w].items()))
     print(json.dumps(machine))
     if args.json:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        commit = provenance.short_commit(provenance.git_commit())
         record = dict(rows=rows, pass_per_step=ratios, bound=bounds, size=size, params=vars(args), machine=machine,
                       dispatch_ms=decode_costs.dispatch_floor(), commit=commit, wall_s=time.time() - start)
         with open(args.json, "w") as f:

@@ -14,12 +14,13 @@ JAX device and the chains are split over them (``--cpu-devices``).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
-import subprocess
 import time
 
 from gmlm_lib import bench, samplers
+from gmlm_lib.book import provenance
 
 
 def main() -> None:
@@ -41,14 +42,14 @@ def main() -> None:
     start = time.time()
     rows = []
     contestants = [("k-gibbs", k) for k in args.k] + [("independent-parallel", 1)]
-    for n, dtype, (sampler, k) in [(n, d, c) for n in args.n for d in args.dtype for c in contestants]:
+    for n, dtype, (sampler, k) in itertools.product(args.n, args.dtype, contestants):
         r = bench.throughput(n, args.chains, sampler, k, dtype=dtype, min_time=args.min_time)
         rows.append(r)
         print(f"n={n:5d} {r['sampler']:>22s} {dtype}  JAX {r['jax']:10.3g}/s  NumPy loop {r['numpy_loop']:10.3g}/s "
               f"(x{r['speedup_vs_loop']:.0f})  NumPy vectorised {r['numpy_vectorised']:10.3g}/s (x{r['speedup_vs_vectorised']:.1f})"
               + ("" if math.isnan(r["ceiling_vs_loop"]) else f"  ceiling x{r['ceiling_vs_loop']:.0f}"),
               flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = provenance.short_commit(provenance.git_commit())
     record = {"rows": rows, "machine": bench.machine(), "params": vars(args), "commit": commit, "wall_s": time.time() - start}
     print(json.dumps(record["machine"]))
     if args.json:

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from gmlm_lib.book import provenance
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+LIBRARY_COMMIT = provenance.short_commit(provenance.git_commit())
 
 
 def run_script(name: str, *args: str, cwd: Path) -> str:
@@ -38,6 +41,7 @@ def test_decode_units_measures_the_units_and_the_bound(tmp_path):
             assert rec["bound"][str(w)][str(p)] == pytest.approx(ar / padir)
     assert rec["size"]["d_model"] == 32 and rec["size"]["vocab"] == 64  # the overrides, not the preset
     assert "one pass (#hyp 1) =" in stdout and rec["machine"]["backend"]
+    assert rec["commit"] == LIBRARY_COMMIT  # the library's, though the script ran outside the repository
 
 
 def test_sampler_throughput_reports_every_sampler(tmp_path):
@@ -50,3 +54,4 @@ def test_sampler_throughput_reports_every_sampler(tmp_path):
     for r in rec["rows"]:
         assert r["jax"] > 0 and r["numpy_loop"] > 0
         assert r["speedup_vs_loop"] == pytest.approx(r["jax"] / r["numpy_loop"])
+    assert rec["commit"] == LIBRARY_COMMIT

@@ -3,11 +3,10 @@
 import functools
 import gzip
 import http.server
+import itertools
 import os
 import pathlib
 import threading
-
-import itertools
 
 import numpy as np
 import pandas as pd
