@@ -181,6 +181,19 @@ def test_every_chapter_is_runnable_by_the_book_rules(name):
     assert code[-1].source.strip().startswith("provenance.finish(run")
 
 
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_papermill_sees_every_parameter(name):
+    """papermill parses the parameters cell line by line for ``--help-notebook`` and warns
+    "Passed unknown parameter" for every name it could not parse (an ``=`` in a comment was
+    enough): it must find exactly the names the cell assigns."""
+    from papermill.translators import PythonTranslator
+
+    nb = sources.read_text_notebook(ROOT / "notebooks" / f"{name}.md")
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    seen = [p.name for p in PythonTranslator.inspect(cell)]
+    assert seen == list(sources.parameters_cell(nb)), f"papermill cannot parse {set(sources.parameters_cell(nb)) - set(seen)}"
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "params" / "padir").glob("*.yaml")), ids=lambda p: p.name)
 def test_documented_parameter_sets_name_real_parameters(path):
     """``papermill -f`` injects any name it is given, so a misspelt key in a documented set would
