@@ -18,7 +18,6 @@ over the same number of steps as the sampler, the chains laid out over the devic
 from __future__ import annotations
 
 import os
-import platform
 import time
 
 import jax
@@ -26,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gmlm_lib import ising, numpy_samplers, samplers
+from gmlm_lib.book import provenance
 
 
 def _timed(fn, min_time: float) -> float:
@@ -125,7 +125,7 @@ def machine() -> dict:
     return {
         "backend": jax.default_backend(),
         "devices": [d.device_kind for d in jax.devices()],
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": provenance.cpu_model(),
         "cpu_count": os.cpu_count(),
         "numpy": np.__version__,
         "jax": jax.__version__,

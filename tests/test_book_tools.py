@@ -49,6 +49,37 @@ def test_every_figure_has_a_caption(name):
             assert caption.strip(), f"{name}: a figure without a caption:\n{cell.source[:200]}"
 
 
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_every_exercise_has_one_solution_that_runs_code(name):
+    """Exercises (sphinx-exercise) each have exactly one gated solution, closed before the
+    next one opens, with at least one code cell inside it: the answer is computed, not typed."""
+    import re
+
+    nb = sources.read_text_notebook(ROOT / "notebooks" / f"{name}.md")
+    exercises, starts, code_cells, current = [], {}, {}, None
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            if current is not None:
+                code_cells[current] = code_cells.get(current, 0) + 1
+            continue
+        events = r"^:::\{exercise\}\n:label: (?P<exercise>\S+)$|^```\{solution-start\} (?P<start>\S+)$|^```\{solution-(?P<end>end)\}$"
+        for event in re.finditer(events, cell.source, flags=re.M):  # in the order they appear
+            if event["exercise"]:
+                exercises.append(event["exercise"])
+            elif event["start"]:
+                assert current is None, f"{name}: the solution of {current} is not closed"
+                current = event["start"]
+                assert current in exercises, f"{name}: a solution to an unknown exercise {current}"
+                starts[current] = starts.get(current, 0) + 1
+            else:
+                assert current is not None, f"{name}: solution-end without solution-start"
+                current = None
+    assert current is None, f"{name}: the solution of {current} is not closed"
+    for label in exercises:
+        assert starts.get(label, 0) == 1, f"{name}: exercise {label} has {starts.get(label, 0)} solutions"
+        assert code_cells.get(label, 0) >= 1, f"{name}: the solution of {label} runs no code"
+
+
 def test_citation_file_names_the_paper_as_the_bibliography_does():
     """CITATION.cff's preferred citation and book/references.bib's li2024promises agree (title, authors, year)."""
     import re
@@ -247,9 +278,28 @@ def test_provenance_start_checks_names(monkeypatch, capsys, tmp_path):
     line = capsys.readouterr().out
     assert line.startswith("Provenance:") and "a=1, b=2" in line and "JAX" in line
     assert json.loads(out.read_text())["parameters"] == {"a": 1, "b": 2}
-    for key in ("wall_time_s", "gmlm_lib_commit", "jax_version", "backend", "device_kind"):
+    for key in ("wall_time_s", "gmlm_lib_commit", "jax_version", "backend", "device_kind", "cpu_model"):
         assert key in rec
+    assert rec["cpu_model"].strip() and rec["cpu_model"] in line  # two CPUs with as many cores can time 2x apart
+    assert rec["cpu_model"] in provenance.hardware_summary()
+    assert provenance.hardware_summary(dict(device_count=1, device_kind="cpu", backend="cpu", cpu_count=2)) == \
+        "1 x cpu (cpu, 2 CPU cores)"  # a record made before the CPU model was recorded
     assert "artifacts" not in rec
+
+
+def test_provenance_page_names_the_cpu_of_each_run(book_copy):
+    """The page has a CPU column: the model a run recorded, or "not recorded" for older runs."""
+    name = CHAPTERS[0]
+    ipynb = book_copy / "notebooks" / f"{name}.ipynb"
+    nb = nbformat.read(ipynb, as_version=4)
+    nb.metadata["gmlm"]["provenance"]["cpu_model"] = "Some CPU 9000"
+    nbformat.write(nb, ipynb)
+    row = next(r for r in checks.provenance_page(book_copy).splitlines() if r.startswith(f"| {{doc}}`../notebooks/{name}`"))
+    assert "| Some CPU 9000 |" in row
+    del nb.metadata["gmlm"]["provenance"]["cpu_model"]
+    nbformat.write(nb, ipynb)
+    row = next(r for r in checks.provenance_page(book_copy).splitlines() if r.startswith(f"| {{doc}}`../notebooks/{name}`"))
+    assert "| not recorded |" in row
 
 
 def test_provenance_records_the_artifacts_a_run_used(capsys):

@@ -70,14 +70,14 @@ def provenance_page(root: Path) -> str:
         "This page is generated from the notebooks' metadata by `make provenance` (and after every",
         "`make full`), and the test suite fails when it disagrees with them.",
         "",
-        "| Chapter | Profile | Wall time (s) | gmlm_lib commit | JAX | Backend (devices) | Run started (UTC) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| Chapter | Profile | Wall time (s) | gmlm_lib commit | JAX | Backend (devices) | CPU | Run started (UTC) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     details, used = [], []
     for name in sources.toc_notebooks(root):
         ipynb = root / "notebooks" / f"{name}.ipynb"
         if not ipynb.is_file():
-            lines.append(f"| {{doc}}`../notebooks/{name}` | not run | | | | | |")
+            lines.append(f"| {{doc}}`../notebooks/{name}` | not run | | | | | | |")
             continue
         meta = nbformat.read(ipynb, as_version=4).metadata.get("gmlm", {})
         rec = meta.get("provenance", {})
@@ -85,7 +85,7 @@ def provenance_page(root: Path) -> str:
             f"| {{doc}}`../notebooks/{name}` | {meta.get('profile', 'not run')} | {meta.get('total_wall_time_s', '')} | "
             f"`{provenance.short_commit(rec.get('gmlm_lib_commit', ''))}` | {rec.get('jax_version', '')} | "
             f"{rec.get('backend', '')} ({rec.get('device_count', '')} x {rec.get('device_kind', '')}) | "
-            f"{rec.get('started_at', '')} |"
+            f"{rec.get('cpu_model', 'not recorded')} | {rec.get('started_at', '')} |"
         )
         for art, a in rec.get("artifacts", {}).items():
             used.append(f"| {{doc}}`../notebooks/{name}` | {art} | {'' if a['updates'] is None else a['updates']} | "

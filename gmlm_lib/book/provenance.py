@@ -57,8 +57,21 @@ def short_commit(commit: str) -> str:
     return commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
 
 
+def cpu_model() -> str:
+    """The host CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``,
+    else the architecture): timings on two CPUs with the same core count can differ by 2x or more."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return " ".join(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def environment() -> dict:
-    """JAX version, backend, device kind and count, Python version, host platform."""
+    """JAX version, backend, device kind and count, Python version, host platform and CPU."""
     import jax
 
     devices = jax.devices()
@@ -70,14 +83,17 @@ def environment() -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),
         "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model(),
     }
 
 
 def hardware_summary(env: dict | None = None) -> str:
-    """One line for tables and records, e.g. ``"1 x cpu (cpu, 2 CPU cores)"``, from
-    :func:`environment` (called when ``env`` is not given)."""
+    """One line for tables and records, e.g. ``"1 x cpu (cpu, 2 CPU cores, AMD EPYC 7B13)"``, from
+    :func:`environment` (called when ``env`` is not given); records made before the CPU model
+    was recorded give the line without it."""
     env = environment() if env is None else env
-    return f"{env['device_count']} x {env['device_kind']} ({env['backend']}, {env['cpu_count']} CPU cores)"
+    cpu = f", {env['cpu_model']}" if env.get("cpu_model") else ""
+    return f"{env['device_count']} x {env['device_kind']} ({env['backend']}, {env['cpu_count']} CPU cores{cpu})"
 
 
 def write_record(path: str | os.PathLike, record: dict) -> None:
@@ -160,7 +176,8 @@ def summary_line(rec: dict) -> str:
     return (
         f"Provenance: profile {rec['profile']}; parameters {params}; wall time {rec['wall_time_s']:.1f} s; "
         f"gmlm_lib {short_commit(rec['gmlm_lib_commit'])}; JAX {rec['jax_version']} on {rec['backend']} "
-        f"({rec['device_count']} x {rec['device_kind']}); run started {rec['started_at']}."
+        f"({rec['device_count']} x {rec['device_kind']}{'; ' + rec['cpu_model'] if rec.get('cpu_model') else ''}); "
+        f"run started {rec['started_at']}."
         + (f" The sources changed while it ran (now {short_commit(rec['gmlm_lib_commit_at_finish'])}): no commit reproduces it."
            if "gmlm_lib_commit_at_finish" in rec else "")
         + ("".join(f"\n  used {name}: " + (f"{a['updates']} updates, " if a["updates"] is not None else "")
