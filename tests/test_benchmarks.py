@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -54,4 +55,9 @@ def test_sampler_throughput_reports_every_sampler(tmp_path):
     for r in rec["rows"]:
         assert r["jax"] > 0 and r["numpy_loop"] > 0
         assert r["speedup_vs_loop"] == pytest.approx(r["jax"] / r["numpy_loop"])
+        ceilings = [r["ceiling_vs_loop"], r["product_ceiling_vs_loop"]]
+        if r["sampler"] == "independent parallel":
+            assert all(c > 0 for c in ceilings)
+        else:
+            assert all(math.isnan(c) for c in ceilings)
     assert rec["commit"] == LIBRARY_COMMIT

@@ -273,11 +273,27 @@ def test_numpy_references_have_the_kernel_law(name):
 def test_throughput_report():
     ip = bench.throughput(8, 4, "independent-parallel", min_time=0.01, jax_steps=2)
     assert ip["speedup_vs_loop"] == pytest.approx(ip["jax"] / ip["numpy_loop"])
-    assert np.isfinite(ip["ceiling_vs_loop"]) and ip["ceiling_vs_loop"] > 0
+    for name in ("ceiling_vs_loop", "product_ceiling_vs_loop"):
+        assert np.isfinite(ip[name]) and ip[name] > 0
     kg = bench.throughput(8, 4, "k-gibbs", 2, min_time=0.01, jax_steps=2)
-    assert kg["sampler"] == "2-Gibbs" and np.isnan(kg["ceiling_vs_loop"])
+    assert kg["sampler"] == "2-Gibbs" and np.isnan(kg["ceiling_vs_loop"]) and np.isnan(kg["product_ceiling_vs_loop"])
     with pytest.raises(ValueError, match="sampler must be 'k-gibbs' or 'independent-parallel'"):
         bench.throughput(8, 4, "gibbs")
+
+
+def test_floor_steps_do_the_product_every_step():
+    """The ceilings' floor steps are not optimised away: without random words the floor is the
+    map x -> sign(x J) iterated (checked against NumPy), and with them it is a different chain."""
+    model = ising.random_model(jax.random.key(3), 7, 0.8, 0.3)
+    x0 = jnp.asarray(np.random.default_rng(1).choice([-1, 1], size=(5, 7)), jnp.int8)
+    want = np.asarray(x0, np.float64)
+    for _ in range(4):
+        want = np.where(want @ np.asarray(model.J) > 0, 1, -1)
+    product_only = bench.parallel_step_floor(jax.random.key(0), model, x0, 4, random_words=False)()
+    np.testing.assert_array_equal(np.asarray(product_only), want)
+    with_words = bench.parallel_step_floor(jax.random.key(0), model, x0, 4)()
+    assert set(np.unique(np.asarray(with_words))) <= {-1, 1}
+    assert not np.array_equal(np.asarray(with_words), want)
 
 
 def test_progress_bar_honours_tqdm_disable(monkeypatch, capsys):
