@@ -72,6 +72,8 @@ def block_moments(q: jax.Array, values: jax.Array, ids: jax.Array, k: int, n: in
 
 
 def check_exact_blocks(n: int, limit: int) -> None:
+    """Raise a ValueError naming the limit and the alternatives when ``n > limit``: exact sums
+    over all ``2^n`` states and all masks are out of reach."""
     if n > limit:
         raise ValueError(
             f"n = {n} is over the limit n <= {limit} for exact sums over all states and all masks; "

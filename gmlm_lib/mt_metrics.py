@@ -13,6 +13,8 @@ _EDGE = re.compile(r"^\W+|\W+$")
 
 @dataclasses.dataclass(frozen=True)
 class Score:
+    """A corpus-level score and the SacreBLEU signature that says how it was computed."""
+
     score: float
     signature: str
 

@@ -100,6 +100,8 @@ class Attention(nnx.Module):
 
 
 class MLP(nnx.Module):
+    """The position-wise feed-forward block: ``d_model -> d_ff`` (GELU, dropout) ``-> d_model``."""
+
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         kw = dict(dtype=cfg.compute_dtype, param_dtype=jnp.float32, rngs=rngs)
         self.up = nnx.Linear(cfg.d_model, cfg.d_ff, **kw)
@@ -268,6 +270,7 @@ class Seq2Seq(nnx.Module):
 
 
 def count_params(model: nnx.Module) -> int:
+    """Number of trainable scalars (``nnx.Param`` leaves) in ``model``."""
     return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
@@ -282,6 +285,7 @@ def params_fingerprint(model: nnx.Module) -> str:
 
 
 def build(cfg: ModelConfig, seed: int = 0) -> Seq2Seq:
+    """A freshly initialised :class:`Seq2Seq` for ``cfg``; ``seed`` fixes the initial weights."""
     return Seq2Seq(cfg, rngs=nnx.Rngs(seed))
 
 

@@ -162,6 +162,8 @@ def loss_fn(model: seq2seq.Seq2Seq, cfg: TrainConfig, batch: dict, key):
 
 # -- optimiser -----------------------------------------------------------------------------------------
 def schedule(cfg: TrainConfig) -> optax.Schedule:
+    """Learning rate by update: linear warm-up from 0 over ``warmup`` updates, then a cosine decay
+    to ``learning_rate * min_lr_ratio`` at ``steps``."""
     return optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, max(cfg.warmup, 1), cfg.steps,
                                               end_value=cfg.learning_rate * cfg.min_lr_ratio)
 
@@ -224,6 +226,9 @@ def flops_per_step(cfg: TrainConfig, batcher: batching.Batcher) -> float:
 # -- the run -------------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class Result:
+    """What :func:`train` returns: the trained model, the logged ``(step, loss)`` pairs, the last
+    update's loss and the run's provenance record (``run.json``)."""
+
     model: seq2seq.Seq2Seq
     losses: list[tuple[int, float]]
     final_loss: float

@@ -23,6 +23,8 @@ def _parse_value(text: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``python -m gmlm_lib.book`` command line (``run``, ``check``, ``sync``, ``provenance``);
+    returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m gmlm_lib.book", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="execute chapters through papermill")

@@ -106,6 +106,7 @@ def provenance_page(root: Path) -> str:
 
 
 def write_provenance_page(root: Path) -> Path:
+    """Write :func:`provenance_page` to ``root / PROVENANCE_PAGE``; returns that path."""
     path = root / PROVENANCE_PAGE
     path.write_text(provenance_page(root))
     return path

@@ -71,6 +71,8 @@ def resolve_parameters(root: Path, name: str, profile: str, overrides: dict | No
 
 
 def output_path(root: Path, name: str, profile: str) -> Path:
+    """Where a run of chapter ``name`` goes: the committed ``notebooks/NAME.ipynb`` for the full
+    profile, ``_build/smoke/NAME.ipynb`` for the smoke profile."""
     if profile == "full":
         return root / "notebooks" / f"{name}.ipynb"
     return root / "_build" / "smoke" / f"{name}.ipynb"

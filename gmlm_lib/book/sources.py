@@ -65,6 +65,7 @@ def code_cells(nb) -> list[dict]:
 
 
 def markdown_cells(nb) -> list[str]:
+    """The stripped sources of the notebook's markdown cells, in order (what ``sync`` compares)."""
     return [cell.source.strip() for cell in nb.cells if cell.cell_type == "markdown"]
 
 
