@@ -12,7 +12,7 @@ ifneq ($(wildcard ../shared/data/multi30k/train.en.gz),)
 export GMLM_MULTI30K_DIR ?= $(abspath ../shared/data/multi30k)
 endif
 
-.PHONY: install book test test-fast smoke full check sync provenance clean
+.PHONY: install book test test-fast smoke full check sync provenance labels clean
 
 $(BIN)/.installed: requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -48,6 +48,9 @@ sync: install
 
 provenance: install
 	$(BIN)/python -m gmlm_lib.book provenance
+
+labels: install
+	$(BIN)/python -m gmlm_lib.book labels
 
 clean:
 	rm -rf _build

@@ -9,9 +9,9 @@ KV cache, T = 4) rest on a property of the hardware: that a pass over every posi
 hypothesis costs about what one cached AR step costs, because at batch 1 both are bound by
 reading the weights. This script measures that property without training anything: the units'
 costs depend on shapes only (fixed widths, no early stop), so untrained models of the chosen
-size stand in for trained ones. It prints the units (:func:`gmlm_lib.decode_costs.unit_costs`),
+size stand in for trained ones. It prints the units (:func:`gmlm_lib.mt.decode_costs.unit_costs`),
 the pass-to-step ratio, and the speed-up over AR greedy that the units allow with ``T'`` passes
-(:func:`gmlm_lib.decode_costs.speedup_bound`, no overheads, #hyp = 1), with the machine it ran
+(:func:`gmlm_lib.mt.decode_costs.speedup_bound`, no overheads, #hyp = 1), with the machine it ran
 on; ``--json`` also writes them with the parameters, the commit and the wall time.
 """
 
@@ -45,8 +45,8 @@ def main() -> None:
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
 
-    from gmlm_lib import bench, decode_costs, seq2seq  # after parsing: --help does not start JAX
-    from gmlm_lib.book import provenance
+    from gmlm_lib.core import records, timing  # after parsing: --help does not start JAX
+    from gmlm_lib.mt import decode_costs, seq2seq
 
     size = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in PRESETS[args.preset].items()}
     if args.widths:
@@ -59,7 +59,7 @@ def main() -> None:
     rows = decode_costs.unit_costs(models[True], models[False], widths=tuple(size["widths"]),
                                    hyps=tuple(sorted({1, *args.hyps})), min_time=args.min_time)
     ms = {(r["unit"], r["width"], r["hyps"]): r["ms"] for r in rows}
-    machine = bench.machine()
+    machine = timing.machine()
     print(f"{args.preset} size {size}, {args.dtype}, {seq2seq.count_params(models[True]):,} AR parameters; "
           f"{machine['backend']} {machine['devices']}")
     print(f"{'unit':<15}{'hyps':>5}" + "".join(f"{w:>10}" for w in size["widths"]) + "   (ms, fastest call)")
@@ -74,7 +74,7 @@ def main() -> None:
               "AR steps: " + ", ".join(f"T'={p}: {b:.2f}x" for p, b in bounds[w].items()))
     print(json.dumps(machine))
     if args.json:
-        commit = provenance.short_commit(provenance.git_commit())
+        commit = records.short_commit(records.git_commit())
         record = dict(rows=rows, pass_per_step=ratios, bound=bounds, size=size, params=vars(args), machine=machine,
                       dispatch_ms=decode_costs.dispatch_floor(), commit=commit, wall_s=time.time() - start)
         with open(args.json, "w") as f:

@@ -5,10 +5,10 @@
     python benchmarks/sampler_throughput.py --dtype float64 float32   # both arithmetics
 
 Prints one row per (n, sampler) with site updates per second and the speed-ups (for the
-independent parallel sampler also the ceiling: the loop's time per step over the time of the
-step's dense product and random words alone; and over the product alone, see ``gmlm_lib.bench``),
-and the machine it ran on; ``--json`` also writes them with the parameters and the commit. On a CPU, every core is a
-JAX device and the chains are split over them (``--cpu-devices``).
+independent parallel sampler also two ceilings: the loop's time per step over the time of the
+step's dense product and random words alone, and over the product alone; see ``gmlm_lib.ising.bench``),
+and the machine it ran on; ``--json`` also writes them with the parameters and the commit. On
+a CPU, every core is a JAX device and the chains are split over them (``--cpu-devices``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ import json
 import math
 import time
 
-from gmlm_lib import bench, samplers
-from gmlm_lib.book import provenance
+import jax
+
+from gmlm_lib.core import records, timing
+from gmlm_lib.ising import bench, samplers
 
 
 def main() -> None:
@@ -39,6 +41,7 @@ def main() -> None:
                          "(default: every core; 1: JAX's default, one CPU device)")
     args = ap.parse_args()
     samplers.use_cpu_cores_as_devices(args.cpu_devices)
+    jax.config.update("jax_enable_x64", True)  # the models are exact float64 (gmlm_lib.core.precision)
     start = time.time()
     rows = []
     contestants = [("k-gibbs", k) for k in args.k] + [("independent-parallel", 1)]
@@ -50,8 +53,8 @@ def main() -> None:
               + ("" if math.isnan(r["ceiling_vs_loop"]) else
                  f"  ceiling x{r['ceiling_vs_loop']:.1f} (product alone x{r['product_ceiling_vs_loop']:.1f})"),
               flush=True)
-    commit = provenance.short_commit(provenance.git_commit())
-    record = {"rows": rows, "machine": bench.machine(), "params": vars(args), "commit": commit, "wall_s": time.time() - start}
+    commit = records.short_commit(records.git_commit())
+    record = {"rows": rows, "machine": timing.machine(), "params": vars(args), "commit": commit, "wall_s": time.time() - start}
     print(json.dumps(record["machine"]))
     if args.json:
         with open(args.json, "w") as f:

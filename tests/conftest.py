@@ -1,10 +1,14 @@
-import sys, pathlib
+import pathlib
+import sys
+
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 import os
 import shutil
 import tempfile
 
+import jax
+import pytest
 from hypothesis import settings
 
 # CI runs the property tests on a fixed, reproducible set of examples; locally they explore.
@@ -29,3 +33,15 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 def pytest_sessionfinish(session, exitstatus):
     if _JAX_CACHE:
         shutil.rmtree(_JAX_CACHE, ignore_errors=True)
+
+
+# The Ising tests check exact numerics in float64, which a program asks for (gmlm_lib.core.precision);
+# every other test runs as a translation user would, with JAX's default float32.
+X64_MODULES = {"test_errors", "test_fisher_markov", "test_ising", "test_mple", "test_parallel_limits", "test_samplers",
+               "test_hostile_ising"}
+
+
+@pytest.fixture(autouse=True, scope="module")  # module scope: it also covers the modules' fixtures
+def _x64_for_exact_numerics(request):
+    with jax.enable_x64(request.module.__name__.rsplit(".", 1)[-1] in X64_MODULES):
+        yield

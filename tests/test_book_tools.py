@@ -333,12 +333,14 @@ def test_committed_book_is_in_sync_and_fresh():
 
 @pytest.fixture
 def book_copy(tmp_path):
-    """A minimal copy of the book: config, toc, params and the chapter pairs."""
+    """A minimal copy of the book: config, toc, params, the chapter pairs, and the tagged sources."""
     for f in ("_toc.yml", "_config.yml"):
         shutil.copy(ROOT / f, tmp_path / f)
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
     shutil.copytree(ROOT / "book", tmp_path / "book")
     shutil.copytree(ROOT / "params", tmp_path / "params")
+    for tagged in ("gmlm_lib", "tests"):  # the label index is generated from their tags
+        shutil.copytree(ROOT / tagged, tmp_path / tagged, ignore=shutil.ignore_patterns("__pycache__"))
     assert checks.check_all(tmp_path) == []
     return tmp_path
 

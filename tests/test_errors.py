@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gmlm_lib import ising, masks, mple
+from gmlm_lib import ising
+from gmlm_lib.ising import masks, mple
 
 J3 = np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.5], [0.0, 0.5, 0.0]])
 H3 = np.zeros(3)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gmlm_lib import experiment, translate
 from gmlm_lib.book import provenance
+from gmlm_lib.mt import experiment, translate
 
 SOURCES = ["a cat", "two dogs", "a red ball", "snow"]
 

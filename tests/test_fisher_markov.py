@@ -3,6 +3,7 @@ brute-force definitions in brute.py (n <= 5, to 1e-10), and the theorems as prop
 
 import itertools
 
+import brute
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,9 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gmlm_lib import fisher, ising, markov, masks
-
-import brute
+from gmlm_lib import ising
+from gmlm_lib.ising import fisher, markov, masks
 
 TOL = 1e-10
 
@@ -49,6 +49,7 @@ def _W(dist, n):
 
 @pytest.mark.parametrize("n", [3, 4])
 def test_hessian_score_and_all_masks_against_definitions(n):
+    """[Lemma 1]"""
     m, J, h = _model(n, n)
     for dist in _dists(n):
         subs, W = np.asarray(dist.subsets), _W(dist, n)
@@ -91,7 +92,7 @@ def test_theorem2_loewner_order(seed, scale, n):
     eigenvalues as (Gamma_{k+1}, Gamma_k) -- has eigenvalues <= 1; Gamma_n = I^-1;
     Gamma_k <= C_P(k) Gamma_MLE as max v'Iv / v'H_k v <= C_P(k). A generalized eigenvalue is
     only resolved to about eps * cond(B) in float64, so the tolerance is 1e-8 or that floor
-    (x1000), whichever is larger: peaky models reach cond(H) ~ 5e8."""
+    (x1000), whichever is larger: peaky models reach cond(H) ~ 5e8. [Theorem 2; Theorem 1]"""
     m, _, _ = _model(seed, n, scale)
     I = fisher.fisher_information(m)
     H = [fisher.hessian(m, masks.uniform_k(n, k)) for k in range(1, n + 1)]
@@ -120,6 +121,7 @@ def test_all_masks_regime_is_no_worse():
 
 @pytest.mark.parametrize("n", [3, 4])
 def test_transition_matrix_against_definition(n):
+    """[Definition 6]"""
     m, J, h = _model(10 + n, n)
     for dist in _dists(n):
         P = np.asarray(markov.transition_matrix(m, dist))
@@ -129,6 +131,7 @@ def test_transition_matrix_against_definition(n):
 
 
 def test_dirichlet_form_two_ways_and_definition():
+    """[Definition 4]"""
     m, J, h = _model(2, 4)
     p = brute.probs(J, h)
     f = np.random.default_rng(0).normal(size=16)
@@ -140,6 +143,7 @@ def test_dirichlet_form_two_ways_and_definition():
 
 
 def test_poincare_constant_dense_lanczos_and_definition():
+    """[Definition 5]"""
     m, J, h = _model(4, 5, 1.0)
     p = brute.probs(J, h)
     for dist in [masks.uniform_k(5, 1), masks.uniform_k(5, 2), _adaptive_dist(5)]:
@@ -209,8 +213,8 @@ def test_over_the_exact_limit():
 
 def test_conditional_given_mask_is_bayes_on_the_joint():
     """Lemma 3: p(x_S | x_-S, S) from blocks equals Bayes' rule on pi(x, S) = p(x) w(S|x); for a
-    fixed w it is the plain conditional of gmlm_lib.ising (Lemma 2's contrast)."""
-    from gmlm_lib import blocks
+    fixed w it is the plain conditional of gmlm_lib.ising (Lemma 2's contrast). [Lemmas 2-3; Definition 7]"""
+    from gmlm_lib.ising import blocks
 
     m, J, h = _model(8, 4)
     X = brute.states(4)
@@ -228,3 +232,18 @@ def test_conditional_given_mask_is_bayes_on_the_joint():
             for mi, S in enumerate(subs[:3]):
                 lc = np.asarray(ising.log_conditional(m, X, np.tile(S, (16, 1))))
                 np.testing.assert_allclose(got[mi], np.exp(lc), atol=TOL)
+
+
+def test_adaptive_masks_asymptotic_variance_bounded_by_poincare():
+    """Theorem 3: for an adaptive rule (masks that depend on x), Gamma <= C_P Gamma_MLE, i.e. the largest
+    generalized eigenvalue of (I, H_w) is at most C_P of the adaptive block dynamics; H_w equals the
+    score covariance there (the information-matrix equality of Definition 7's loss) [Theorem 3; Definition 8]."""
+    for seed in range(3):
+        m, _, _ = _model(seed, 4, 1.2)
+        dist = _adaptive_dist(4)
+        I = fisher.fisher_information(m)
+        H = fisher.loss_hessian_autodiff(m, dist)
+        np.testing.assert_allclose(np.asarray(H), np.asarray(fisher.score_covariance_autodiff(m, dist).mean), atol=1e-10)
+        cp = markov.poincare_constant(m, dist, "dense")
+        ratio = fisher.generalized_eigvals(I, H).max()
+        assert 1.0 <= ratio <= cp * (1 + 1e-9), (ratio, cp)

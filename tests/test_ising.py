@@ -2,6 +2,7 @@
 
 import math
 
+import brute
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,9 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gmlm_lib import ising, masks
-
-import brute
+from gmlm_lib import ising
+from gmlm_lib.ising import masks
 
 TOL = 1e-10
 
@@ -35,6 +35,7 @@ def test_enumeration_order_and_index_roundtrip():
 
 
 def test_log_partition_and_probabilities(model):
+    """[Definition 12]"""
     m, J, h = model
     assert abs(float(ising.log_partition(m)) - brute.log_z(J, h)) < TOL
     np.testing.assert_allclose(np.asarray(ising.probabilities(m)), brute.probs(J, h), rtol=0, atol=TOL)
@@ -78,7 +79,7 @@ def test_moments_and_marginals(model):
 
 
 def test_conditionals_every_subset(model):
-    """log p(x_S | x_-S) for every subset S and every state, batched, mixed |S| in one call."""
+    """log p(x_S | x_-S) for every subset S and every state, batched, mixed |S| in one call. [Definition 2]"""
     m, J, h = model
     n = len(h)
     x = brute.states(n)

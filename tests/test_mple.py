@@ -1,13 +1,13 @@
 """Losses and fitting [Definitions 1-3, Appendix K]."""
 
+import brute
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gmlm_lib import ising, masks, mple
-
-import brute
+from gmlm_lib import ising
+from gmlm_lib.ising import masks, mple
 
 
 @pytest.fixture(scope="module")
@@ -19,6 +19,7 @@ def data():
 
 
 def test_k_equals_n_pseudolikelihood_is_likelihood(data):
+    """[Definitions 1, 3]"""
     m, J, h, x = data
     full = jnp.ones_like(x, dtype=bool)
     pl = float(mple.pseudolikelihood_loss(m, x, full))
@@ -28,6 +29,7 @@ def test_k_equals_n_pseudolikelihood_is_likelihood(data):
 
 
 def test_pseudolikelihood_loss_matches_brute_force(data):
+    """[Definition 2]"""
     m, J, h, x = data
     mk = masks.uniform_k_subsets(jax.random.key(2), x.shape[0], 5, 2)
     got = float(mple.pseudolikelihood_loss(m, x, mk))
@@ -70,7 +72,7 @@ def test_full_mask_pseudolikelihood_fit_equals_mle(data):
 
 
 def test_mle_matches_moments(data):
-    """At the MLE the model's moments equal the empirical means of T(x) (exponential family)."""
+    """At the MLE the model's moments equal the empirical means of T(x) (exponential family). [Definition 1]"""
     _, _, _, x = data
     fit = mple.fit_likelihood(x, tol=1e-11)
     fitted = ising.from_theta(fit.theta, 5)
@@ -87,6 +89,7 @@ def test_l2_regularised_fit_exists_when_mple_does_not():
 
 
 def test_fit_repeats_shares_samples_across_k_and_is_deterministic():
+    """[Definition 3; Figures 1-2]"""
     m = ising.random_model(jax.random.key(0), 4, 0.4, 0.3)
     a = mple.fit_repeats(jax.random.key(5), m, 300, 2, 4)
     b = mple.fit_repeats(jax.random.key(5), m, 300, 2, 4)
@@ -111,7 +114,7 @@ def test_vmap_over_datasets_matches_single_fits(data):
 
 
 def test_mple_is_consistent():
-    """With many samples every k-MPLE is close to the truth (realizable, identifiable)."""
+    """With many samples every k-MPLE is close to the truth (realizable, identifiable). [Lemma 1]"""
     m = ising.random_model(jax.random.key(3), 4, 0.5, 0.3)
     fits = [mple.fit_repeats(jax.random.key(4), m, 40_000, k, 1) for k in (1, 2, 4)]
     for fit in fits:
@@ -144,3 +147,22 @@ def test_newton_converges_where_the_loss_cannot_resolve_the_last_decrease():
     fit = mple.minimize_convex(perturbed, start, tol=1e-10)
     assert bool(fit.converged) and float(fit.grad_norm) <= 1e-10, fit
     assert float(jnp.max(jnp.abs(fit.theta - best.theta))) <= 1e-9
+
+
+@pytest.mark.parametrize("make", [
+    lambda: mple.fit_likelihood(np.ones((20, 3))),  # every site constant: theta runs to infinity
+    lambda: mple.fit_pseudolikelihood(np.ones((20, 3)), np.eye(3, dtype=bool)[np.arange(20) % 3]),  # k = 1, constant
+    lambda: mple.fit_likelihood(np.tile([[1, 1, -1], [-1, -1, 1]], (10, 1))),  # x_0 = x_1 always: J_01 -> inf
+])
+def test_no_finite_minimiser_is_never_converged(make):
+    """converged means a finite stationary point: a fit whose parameters run off to infinity (the
+    gradient underflows, the Hessian with it) reports converged = False."""
+    fit = make()
+    assert not bool(fit.converged), (float(jnp.max(jnp.abs(fit.theta))), float(fit.grad_norm))
+
+
+def test_empty_data_is_an_error():
+    with pytest.raises(ValueError, match="at least one sample"):
+        mple.fit_likelihood(np.ones((0, 3)))
+    with pytest.raises(ValueError, match="at least one sample"):
+        mple.fit_pseudolikelihood(np.ones((0, 3)), np.ones((0, 3), bool))

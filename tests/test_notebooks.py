@@ -49,7 +49,7 @@ def test_strict_book_build(tmp_path):
         assert "What we verified" in page
         assert "colab-badge.svg" in page
     api = (html / "book" / "api.html").read_text()  # the library reference: autodoc ran on the docstrings
-    for name in ("gmlm_lib.samplers.k_gibbs", "gmlm_lib.mple.pseudolikelihood_loss", "gmlm_lib.decoding.padir",
-                 "gmlm_lib.training.train", "gmlm_lib.book.runner.run_notebook"):
+    for name in ("gmlm_lib.ising.samplers.k_gibbs", "gmlm_lib.ising.mple.pseudolikelihood_loss", "gmlm_lib.mt.decoding.padir",
+                 "gmlm_lib.mt.training.train", "gmlm_lib.book.runner.run_notebook"):
         assert f'id="{name}"' in api, f"{name} is not documented on the library reference page"
     assert "Alias for field number" not in api  # book/_ext/namedtuple_fields.py leaves those entries out

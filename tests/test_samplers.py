@@ -11,6 +11,7 @@ import pathlib
 import subprocess
 import sys
 
+import brute
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,8 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import brute
-from gmlm_lib import bench, ising, markov, masks, numpy_samplers, samplers
+from gmlm_lib import ising
+from gmlm_lib.ising import bench, markov, masks, numpy_samplers, samplers
 
 
 def _model(n=5, seed=3, scale=0.8):
@@ -39,6 +40,7 @@ def _uniform_w(n, k):
 
 @pytest.mark.parametrize("k", [1, 2, 3, 5])
 def test_k_gibbs_kernel_is_definition_10(k):
+    """[Definition 10]"""
     J, h, model = _model()
     subsets, W = _uniform_w(5, k)
     P = samplers.transition_matrix(samplers.k_gibbs(model, k))
@@ -46,6 +48,7 @@ def test_k_gibbs_kernel_is_definition_10(k):
 
 
 def test_block_dynamics_kernels_are_definitions_6_and_8():
+    """[Definitions 6, 8]"""
     J, h, model = _model()
     subsets = np.array([[1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 1, 0, 1, 1]], dtype=bool)
     w = np.array([0.5, 0.2, 0.3])
@@ -99,6 +102,7 @@ def test_property_block_dynamics_kernels_on_random_models_and_masks(n, seed, sca
 
 
 def test_independent_parallel_kernel_is_definition_11_and_a_product():
+    """[Definition 11; Proposition 4]"""
     J, h, model = _model(n=4)
     P = np.asarray(samplers.transition_matrix(samplers.independent_parallel(model)))
     np.testing.assert_allclose(P, brute.independent_parallel_transition(J, h), atol=1e-14)
@@ -179,6 +183,7 @@ def test_uniform_subset_is_uniform():
 
 
 def test_runner_hitting_times_and_determinism():
+    """[Figure 3]"""
     model = ising.clique_plus_independent(6, 3, 1.0, 0.5)
     x0 = jnp.tile(jnp.asarray([-1, -1, -1, 1, 1, 1], jnp.int8), (200, 1))
     plus = lambda xs: jnp.all(xs[:, :3] > 0, axis=1)  # noqa: E731
@@ -313,7 +318,9 @@ CORES_SCRIPT = r"""
 import json, sys
 import jax
 sys.path.insert(0, sys.argv[1])
-from gmlm_lib import bench, ising, samplers
+jax.config.update("jax_enable_x64", True)
+from gmlm_lib import ising
+from gmlm_lib.ising import bench, samplers
 assert samplers.use_cpu_cores_as_devices(int(sys.argv[2])) == int(sys.argv[2])
 import jax.numpy as jnp
 model = ising.clique_plus_independent(6, 3, 1.0, 0.5)

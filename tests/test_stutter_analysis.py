@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 from flax import nnx
 
-from gmlm_lib import decoding, experiment, seq2seq, stutter_analysis as sa, training
-from gmlm_lib import vocab as V
+from gmlm_lib.mt import decoding, experiment, seq2seq, training
+from gmlm_lib.mt import stutter_analysis as sa
+from gmlm_lib.mt import vocab as V
 
 
 def tiny_padir():
@@ -104,6 +105,7 @@ def test_auroc_equals_brute_force(seed):
 
 
 def test_pair_statistics_against_their_definitions():
+    """[Tables 4-5]"""
     rng = np.random.default_rng(0)
     b, h, w, s = 2, 3, 6, 5
 
@@ -131,6 +133,7 @@ def test_pair_statistics_against_their_definitions():
 
 
 def test_summary_table_and_cluster_bootstrap():
+    """[Tables 4-5]"""
     rng = np.random.default_rng(1)
     n = 400
     df = pd.DataFrame({"sentence": np.repeat(np.arange(80), 5), "stutter": rng.random(n) < 0.2})

@@ -1,4 +1,4 @@
-"""Command line for the book: ``python -m gmlm_lib.book {run,check,sync,provenance}``.
+"""Command line for the book: ``python -m gmlm_lib.book {run,check,sync,provenance,labels}``.
 
 Examples::
 
@@ -14,7 +14,7 @@ import sys
 
 import yaml
 
-from gmlm_lib.book import checks, runner, sources
+from gmlm_lib.book import checks, labels, runner, sources
 
 
 def _parse_value(text: str):
@@ -23,7 +23,7 @@ def _parse_value(text: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The ``python -m gmlm_lib.book`` command line (``run``, ``check``, ``sync``, ``provenance``);
+    """The ``python -m gmlm_lib.book`` command line (``run``, ``check``, ``sync``, ``provenance``, ``labels``);
     returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m gmlm_lib.book", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("check", help="fail if a chapter's .md and .ipynb disagree or its outputs are stale")
     sub.add_parser("sync", help="copy markdown edits from .md into .ipynb, keeping outputs")
     sub.add_parser("provenance", help="regenerate book/provenance.md from the notebooks' metadata")
+    sub.add_parser("labels", help="regenerate book/labels.md, the paper-label index, from the tags")
     args = parser.parse_args(argv)
     root = sources.find_root()
 
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "provenance":
         print(f"wrote {checks.write_provenance_page(root).relative_to(root)}")
+        return 0
+    if args.command == "labels":
+        print(f"wrote {labels.write_page(root).relative_to(root)}")
         return 0
     return 2
 

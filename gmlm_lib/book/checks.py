@@ -9,7 +9,8 @@ A chapter fails the check when
 - its full run does not name one clean commit: the sources had uncommitted changes when it
   started (``-dirty``) or changed while it ran, so no commit reproduces its outputs.
 
-``book/provenance.md`` is generated from the notebooks' metadata and must match it.
+``book/provenance.md`` is generated from the notebooks' metadata and must match it, and
+``book/labels.md`` from the label tags (:mod:`gmlm_lib.book.labels`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 
-from gmlm_lib.book import provenance, sources
+from gmlm_lib.book import labels, provenance, sources
 
 PROVENANCE_PAGE = Path("book") / "provenance.md"
 RUN_METADATA = ("papermill", "execution")  # per-cell metadata written by a run, not by the text
@@ -124,7 +125,7 @@ def check_all(root: Path) -> list[str]:
     page = root / PROVENANCE_PAGE
     if not page.is_file() or page.read_text() != provenance_page(root):
         problems.append(f"{PROVENANCE_PAGE} does not match the notebooks' metadata; run `make provenance`.")
-    return problems
+    return problems + labels.problems(root)
 
 
 def sync(root: Path) -> list[Path]:

@@ -4,7 +4,7 @@
   ``-p`` options; the executed notebook goes to ``_build/smoke/NAME.ipynb``.
 - ``full``: the defaults, overridden by ``-p`` options only; the executed notebook replaces the
   committed ``notebooks/NAME.ipynb``, and ``book/provenance.md`` is regenerated. It starts only
-  from committed sources (:func:`gmlm_lib.book.provenance.git_commit` without ``-dirty``).
+  from committed sources (:func:`gmlm_lib.core.records.git_commit` without ``-dirty``).
 
 A parameter name that is not in the notebook's ``parameters`` cell is an error. The executed
 notebook's metadata ``gmlm`` holds the provenance record, the profile, the total wall time

@@ -2,7 +2,7 @@
 
 ``p_{J,h}(x) = exp(sum_{i<j} J_ij x_i x_j + sum_i h_i x_i) / Z(J, h)`` over ``x in {-1,+1}^n``.
 
-Everything here is float64 (x64 is switched on when this module is imported) and exact:
+Everything here is float64 and exact (x64 must be on: see :mod:`gmlm_lib.core.precision`):
 sums over all ``2^n`` states, up to :data:`MAX_EXACT_N` sites. States are ``int8`` arrays of
 ``-1``/``+1``; state number ``b`` of :func:`enumerate_states` has ``x_i = +1`` exactly when bit
 ``n-1-i`` of ``b`` is set, so the order is lexicographic with ``-1 < +1``.
@@ -14,11 +14,43 @@ import math
 from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
-jax.config.update("jax_enable_x64", True)
+from gmlm_lib.core.precision import require_x64
 
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+__all__ = [
+    "MAX_EXACT_N",
+    "IsingModel",
+    "ising_model",
+    "random_model",
+    "num_params",
+    "to_theta",
+    "from_theta",
+    "sufficient_statistics",
+    "energy",
+    "check_exact_n",
+    "states_from_index",
+    "index_from_states",
+    "enumerate_states",
+    "log_weights",
+    "log_partition",
+    "log_prob",
+    "probabilities",
+    "marginal",
+    "moments",
+    "sample",
+    "check_spins",
+    "mask_to_indices",
+    "resolve_max_size",
+    "padded",
+    "completion_log_weights",
+    "conditional_log_probs",
+    "log_conditional",
+    "clique_plus_independent",
+    "clique_plus_independent_log_partition",
+    "clique_magnetisation_law",
+]
 
 MAX_EXACT_N = 20
 """Largest number of sites for exact enumeration (2^20 = 1,048,576 states)."""
@@ -51,6 +83,7 @@ def ising_model(J, h, *, atol: float = 1e-12) -> IsingModel:
     ``J`` must be a finite, symmetric (n, n) matrix with zero diagonal (the model has no
     self-couplings; ``x_i^2 = 1`` would only shift ``log Z``), ``h`` a finite (n,) vector.
     """
+    require_x64("gmlm_lib.ising.model.ising_model")
     J = jnp.asarray(J, dtype=jnp.float64)
     h = jnp.asarray(h, dtype=jnp.float64)
     if J.ndim != 2 or J.shape[0] != J.shape[1]:
@@ -81,6 +114,7 @@ def ising_model(J, h, *, atol: float = 1e-12) -> IsingModel:
 
 def random_model(key: jax.Array, n: int, coupling_scale: float, field_scale: float) -> IsingModel:
     """A random Ising model: ``J_ij ~ N(0, coupling_scale^2)`` for i<j, ``h_i ~ N(0, field_scale^2)``."""
+    require_x64("gmlm_lib.ising.model.random_model")
     if not (isinstance(n, (int, np.integer)) and n >= 1):
         raise ValueError(f"n must be a positive integer; got {n!r}.")
     if coupling_scale < 0 or field_scale < 0:
@@ -129,7 +163,8 @@ def energy(model: IsingModel, x: jax.Array) -> jax.Array:
 
 
 def check_exact_n(n: int) -> None:
-    """Raise a clear error when ``n`` is too large for exact enumeration."""
+    """Raise a clear error when ``n`` is too large for exact enumeration, or float64 is off."""
+    require_x64("exact enumeration (gmlm_lib.ising)")
     if n > MAX_EXACT_N:
         raise ValueError(
             f"n = {n} is too large for exact enumeration: the limit is n <= {MAX_EXACT_N} "

@@ -29,10 +29,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from gmlm_lib import ising, product
-from gmlm_lib.ising import IsingModel
-from gmlm_lib.masks import MaskDistribution, all_k_subsets, check_distribution, check_k
-from gmlm_lib.progress import bar as progress_bar
+from gmlm_lib.core.progress import bar as progress_bar
+from gmlm_lib.ising import model as ising
+from gmlm_lib.ising import product
+from gmlm_lib.ising.masks import MaskDistribution, all_k_subsets, check_distribution, check_k
+from gmlm_lib.ising.model import IsingModel
 
 MAX_KERNEL_N = 6
 """Largest n for exact transition matrices (64 x 64), built by enumerating every block and pattern."""
@@ -105,7 +106,7 @@ def _cast(model: IsingModel, dtype) -> IsingModel:
 
 def _joint_update(model: IsingModel, m: int, dtype=jnp.float64):
     """The joint-resample law ``log p(x_S = c | x_{-S})`` over the ``2^m`` patterns ``c`` of the
-    slots ``idx`` (m,) (padded with n), from :func:`gmlm_lib.ising.completion_log_weights`,
+    slots ``idx`` (m,) (padded with n), from :func:`gmlm_lib.ising.model.completion_log_weights`,
     computed in ``dtype``."""
     Jpad, hpad = ising.padded(_cast(model, dtype))
     patterns = ising.enumerate_states(m)
@@ -211,7 +212,7 @@ def adaptive_block_dynamics(model: IsingModel, dist: MaskDistribution) -> Sample
     """Adaptive block dynamics [Definition 8]: draw ``S ~ w(. | x)``, then resample ``x_S`` from
     ``p(x_S | x_{-S}, S)``, proportional to ``p(y) w(S | y)`` over the completions ``y`` [Lemma 3].
 
-    ``dist`` from :func:`gmlm_lib.masks.adaptive` (its table has 2^n rows, so n <= 20).
+    ``dist`` from :func:`gmlm_lib.ising.masks.adaptive` (its table has 2^n rows, so n <= 20).
     A fixed ``dist`` is accepted too (then this is :func:`block_dynamics`)."""
     model = _check_model(model)
     check_distribution(dist, model.n)
@@ -309,7 +310,7 @@ def independent_parallel(model: IsingModel, dtype=jnp.float64) -> Sampler:
 
 def transition_matrix(sampler: Sampler) -> jax.Array:
     """The exact transition matrix ``P[a, b] = P(X_1 = state b | X_0 = state a)``, states in
-    :func:`gmlm_lib.ising.enumerate_states` order. (2^n, 2^n); n <= :data:`MAX_KERNEL_N`."""
+    :func:`gmlm_lib.ising.model.enumerate_states` order. (2^n, 2^n); n <= :data:`MAX_KERNEL_N`."""
     return jax.jit(jax.vmap(sampler.kernel))(ising.enumerate_states(sampler.n))
 
 
@@ -481,7 +482,7 @@ def run_chains(
 
 
 def median_hitting_time(hitting_time) -> float:
-    """Median of hitting times where ``-1`` means "not within the budget": ``inf`` when fewer than
+    """Median of hitting times [Figure 3] where ``-1`` means "not within the budget": ``inf`` when fewer than
     half of the chains hit (the median is censored), else the exact median."""
     t = np.asarray(hitting_time, dtype=np.float64)
     t = np.where(t < 0, np.inf, t)

@@ -26,14 +26,13 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from . import batching
-from . import reductions
-from . import seq2seq
-from . import vocab as V
-from .book import provenance
-from .progress import bar as progress_bar
+from gmlm_lib.core import records
+from gmlm_lib.core.progress import bar as progress_bar
+from gmlm_lib.mt import batching, reductions, seq2seq
+from gmlm_lib.mt import vocab as V
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +46,7 @@ class TrainConfig:
     cosine to ``learning_rate * min_lr_ratio`` at ``steps``.
 
     ``init`` = "teacher" starts a PaDIR model from the AR teacher passed to :func:`train`
-    (:func:`gmlm_lib.seq2seq.warm_start`); "random" is the paper's random start [App. L.2]."""
+    (:func:`gmlm_lib.mt.seq2seq.warm_start`); "random" is the paper's random start [App. L.2]."""
 
     kind: str
     model: seq2seq.ModelConfig
@@ -101,7 +100,7 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     def replace(self, **changes) -> "TrainConfig":
-        """A copy with ``changes`` applied; a name that is a :class:`~gmlm_lib.seq2seq.ModelConfig`
+        """A copy with ``changes`` applied; a name that is a :class:`~gmlm_lib.mt.seq2seq.ModelConfig`
         field (e.g. ``positional_attention``) changes the model. This is how an ablation is written:
         ``base.replace(stages=1)``. An unknown name is an error."""
         own = {f.name for f in dataclasses.fields(self)} - {"model"}
@@ -274,22 +273,14 @@ def _check_data(run_dir: pathlib.Path, batcher: batching.Batcher, teacher: str =
         warnings.warn(f"{run_dir} has checkpoints but no data.json (trained before data fingerprints were recorded): "
                       "its training data cannot be checked against this batcher's.", stacklevel=3)
         return None
-    provenance.write_record(path, dict(fingerprint=fingerprint, pairs=len(batcher.src), dropped=batcher.dropped))
+    records.write_record(path, dict(fingerprint=fingerprint, pairs=len(batcher.src), dropped=batcher.dropped))
     return fingerprint
 
 
-def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Path, *, devices=None,
-          progress: bool = True, on_step: Callable[[int, float], None] | None = None,
-          teacher: seq2seq.Seq2Seq | None = None) -> Result:
-    """Train (or resume) the run in ``run_dir`` to ``cfg.steps`` updates. ``batcher`` gives the
-    batch of each step; its ``multiple`` must be the number of devices. ``on_step(step, loss)``
-    is called after every update (tests raise from it to simulate a kill). ``teacher``: the AR
-    model a run with ``cfg.init = "teacher"`` starts from (required there, refused otherwise).
-
-    A folder already holding a run is resumed (or, when finished, reused) only with the same
-    ``cfg`` and the same data (:meth:`gmlm_lib.batching.Batcher.fingerprint`, kept in ``data.json``);
-    either differing is a ``ValueError``."""
-    run_dir = pathlib.Path(run_dir).resolve()
+def _open_run(cfg: TrainConfig, batcher: batching.Batcher, run_dir: pathlib.Path, devices, teacher) -> tuple:
+    """Check that ``run_dir`` may hold this run (same config, same data and teacher, a batch that
+    splits over the devices) and record its config; returns ``(mesh, data fingerprint, teacher
+    fingerprint)``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg_path = run_dir / "config.json"
     if cfg_path.exists() and TrainConfig.from_dict(json.loads(cfg_path.read_text())) != cfg:
@@ -305,8 +296,12 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
     teacher_fp = seq2seq.params_fingerprint(teacher) if teacher is not None else ""
     fingerprint = _check_data(run_dir, batcher, teacher_fp)
     cfg_path.write_text(json.dumps(cfg.to_dict(), indent=1))
-    replicated, sharded = NamedSharding(m, P()), NamedSharding(m, P("data"))
+    return m, fingerprint, teacher_fp
 
+
+def _initial_state(cfg: TrainConfig, teacher, teacher_fp: str) -> tuple:
+    """The model before its first update (random, or warm-started from ``teacher``) and the
+    optimiser: ``(graphdef, params, tx, opt_state, init)``, ``init`` describing the start for the record."""
     model = seq2seq.build(cfg.model, cfg.seed)
     init = dict(start=cfg.init)
     if teacher is not None:
@@ -314,15 +309,70 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
         init.update(teacher_fingerprint=teacher_fp, random_parameters=kept)
     graphdef, params = nnx.split(model)
     tx = optimizer(cfg)
-    opt_state = tx.init(params)
-    manager = ocp.CheckpointManager(
+    return graphdef, params, tx, tx.init(params), init
+
+
+def _checkpoint_manager(run_dir: pathlib.Path, cfg: TrainConfig) -> ocp.CheckpointManager:
+    """Orbax, synchronous (a kill during a save leaves the previous checkpoint whole), two kept."""
+    return ocp.CheckpointManager(
         run_dir / "checkpoints",
         options=ocp.CheckpointManagerOptions(save_interval_steps=cfg.checkpoint_every, max_to_keep=2,
                                              enable_async_checkpointing=False))
+
+
+class _RunRecord:
+    """``run.json`` of a run being trained: the segments of earlier calls up to the checkpoint this
+    call resumed from, and this call's own segment (its steps, time, tokens, commit and machine).
+    :meth:`write` rewrites the whole record at a checkpoint and at the end."""
+
+    def __init__(self, path: pathlib.Path, cfg: TrainConfig, batcher: batching.Batcher, start: int, init: dict,
+                 fingerprint: str | None, parameters: int, prev: dict):
+        self.path, self.cfg, self.batcher, self.init, self.prev = path, cfg, batcher, init, prev
+        self.fingerprint, self.parameters = fingerprint, parameters
+        # a killed call's segment may run past the checkpoint it is resumed from: cut it there
+        self.earlier = [g for g in prev.get("segments", []) if g["start"] < start]
+        if self.earlier and self.earlier[-1]["end"] > start:
+            self.earlier[-1] = dict(self.earlier[-1], end=start)
+        self.segment = dict(start=start, end=start, wall_s=0.0, tokens=0, commit=records.git_commit(),
+                            hardware=records.hardware_summary())
+        self.t0, self.tokens = time.perf_counter(), 0
+
+    def write(self, done: int, final_loss: float | None) -> dict:
+        self.segment.update(end=done, wall_s=time.perf_counter() - self.t0, tokens=self.tokens)
+        segments = self.earlier + [self.segment]
+        timed = [g for g in segments if "tokens" in g and g["end"] > g["start"] and g["wall_s"] > 0]
+        record = dict(
+            config=self.cfg.to_dict(), commit=self.segment["commit"], hardware=records.environment(), init=self.init,
+            data_fingerprint=self.fingerprint or self.prev.get("data_fingerprint"), parameters=self.parameters,
+            dropped_pairs=self.batcher.dropped, batches_per_epoch=len(self.batcher), steps=self.cfg.steps, done=done,
+            final_loss=final_loss, wall_s=sum(g["wall_s"] for g in segments), segments=segments,
+            tokens_per_s=(sum(g["tokens"] for g in timed) / sum(g["wall_s"] for g in timed)) if timed
+            else self.prev.get("tokens_per_s"),
+        )
+        records.write_record(self.path, record)
+        return json.loads(json.dumps(record))  # as a later call reads it back (tuples become lists)
+
+
+def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Path, *, devices=None,
+          progress: bool = True, on_step: Callable[[int, float], None] | None = None,
+          teacher: seq2seq.Seq2Seq | None = None) -> Result:
+    """Train (or resume) the run in ``run_dir`` to ``cfg.steps`` updates. ``batcher`` gives the
+    batch of each step; its ``multiple`` must be the number of devices. ``on_step(step, loss)``
+    is called after every update (tests raise from it to simulate a kill). ``teacher``: the AR
+    model a run with ``cfg.init = "teacher"`` starts from (required there, refused otherwise).
+
+    A folder already holding a run is resumed (or, when finished, reused) only with the same
+    ``cfg`` and the same data (:meth:`gmlm_lib.mt.batching.Batcher.fingerprint`, kept in ``data.json``);
+    either differing is a ``ValueError``. The batch and the random key of step ``t`` depend only on
+    ``t``, so a resumed run ends exactly where an uninterrupted one does."""
+    run_dir = pathlib.Path(run_dir).resolve()
+    m, fingerprint, teacher_fp = _open_run(cfg, batcher, run_dir, devices, teacher)
+    replicated, sharded = NamedSharding(m, P()), NamedSharding(m, P("data"))
+    graphdef, params, tx, opt_state, init = _initial_state(cfg, teacher, teacher_fp)
+    manager = _checkpoint_manager(run_dir, cfg)
     start = manager.latest_step() or 0
     if start:
-        target = {"params": params, "opt_state": opt_state}
-        restored = manager.restore(start, args=ocp.args.StandardRestore(target))
+        restored = manager.restore(start, args=ocp.args.StandardRestore({"params": params, "opt_state": opt_state}))
         params, opt_state = restored["params"], restored["opt_state"]
     metrics, record_path = run_dir / "metrics.jsonl", run_dir / "run.json"
     prev = json.loads(record_path.read_text()) if record_path.exists() else {}
@@ -332,35 +382,13 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
         return Result(nnx.merge(graphdef, params), _losses(metrics), prev["final_loss"], prev)
     params, opt_state = jax.device_put((params, opt_state), replicated)
     _jsonl_keep(metrics, start)
+    record = _RunRecord(record_path, cfg, batcher, start, init, fingerprint,
+                        seq2seq.count_params(nnx.merge(graphdef, params)), prev)
 
     step_fn = make_step(graphdef, cfg, tx)
     base_key = jax.random.key(cfg.seed)
     lr = schedule(cfg)
-    losses, tokens, t0 = [], 0, time.perf_counter()
-    loss = float("nan")
-    parameters = seq2seq.count_params(nnx.merge(graphdef, params))
-    # the segments before the last checkpoint (a killed call's record may run past it: cut it there)
-    earlier = [g for g in prev.get("segments", []) if g["start"] < start]
-    if earlier and earlier[-1]["end"] > start:
-        earlier[-1] = dict(earlier[-1], end=start)
-    segment = dict(start=start, end=start, wall_s=0.0, tokens=0, commit=provenance.git_commit(),
-                   hardware=provenance.hardware_summary())
-
-    def write_record(done: int, final_loss: float | None) -> dict:
-        segment.update(end=done, wall_s=time.perf_counter() - t0, tokens=tokens)
-        segments = earlier + [segment]
-        timed = [g for g in segments if "tokens" in g and g["end"] > g["start"] and g["wall_s"] > 0]
-        record = dict(
-            config=cfg.to_dict(), commit=segment["commit"], hardware=provenance.environment(), init=init,
-            data_fingerprint=fingerprint or prev.get("data_fingerprint"), parameters=parameters,
-            dropped_pairs=batcher.dropped, batches_per_epoch=len(batcher), steps=cfg.steps, done=done,
-            final_loss=final_loss, wall_s=sum(g["wall_s"] for g in segments), segments=segments,
-            tokens_per_s=(sum(g["tokens"] for g in timed) / sum(g["wall_s"] for g in timed)) if timed
-            else prev.get("tokens_per_s"),
-        )
-        provenance.write_record(record_path, record)
-        return json.loads(json.dumps(record))  # as a later call reads it back (tuples become lists)
-
+    losses, loss = [], float("nan")
     bar = progress_bar(range(start, cfg.steps), progress=progress, initial=start, total=cfg.steps,
                        desc=f"train {cfg.kind}", leave=False, mininterval=10)
     with metrics.open("a") as log:
@@ -369,11 +397,11 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
             batch = jax.device_put(dict(src=b.src, src_mask=b.src_mask, tgt=b.tgt, tgt_mask=b.tgt_mask), sharded)
             params, opt_state, loss_arr, parts = step_fn(params, opt_state, batch, jax.random.fold_in(base_key, step))
             done = step + 1
-            tokens += int(b.tgt_mask.sum()) + int(b.src_mask.sum())
+            record.tokens += int(b.tgt_mask.sum()) + int(b.src_mask.sum())
             if done % cfg.log_every == 0 or done == cfg.steps:
                 loss = float(loss_arr)
                 losses.append((done, loss))
-                row = dict(step=done, loss=loss, lr=float(lr(done)), wall_s=time.perf_counter() - t0,
+                row = dict(step=done, loss=loss, lr=float(lr(done)), wall_s=time.perf_counter() - record.t0,
                            **{k: float(v) for k, v in parts.items()})
                 log.write(json.dumps(row) + "\n")
                 log.flush()
@@ -382,16 +410,16 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
                 manager.save(done, args=ocp.args.StandardSave({"params": params, "opt_state": opt_state}), force=True)
                 manager.wait_until_finished()
                 if done < cfg.steps:
-                    write_record(done, None)
+                    record.write(done, None)
             if on_step is not None:
                 on_step(done, float(loss_arr))
     manager.close()
     # a call that trained nothing (the last checkpoint is the final one but its record was lost)
     # takes the final loss from the metrics
     final_loss = float(loss_arr) if start < cfg.steps else next((l for t, l in _losses(metrics) if t == cfg.steps), None)
-    record = write_record(cfg.steps, final_loss)
+    rec = record.write(cfg.steps, final_loss)
     model = nnx.merge(graphdef, jax.device_get(params))
-    return Result(model, losses if start < cfg.steps else _losses(metrics), final_loss, record)
+    return Result(model, losses if start < cfg.steps else _losses(metrics), final_loss, rec)
 
 
 def load(run_dir: str | pathlib.Path) -> tuple[TrainConfig, seq2seq.Seq2Seq]:

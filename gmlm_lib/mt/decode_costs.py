@@ -19,18 +19,19 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from . import batching, bench, decoding
-from . import vocab as V
+from gmlm_lib.core import timing
+from gmlm_lib.mt import batching, decoding
+from gmlm_lib.mt import vocab as V
 
 
 def _fastest_ms(units: list, *, min_time: float) -> list[float]:
     """``units``: ``(fn, args)`` pairs, each compiled and warmed, then timed by
-    :func:`gmlm_lib.bench.best_times` (interleaved rounds, so a slow spell of the machine hits
+    :func:`gmlm_lib.core.timing.best_times` (interleaved rounds, so a slow spell of the machine hits
     every unit alike); each unit's fastest call in milliseconds."""
     calls = {i: (lambda fn=fn, args=args: jax.block_until_ready(fn(*args))) for i, (fn, args) in enumerate(units)}
     for call in calls.values():
         call()
-    best = bench.best_times(calls, min_time)
+    best = timing.best_times(calls, min_time)
     return [1e3 * best[i] for i in range(len(units))]
 
 
@@ -41,7 +42,7 @@ def _ar_encode(graphdef, params, src, src_mask):
 
 
 def _ar_step(graphdef, params, token, t, cache, cross, enc_mask):
-    """One cached step and its greedy choice, as :func:`gmlm_lib.decoding.ar_greedy` runs it."""
+    """One cached step and its greedy choice, as :func:`gmlm_lib.mt.decoding.ar_greedy` runs it."""
     model = nnx.merge(graphdef, params)
     logits, cache = model.decode_step(token, t, cache, cross, enc_mask)
     return decoding.ar_next_token(logits), cache
@@ -49,15 +50,15 @@ def _ar_step(graphdef, params, token, t, cache, cross, enc_mask):
 
 def _padir_encode(graphdef, params, src, src_mask, *, hyps: int):
     """PaDIR's once-per-sentence work: encoder, length predictor and the cross-attention keys and
-    values of the ``hyps`` copies of the encoder states, as :func:`gmlm_lib.decoding.padir_refine`
+    values of the ``hyps`` copies of the encoder states, as :func:`gmlm_lib.mt.decoding.padir_refine`
     projects them before its passes."""
-    enc, enc_mask, lengths = decoding._padir_encode(graphdef, params, src, src_mask, hyps=hyps)
+    enc, enc_mask, lengths = decoding.padir_encode(graphdef, params, src, src_mask, hyps=hyps)
     cross, enc_mask = decoding.hypothesis_cross_kv(nnx.merge(graphdef, params), enc, enc_mask, hyps)
     return cross, enc_mask, lengths
 
 
 def _padir_pass(graphdef, params, hyp, tmask, enc_mask, cross):
-    """One refinement pass exactly as :func:`gmlm_lib.decoding.padir_refine` runs it."""
+    """One refinement pass exactly as :func:`gmlm_lib.mt.decoding.padir_refine` runs it."""
     return decoding.refine_pass(nnx.merge(graphdef, params), hyp, tmask, enc_mask, cross)
 
 
@@ -71,7 +72,7 @@ def dispatch_floor(min_time: float = 0.3) -> float:
 
 
 def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), min_time: float = 0.5) -> list[dict]:
-    """Time each unit of batch-1 decoding for the two models (:class:`gmlm_lib.seq2seq.Seq2Seq`,
+    """Time each unit of batch-1 decoding for the two models (:class:`gmlm_lib.mt.seq2seq.Seq2Seq`,
     AR and PaDIR). ``widths`` are source buckets and PaDIR hypothesis widths (each at most
     ``max_len``); ``hyps`` the numbers of PaDIR hypotheses. Returns rows ``{"unit", "width",
     "hyps", "ms"}``: ``"AR encoder"`` (encoder and cross-attention keys and values, per source

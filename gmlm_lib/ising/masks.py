@@ -54,7 +54,7 @@ class MaskDistribution(NamedTuple):
 
     ``subsets`` (M, n) bool lists the masks ``S`` with positive probability. ``weights`` is
     (M,) for a fixed ``w(S)``, or (2^n, M) for an adaptive ``w(S | x)`` whose row ``b`` is the
-    law of ``S`` given state number ``b`` (:func:`gmlm_lib.ising.enumerate_states` order).
+    law of ``S`` given state number ``b`` (:func:`gmlm_lib.ising.model.enumerate_states` order).
     Build it with :func:`uniform_k`, :func:`from_weights` or :func:`adaptive`, which validate.
     """
 
@@ -114,7 +114,7 @@ def adaptive(subsets, rule) -> MaskDistribution:
     ``rule(states) -> (2^n, M)``: for the (2^n, n) array of all states, the probability of
     each of the M ``subsets`` given each state. Rows must sum to one.
     """
-    from gmlm_lib import ising
+    from gmlm_lib.ising import model as ising
 
     s = _check_subsets(subsets)
     n = s.shape[1]

@@ -7,7 +7,7 @@ own gives a *product* transition ``Q(y | x) = prod_i q_i(y_i | x)``. For any tar
 (``KL(P || Q) = KL(P || prod_i P_i) + sum_i KL(P_i || q_i)``), and its distance
 ``KL(P || prod_i P_i)`` (the total correlation of ``P(. | x)``) is a floor no product transition,
 learned or not, can go below. Rows are laws on ``{-1,+1}^n`` in
-:func:`gmlm_lib.ising.enumerate_states` order.
+:func:`gmlm_lib.ising.model.enumerate_states` order.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gmlm_lib import ising
-from gmlm_lib.tensorization import kl, tv
+from gmlm_lib.core.divergences import kl, tv
+from gmlm_lib.ising import model as ising
 
 
 def _n_of(rows: jax.Array) -> int:
@@ -36,7 +36,8 @@ def site_marginals(rows: jax.Array) -> jax.Array:
 
 
 def product_law(marginals: jax.Array) -> jax.Array:
-    """The product law with ``P(y_i = +1) = marginals[..., i]``. (..., n) -> (..., 2^n)."""
+    """The product law with ``P(y_i = +1) = marginals[..., i]``: what one parallel step can
+    implement given the state [Proposition 4]. (..., n) -> (..., 2^n)."""
     m = jnp.asarray(marginals, dtype=jnp.float64)
     plus = ising.enumerate_states(m.shape[-1]) > 0  # (2^n, n)
     per_site = jnp.where(plus, m[..., None, :], 1.0 - m[..., None, :])  # (..., 2^n, n)
@@ -50,7 +51,8 @@ def closest_product(rows: jax.Array) -> jax.Array:
 
 
 def kl_floor(rows: jax.Array) -> jax.Array:
-    """``min_Q KL(P(.|x) || Q(.|x))`` over product ``Q``, row by row (the total correlation). (...,)."""
+    """``min_Q KL(P(.|x) || Q(.|x))`` over product ``Q``, row by row (the total correlation): how far
+    a transition is from any one parallel step [Proposition 4]. (...,)."""
     rows = jnp.asarray(rows, dtype=jnp.float64)
     return kl(rows, closest_product(rows))
 

@@ -1,4 +1,4 @@
-"""Block dynamics, their Dirichlet forms and Poincaré constants [Definitions 4-6, 8; Theorem (App. C.4)].
+"""Block dynamics, their Dirichlet forms and Poincaré constants [Definitions 4-6, 8; Theorems 1, 3 (App. C.4)].
 
 Weighted block dynamics (Definition 6): from ``x`` draw ``S ~ w``, resample
 ``x_S ~ p(x_S | x_{-S})``. Adaptive block dynamics (Definition 8): draw ``S ~ w(. | x)``,
@@ -23,9 +23,10 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse.linalg as spla
 
-from gmlm_lib import blocks, ising
-from gmlm_lib.ising import IsingModel
-from gmlm_lib.masks import MaskDistribution, check_distribution
+from gmlm_lib.ising import blocks
+from gmlm_lib.ising import model as ising
+from gmlm_lib.ising.masks import MaskDistribution, check_distribution
+from gmlm_lib.ising.model import IsingModel
 
 MAX_DENSE_N = 12
 """Largest n for dense transition matrices (4096 x 4096)."""
@@ -113,7 +114,7 @@ def second_eigenvalue(model: IsingModel, dist: MaskDistribution, method: str = "
 
 
 def poincare_constant(model: IsingModel, dist: MaskDistribution, method: str = "lanczos") -> float:
-    """The best Poincaré constant ``C_P = 1 / (1 - lambda_2(P))`` [Definition 5]: the smallest
+    """The best Poincaré constant ``C_P = 1 / (1 - lambda_2(P))`` [Definition 5; Theorems 1, 3]: the smallest
     ``C`` with ``Var_p(f) <= C E(f, f)`` for all ``f``.
 
     The eigenvector ``f`` of ``lambda_2`` comes from ``method`` (``"dense"`` or ``"lanczos"``,

@@ -16,9 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from . import batching, decoding
-from . import vocab as V
-from .progress import bar
+from gmlm_lib.core.progress import bar
+from gmlm_lib.mt import batching, decoding
+from gmlm_lib.mt import vocab as V
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Method:
 
 
 class Translator:
-    """``model`` (a trained :class:`gmlm_lib.seq2seq.Seq2Seq`) with its ``vocab``."""
+    """``model`` (a trained :class:`gmlm_lib.mt.seq2seq.Seq2Seq`) with its ``vocab``."""
 
     def __init__(self, model, vocab: V.Vocab, *, buckets=(16, 32, 64), seed: int = 0):
         self.cfg = model.cfg
@@ -153,9 +153,8 @@ def latencies(systems: dict[str, tuple[Translator, Method]], texts: list[str], *
     ``name: (translator, method)`` of ``systems``, timed in turn: after every system's
     :meth:`~Translator.warm_up`, each sentence is translated by every system, in an order that
     rotates by one system per sentence. A slow spell of the machine then slows all systems alike;
-    timed one after another, whole rows of a speed table move (in the PaDIR chapter's run at
-    197aa33 on the 2-core CPU, PaDIR with T = 10 came out faster than with T = 4, though it runs
-    at least as many passes). Returns ``name: (len(texts),)`` seconds."""
+    timed one after another, whole rows of a speed table move (a system that runs more passes can
+    then come out faster than one that runs fewer). Returns ``name: (len(texts),)`` seconds."""
     if not systems:
         raise ValueError("latencies: systems is empty; pass at least one name: (translator, method).")
     for translator, method in systems.values():

@@ -30,7 +30,7 @@ class Vocab:
                self.sp.piece_to_id(SPECIALS[0]), self.sp.piece_to_id(SPECIALS[1]))
         if ids != (PAD, EOS, BOS, UNK, MASK, LENGTH):
             raise ValueError(f"SentencePiece model has special ids {ids}; expected {(PAD, EOS, BOS, UNK, MASK, LENGTH)} "
-                             "(train it with gmlm_lib.vocab.train).")
+                             "(train it with gmlm_lib.mt.vocab.train).")
 
     @property
     def size(self) -> int:

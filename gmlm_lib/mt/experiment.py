@@ -3,7 +3,7 @@
 The PaDIR chapter (``notebooks/padir.md``) leaves in ``<run_root>/<src>-<tgt>/``: ``spm.model``
 (the joint vocabulary), ``ar/`` (the AR teacher), ``distilled.<tgt>.gz`` (the teacher's beam
 outputs on the training set, one a line), ``padir_raw/`` and ``padir_distilled/`` (training run
-folders, see :mod:`gmlm_lib.training`). :func:`open_run` loads them; :func:`tiny_run` trains a
+folders, see :mod:`gmlm_lib.mt.training`). :func:`open_run` loads them; :func:`tiny_run` trains a
 few-step stand-in with the same layout, for smoke runs and tests. :func:`distil` writes (or
 reuses) the distilled training set with a record of how and where it was decoded.
 """
@@ -19,10 +19,10 @@ import time
 
 import jax
 
-from . import batching, corpus, seq2seq, training, translate
-from . import vocab as V
-from .book import provenance
-from .progress import bar as progress_bar
+from gmlm_lib.core import records
+from gmlm_lib.core.progress import bar as progress_bar
+from gmlm_lib.mt import batching, corpus, seq2seq, training, translate
+from gmlm_lib.mt import vocab as V
 
 #: The trained models of a run folder, by subfolder name.
 MODELS = ("ar", "padir_raw", "padir_distilled")
@@ -112,7 +112,7 @@ def distil(translator: translate.Translator, sources: list[str], method: transla
             raise ValueError(f"{path} has {len(lines):,} lines but its record says {record['sentences']:,}; "
                              "delete it to decode again.")
         return Distilled(lines, record, reused=True)
-    commit = provenance.git_commit()  # the code that decodes, not whatever HEAD is when it ends
+    commit = records.git_commit()  # the code that decodes, not whatever HEAD is when it ends
     t0 = time.perf_counter()
     with progress_bar(progress=progress, total=len(sources), desc="distil", leave=False) as bar:
         lines = translator.translate(sources, method, batch_size=batch_size, progress=bar)
@@ -121,11 +121,11 @@ def distil(translator: translate.Translator, sources: list[str], method: transla
     if fallback is not None:
         lines = [line if line.strip() else human for line, human in zip(lines, fallback)]
     record = dict(method=want, wall_s=wall_s, sentences=len(lines), commit=commit,
-                  hardware=provenance.hardware_summary())
+                  hardware=records.hardware_summary())
     tmp = path.with_name(path.name + ".part")
     with gzip.open(tmp, "wt", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in lines))
-    provenance.write_record(record_path, record)
+    records.write_record(record_path, record)
     os.replace(tmp, path)
     return Distilled(lines, record, reused=False)
 

@@ -2,7 +2,7 @@
 [Section 3.4, App. L.5, Tables 4-5].
 
 For every pair of adjacent positions ``(i, i + 1)`` of a PaDIR output, taken from the final
-refinement pass (:func:`gmlm_lib.decoding.padir_refine` with ``return_attention=True``):
+refinement pass (:func:`gmlm_lib.mt.decoding.padir_refine` with ``return_attention=True``):
 
 * Hypothesis 1 (strongly dependent positions attend to each other): the decoder self-attention
   weight from ``i`` to ``i + 1`` (``self_fwd``) and from ``i + 1`` to ``i`` (``self_bwd``);
@@ -14,7 +14,7 @@ refinement pass (:func:`gmlm_lib.decoding.padir_refine` with ``return_attention=
 Each is computed per layer and head and aggregated by its min, mean and max over all of them,
 as in the paper's tables. A pair is labelled stutter when the two tokens are equal and the
 reference never repeats that token (:func:`token_stutter_labels`, the token-level analogue of
-:func:`gmlm_lib.mt_metrics.stutter_flags`).
+:func:`gmlm_lib.mt.metrics.stutter_pairs` on token ids).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from . import decoding
+from gmlm_lib.mt import decoding, metrics
 
 STATISTICS = ("self_fwd", "self_bwd", "tv", "cos")
 AGGREGATES = ("min", "avg", "max")
@@ -36,9 +36,7 @@ AGGREGATES = ("min", "avg", "max")
 def token_stutter_labels(ids: Sequence[int], ref_ids: Sequence[int]) -> np.ndarray:
     """(n - 1,) bool for an output of n tokens: pair (i, i + 1) is stutter when ``ids[i] ==
     ids[i + 1]`` and the reference ``ref_ids`` has no such repeat of that token."""
-    ids, ref = list(ids), list(ref_ids)
-    ref_repeats = {a for a, b in zip(ref, ref[1:]) if a == b}
-    return np.array([a == b and a not in ref_repeats for a, b in zip(ids, ids[1:])], dtype=bool)
+    return np.array(metrics.stutter_pairs(ids, ref_ids), dtype=bool)
 
 
 def pair_statistics(attention, lengths) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
@@ -106,7 +104,7 @@ def _ci(values) -> tuple[float, float]:
 
 def summary_table(df: pd.DataFrame, stat: str, resamples: list[np.ndarray], label: str = "stutter",
                   higher_predicts: bool = True) -> pd.DataFrame:
-    """Tables 4-5 for one statistic: for each aggregate (min/avg/max) the mean and std over stutter
+    """[Tables 4-5] for one statistic: for each aggregate (min/avg/max) the mean and std over stutter
     and non-stutter pairs, a bootstrap 95% CI of each mean over ``resamples`` (from
     :func:`bootstrap_indices`), and the AUROC of the statistic for predicting stutter (of minus
     it when ``higher_predicts`` is False: then a small value predicts stutter) with its CI."""
@@ -130,7 +128,7 @@ def summary_table(df: pd.DataFrame, stat: str, resamples: list[np.ndarray], labe
 
 def analyse(translator, texts: list[str], refs: list[str], options, *, batch_size: int = 64,
             progress=None) -> tuple[pd.DataFrame, dict[str, np.ndarray], list[list[int]], np.ndarray]:
-    """Decode ``texts`` with PaDIR ``options`` (a :class:`gmlm_lib.translate.Translator` over a
+    """Decode ``texts`` with PaDIR ``options`` (a :class:`gmlm_lib.mt.translate.Translator` over a
     PaDIR model), read the attention of the final pass, and describe every adjacent output pair.
 
     Returns ``(pairs, per_layer, outputs, per_pass)``: ``pairs`` one row per pair with ``sentence``,
@@ -138,7 +136,7 @@ def analyse(translator, texts: list[str], refs: list[str], options, *, batch_siz
     reference) and the :func:`aggregate` columns; ``per_layer[name]`` (P, layers) the mean over
     heads of each statistic; ``outputs`` the raw output ids (repeats kept); ``per_pass`` (T, N, W)
     row t the best hypothesis after pass t + 1, i.e. what decoding with ``steps = t + 1`` returns
-    (``pass_best`` of :func:`gmlm_lib.decoding.padir_refine`; early-stopped rows repeat their last
+    (``pass_best`` of :func:`gmlm_lib.mt.decoding.padir_refine`; early-stopped rows repeat their last
     one), padded to the width ``W`` of the largest bucket."""
     ref_ids = translator.vocab.encode(refs)
     width = max(translator.buckets + (translator.cfg.max_len,))

@@ -1,7 +1,7 @@
 """Likelihood and (weighted, k-) pseudolikelihood losses for Ising models, and convex fitting
 [Definitions 1-3, Appendix K].
 
-Losses are plain functions ``loss(params, x, masks) -> ()`` of an :class:`~gmlm_lib.ising.IsingModel`,
+Losses are plain functions ``loss(params, x, masks) -> ()`` of an :class:`~gmlm_lib.ising.model.IsingModel`,
 a batch of states ``x`` (N, n) and one mask per state (N, n) (Optax style); fitting is separate.
 """
 
@@ -13,8 +13,10 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from gmlm_lib import ising, masks as masks_lib
-from gmlm_lib.ising import IsingModel
+from gmlm_lib.core.precision import require_x64
+from gmlm_lib.ising import masks as masks_lib
+from gmlm_lib.ising import model as ising
+from gmlm_lib.ising.model import IsingModel
 
 
 def negative_log_likelihood(params: IsingModel, x: jax.Array, masks: jax.Array | None = None) -> jax.Array:
@@ -33,9 +35,15 @@ def pseudolikelihood_loss(params: IsingModel, x: jax.Array, masks: jax.Array, ma
     this is the k-pseudolikelihood loss [Definition 3]. Returns ().
 
     x (N, n) in {-1,+1}; masks (N, n) bool. ``max_size`` (static) bounds ``|S|``; see
-    :func:`gmlm_lib.ising.log_conditional`.
+    :func:`gmlm_lib.ising.model.log_conditional`.
     """
     return -jnp.mean(ising.log_conditional(params, x, masks, max_size=max_size))
+
+
+MIN_RCOND = 1e-12
+"""Smallest ratio of the Hessian's extreme eigenvalues at which a fit's Newton step counts as
+defined: the Hessians of the fits in this book reach condition numbers around 1e9 at finite
+minimisers, while a fit running to infinity has one that underflows."""
 
 
 class FitResult(NamedTuple):
@@ -46,7 +54,7 @@ class FitResult(NamedTuple):
     grad_norm: jax.Array  # () max-norm of the gradient at theta
     step_norm: jax.Array  # () max-norm of the Newton step H^-1 g at theta
     num_iter: jax.Array  # () Newton iterations taken
-    converged: jax.Array  # () bool: grad_norm <= tol and step_norm <= step_tol
+    converged: jax.Array  # () bool: a finite minimiser reached (see minimize_convex)
 
 
 def minimize_convex(
@@ -59,10 +67,12 @@ def minimize_convex(
 ) -> FitResult:
     """Minimise a smooth convex ``fun: (p,) -> ()`` by Newton's method with Armijo backtracking.
 
-    Converged means ``max|grad| <= tol`` *and* ``max|H^-1 grad| <= step_tol``. The second
-    condition matters: when no minimiser exists (the infimum is approached as some
-    ``theta_i -> inf``, e.g. a site that is constant in the data) the gradient still decays
-    exponentially, but the Newton step does not. Once the Newton step is within ``step_tol``,
+    Converged means a finite stationary point: ``theta`` finite, ``max|grad| <= tol``, the
+    Hessian numerically positive definite (its smallest eigenvalue above :data:`MIN_RCOND` times
+    its largest, so the Newton step is defined) *and* ``max|H^-1 grad| <= step_tol``. The last two
+    matter: when no minimiser exists (the infimum is approached as some ``theta_i -> inf``, e.g. a
+    site that is constant in the data) the gradient decays exponentially, but the Newton step
+    does not, and once the Hessian underflows it is singular and no Newton step exists at all. Once the Newton step is within ``step_tol``,
     the decrease it promises (about ``|grad . step| / 2``) can be smaller than the rounding error
     of ``fun`` itself, and Armijo's test would be decided by rounding; there the full step is
     taken if it shrinks ``max|grad|``. Stops when converged, when no step decreases ``fun``
@@ -76,20 +86,26 @@ def minimize_convex(
     armijo = 1e-4
 
     def direction(theta):
+        """The gradient, the Newton direction (steepest descent where the Newton one is not finite
+        or does not descend) and whether the Hessian is numerically positive definite."""
         g = grad(theta)
-        d = -jnp.linalg.solve(hess(theta), g)
+        H = hess(theta)
+        d = -jnp.linalg.solve(H, g)
         d = jnp.where(jnp.all(jnp.isfinite(d)) & (g @ d < 0), d, -g)
-        return g, d
+        eig = jnp.linalg.eigvalsh(H)
+        definite = jnp.all(jnp.isfinite(eig)) & (eig[0] > MIN_RCOND * eig[-1])
+        return g, d, definite
 
-    def is_converged(g, d):
-        return (jnp.max(jnp.abs(g)) <= tol) & (jnp.max(jnp.abs(d)) <= step_tol)
+    def is_converged(theta, g, d, newton):
+        return (newton & jnp.all(jnp.isfinite(theta)) & (jnp.max(jnp.abs(g)) <= tol)
+                & (jnp.max(jnp.abs(d)) <= step_tol))
 
     def cond(state):
-        it, _, _, _, _, done = state
+        it, _, _, _, _, _, done = state
         return jnp.logical_and(~done, it < max_iter)
 
     def body(state):
-        it, theta, f, g, d, _ = state
+        it, theta, f, g, d, newton, _ = state
         slope = g @ d
         polish = jnp.max(jnp.abs(d)) <= step_tol  # full Newton step, judged by the gradient
 
@@ -103,24 +119,33 @@ def minimize_convex(
 
         t, f_new = jax.lax.while_loop(ls_cond, ls_body, (jnp.ones_like(f), fun(theta + d)))
         new_theta = theta + t * d
-        new_g, new_d = direction(new_theta)
+        new_g, new_d, new_newton = direction(new_theta)
         accepted = jnp.where(polish, jnp.max(jnp.abs(new_g)) < jnp.max(jnp.abs(g)),
                              f_new <= f + armijo * t * slope)
         keep = lambda new, old: jnp.where(accepted, new, old)  # noqa: E731
         theta, f, g, d = keep(new_theta, theta), keep(f_new, f), keep(new_g, g), keep(new_d, d)
-        return it + 1, theta, f, g, d, is_converged(g, d) | ~accepted
+        newton = keep(new_newton, newton)
+        return it + 1, theta, f, g, d, newton, is_converged(theta, g, d, newton) | ~accepted
 
     theta0 = jnp.asarray(theta0, dtype=jnp.float64)
-    g0, d0 = direction(theta0)
-    init = (jnp.asarray(0), theta0, fun(theta0), g0, d0, is_converged(g0, d0))
-    it, theta, f, g, d, _ = jax.lax.while_loop(cond, body, init)
+    g0, d0, newton0 = direction(theta0)
+    f0 = fun(theta0)
+    init = (jnp.asarray(0), theta0, f0, g0, d0, newton0, is_converged(theta0, g0, d0, newton0) | ~jnp.isfinite(f0))
+    it, theta, f, g, d, newton, _ = jax.lax.while_loop(cond, body, init)
     return FitResult(
         theta=theta, loss=f, grad_norm=jnp.max(jnp.abs(g)), step_norm=jnp.max(jnp.abs(d)),
-        num_iter=it, converged=is_converged(g, d),
+        num_iter=it, converged=is_converged(theta, g, d, newton) & jnp.isfinite(f),
     )
 
 
+def _check_samples(x: jax.Array) -> None:
+    if x.ndim != 2 or x.shape[0] < 1:
+        raise ValueError(f"x must hold at least one sample, shape (N, n) with N >= 1; got shape {tuple(x.shape)}. "
+                         "An empty data set has no minimiser.")
+
+
 def _check_fit_args(l2: float, tol: float, max_iter: int) -> None:
+    require_x64("gmlm_lib.ising.mple (fitting)")
     if not l2 >= 0:
         raise ValueError(f"l2 must be >= 0; got {l2}.")
     if not tol > 0:
@@ -176,6 +201,7 @@ def fit_pseudolikelihood(
     in the data); then pass ``l2 > 0``.
     """
     x = jnp.asarray(x)
+    _check_samples(x)
     n = x.shape[-1]
     x = ising.check_spins(x, n)
     masks = jnp.asarray(masks, dtype=bool)
@@ -195,9 +221,10 @@ def fit_likelihood(
     theta0: jax.Array | None = None,
 ) -> FitResult:
     """MLE ``argmin_theta`` of :func:`negative_log_likelihood` (+ ``l2/2 |theta|^2``)
-    [Definition 1], exact ``log Z`` by enumeration (n <= :data:`~gmlm_lib.ising.MAX_EXACT_N`).
+    [Definition 1], exact ``log Z`` by enumeration (n <= :data:`~gmlm_lib.ising.model.MAX_EXACT_N`).
     x (N, n). Jitted and traceable."""
     x = jnp.asarray(x)
+    _check_samples(x)
     n = x.shape[-1]
     ising.check_exact_n(n)
     x = ising.check_spins(x, n)
@@ -206,7 +233,7 @@ def fit_likelihood(
 
 
 def fit_repeats(key: jax.Array, model: IsingModel, num_samples: int, k: int, repeats: int, *, tol: float = 1e-8, max_iter: int = 50) -> FitResult:
-    """k-MPLE [Definition 3] on ``repeats`` independent training sets, vectorised with ``vmap``.
+    """k-MPLE [Definition 3; Figures 1-2] on ``repeats`` independent training sets, vectorised with ``vmap``.
 
     Repeat ``r`` draws ``num_samples`` exact i.i.d. samples from ``model`` with a key that
     depends on ``key`` and ``r`` only, so every ``k`` sees the *same* samples; it then pairs

@@ -7,56 +7,32 @@ one for ``min_time / rounds`` seconds) and each is credited with its fastest cal
 of load from elsewhere on the machine does not land on one side only. Used by
 ``benchmarks/sampler_throughput.py`` and the chapter on k-Gibbs.
 
-For the independent parallel sampler the benchmark also times the part of a step no
-implementation of it can skip: the dense product ``x @ J`` for every chain and one random
-word per site (from the same per-chain keys as :func:`gmlm_lib.samplers.run_chains`), scanned
-over the same number of steps as the sampler, the chains laid out over the devices as
-``run_chains`` lays them out. The per-chain NumPy loop's time per step over that time is the
-``ceiling``: the largest speed-up a JAX step doing this work could reach on the machine. The
-``product_ceiling`` times the dense product alone: no implementation that computes ``x @ J`` in
-that dtype with XLA's matrix product, whatever its random numbers, is faster than the loop by more.
+For the independent parallel sampler the benchmark also times the work of a step that no
+implementation of it can skip: the dense product ``x @ J`` for every chain and one random word per
+site (from the same per-chain keys as :func:`gmlm_lib.ising.samplers.run_chains`), scanned over the
+same number of steps as the sampler, the chains laid out over the devices as ``run_chains`` lays
+them out. The per-chain NumPy loop's time per step over the fastest time of that one XLA program is
+the ``ceiling``; the ``product_ceiling`` does the same for a program that computes the dense product
+alone. Each is a measurement of one program on this machine, a reference point for what the
+sampler's step costs, not a bound on every possible implementation.
 """
 
 from __future__ import annotations
-
-import os
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gmlm_lib import ising, numpy_samplers, samplers
-from gmlm_lib.book import provenance
-
-
-def _timed(fn, min_time: float) -> float:
-    """Call ``fn()`` until ``min_time`` seconds have passed; the fastest call, in seconds."""
-    best, start = float("inf"), time.perf_counter()
-    while True:
-        t0 = time.perf_counter()
-        fn()
-        now = time.perf_counter()
-        best = min(best, now - t0)
-        if now - start >= min_time:
-            return best
-
-
-def best_times(fns: dict, min_time: float, rounds: int = 3) -> dict:
-    """Fastest call of each ``fns[name]()`` over ``rounds`` interleaved rounds of
-    ``min_time / rounds`` seconds each; ``{name: seconds}``."""
-    best = dict.fromkeys(fns, float("inf"))
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            best[name] = min(best[name], _timed(fn, min_time / rounds))
-    return best
+from gmlm_lib.core.timing import best_times
+from gmlm_lib.ising import model as ising
+from gmlm_lib.ising import numpy_samplers, samplers
 
 
 def throughput(n: int, num_chains: int, sampler: str, k: int = 1, *, dtype="float64", jax_steps: int = 200, numpy_steps: int = 1,
                min_time: float = 1.0, seed: int = 0) -> dict:
     """Site updates per second of one sampler (``"k-gibbs"`` or ``"independent-parallel"``) on a
     random n-site model (couplings N(0, 1/n), fields N(0, 0.3^2)), for ``num_chains`` chains:
-    JAX (:func:`gmlm_lib.samplers.run_chains`), the per-chain NumPy loop, the vectorised NumPy;
+    JAX (:func:`gmlm_lib.ising.samplers.run_chains`), the per-chain NumPy loop, the vectorised NumPy;
     for the independent parallel sampler also ``ceiling_vs_loop`` and ``product_ceiling_vs_loop``
     (see the module docstring). Each contestant is timed for ``min_time`` times the number of
     contestants (3, or 5 with the two floor steps of the ceilings), in 3 interleaved rounds."""
@@ -103,7 +79,7 @@ def parallel_step_floor(key: jax.Array, model: ising.IsingModel, x: jax.Array, n
                         random_words: bool = True):
     """A compiled, warm callable that runs ``num_steps`` steps of the work an independent parallel
     step over the chains ``x`` (C, n) cannot skip: ``x @ J`` in ``dtype`` and one uint32 random
-    word per site from the keys :func:`gmlm_lib.samplers.chain_keys` gives :func:`gmlm_lib.samplers.run_chains`.
+    word per site from the keys :func:`gmlm_lib.ising.samplers.chain_keys` gives :func:`gmlm_lib.ising.samplers.run_chains`.
     The next ``x`` is one comparison of the two per site, so neither is hoisted out of the scan.
     With ``random_words=False`` only the product: the next ``x`` is the sign of the field
     (+1 where it is positive). The callable returns the final ``x``."""
@@ -128,26 +104,3 @@ def parallel_step_floor(key: jax.Array, model: ising.IsingModel, x: jax.Array, n
     run = lambda: jax.block_until_ready(floor(key, x, J))  # noqa: E731
     run()  # compile
     return run
-
-
-def machine() -> dict:
-    """Where the numbers were measured."""
-    return {
-        "backend": jax.default_backend(),
-        "devices": [d.device_kind for d in jax.devices()],
-        "cpu": provenance.cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "numpy": np.__version__,
-        "jax": jax.__version__,
-    }
-
-
-def matmul_peak(size: int = 2048, dtype="float32", min_time: float = 2.0) -> float:
-    """Measured FLOP/s of one jitted ``size x size`` matrix product (2 size^3 flops, fastest call
-    over ``min_time`` seconds) on the default device: the practical matmul peak that training
-    throughput is compared with."""
-    a = jnp.ones((size, size), dtype)
-    f = jax.jit(lambda x: x @ x)
-    f(a).block_until_ready()
-    seconds = _timed(lambda: f(a).block_until_ready(), min_time)
-    return 2.0 * size**3 / seconds

@@ -31,9 +31,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from gmlm_lib import blocks, ising, markov
-from gmlm_lib.ising import IsingModel
-from gmlm_lib.masks import MaskDistribution
+from gmlm_lib.core.divergences import kl, tv  # noqa: F401  (tv: the laws' other distance, kept beside kl)
+from gmlm_lib.ising import blocks, markov
+from gmlm_lib.ising import model as ising
+from gmlm_lib.ising.masks import MaskDistribution
+from gmlm_lib.ising.model import IsingModel
 
 MAX_N = 10
 """Largest n for the exact tensorization quantities (sums over 2^n states and every mask)."""
@@ -45,18 +47,8 @@ def _check(model: IsingModel, dist: MaskDistribution) -> None:
         raise ValueError("Definition 9 is stated here for a fixed mask distribution w; got an adaptive one.")
 
 
-def kl(q: jax.Array, p: jax.Array) -> jax.Array:
-    """``KL(q || p) = sum q log(q / p)`` with ``0 log 0 = 0``. (..., S) -> (...)."""
-    return jnp.sum(jnp.where(q > 0, q * (jnp.log(jnp.where(q > 0, q, 1.0)) - jnp.log(p)), 0.0), axis=-1)
-
-
-def tv(q: jax.Array, p: jax.Array) -> jax.Array:
-    """Total variation ``sum |q - p| / 2``. (..., S) -> (...)."""
-    return 0.5 * jnp.sum(jnp.abs(q - p), axis=-1)
-
-
 def conditional_kl_fn(model_or_p, dist: MaskDistribution):
-    """A jitted ``q (2^n,) -> (KL(q||p), D_w(q||p))`` for the model (or the law ``p`` (2^n,))."""
+    """A jitted ``q (2^n,) -> (KL(q||p), D_w(q||p))`` for the model (or the law ``p`` (2^n,)) [Definition 9]."""
     if isinstance(model_or_p, IsingModel):
         n = model_or_p.n
         p = ising.probabilities(model_or_p)
@@ -83,7 +75,7 @@ def conditional_kl_fn(model_or_p, dist: MaskDistribution):
 
 
 def ratio(model: IsingModel, dist: MaskDistribution, q: jax.Array) -> float:
-    """``KL(q || p) / D_w(q || p)``: a lower bound on ``C_AT`` for any ``q != p``."""
+    """``KL(q || p) / D_w(q || p)``: a lower bound on ``C_AT`` for any ``q != p`` [Definition 9]."""
     _check(model, dist)
     a, d = conditional_kl_fn(model, dist)(jnp.asarray(q, dtype=jnp.float64))
     return float(a / d)
@@ -152,7 +144,8 @@ def upper_bound(model: IsingModel, dist: MaskDistribution) -> float:
 
 def excess_loss(truth: IsingModel, model: IsingModel, dist: MaskDistribution) -> tuple[float, float]:
     """``(KL(p* || p_theta), L(theta) - L(theta*))`` exactly, the latter the excess population
-    pseudolikelihood loss under ``w`` (equal to ``D_w(p* || p_theta)``) [Theorem 4]."""
+    pseudolikelihood loss under ``w`` (equal to ``D_w(p* || p_theta)``): the two sides of the key step
+    of Theorem 4, ``KL <= C_AT (L(theta) - L(theta*))`` [Theorem 4; Proposition 1]."""
     _check(model, dist)
     a, d = conditional_kl_fn(model, dist)(ising.probabilities(truth))
     return float(a), float(d)

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import vocab as V
+from gmlm_lib.mt import vocab as V
 
 DEFAULT_BUCKETS = (16, 24, 32, 48, 64)
 

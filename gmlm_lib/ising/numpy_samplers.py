@@ -1,4 +1,4 @@
-"""Reference NumPy implementations of the samplers in :mod:`gmlm_lib.samplers`, for benchmarks.
+"""Reference NumPy implementations of the samplers in :mod:`gmlm_lib.ising.samplers`, for benchmarks.
 
 Written the straightforward way a researcher would first write them: a Python loop over the
 chains, with NumPy doing the work of one update (the local fields, the ``2^k`` completions).

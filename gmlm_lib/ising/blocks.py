@@ -18,8 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gmlm_lib import ising
-from gmlm_lib.masks import MaskDistribution, check_distribution
+from gmlm_lib.ising import model as ising
+from gmlm_lib.ising.masks import MaskDistribution, check_distribution
 
 
 def block_ids(subsets) -> np.ndarray:
@@ -105,7 +105,7 @@ def averaged_conditional_expectation(model, dist: MaskDistribution):
     """``F -> sum_S w(S | x) E_{q_S}[F | block of x under S]``, jitted, for F (2^n,) or (2^n, B).
 
     This is the block-dynamics transition operator ``P`` [Definitions 6, 8] applied to the
-    columns of ``F``; :mod:`gmlm_lib.markov` and :func:`gmlm_lib.fisher.all_masks_score_covariance`
+    columns of ``F``; :mod:`gmlm_lib.ising.markov` and :func:`gmlm_lib.ising.fisher.all_masks_score_covariance`
     (whose mask-averaged score is ``T - P T``) both use it.
     """
     n = model.n

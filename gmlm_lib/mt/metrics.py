@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Sequence
 
 import sacrebleu
 
@@ -27,7 +28,7 @@ def _check(hyps, refs):
 
 
 def bleu(hyps: list[str], refs: list[str], *, tokenize: str = "13a") -> Score:
-    """Corpus BLEU (SacreBLEU defaults, one reference) and its signature."""
+    """Corpus BLEU (SacreBLEU defaults, one reference) and its signature [Tables 1-3]."""
     _check(hyps, refs)
     metric = sacrebleu.metrics.BLEU(tokenize=tokenize)
     return Score(metric.corpus_score(hyps, [refs]).score, str(metric.get_signature()))
@@ -50,12 +51,21 @@ def words(text: str) -> list[str]:
     return out
 
 
+def stutter_pairs(seq: Sequence, ref: Sequence = ()) -> list[bool]:
+    """The book's one stutter rule [Section 3.3], for words or token ids: for each adjacent pair
+    (i, i + 1) of ``seq``, True when the two items are equal and ``ref`` never has that item twice
+    in a row (a repeat the reference also has is not stutter). ``len(seq) - 1`` flags (none for a
+    sequence shorter than 2). :func:`gmlm_lib.mt.decoding.stutter_positions` is this rule on the
+    device with no reference (decoding has none), as PaDIR's re-masking uses it."""
+    ref = list(ref)
+    ref_repeats = {a for a, b in zip(ref, ref[1:]) if a == b}
+    seq = list(seq)
+    return [a == b and a not in ref_repeats for a, b in zip(seq, seq[1:])]
+
+
 def stutter_flags(hyp: str, ref: str) -> list[bool]:
-    """For each adjacent word pair (i, i + 1) of ``hyp``: True when the two words are equal and the
-    reference never has that word twice in a row (a repeat the reference also has is not stutter)."""
-    h, r = words(hyp), words(ref)
-    ref_repeats = {a for a, b in zip(r, r[1:]) if a == b}
-    return [a == b and a not in ref_repeats for a, b in zip(h, h[1:])]
+    """:func:`stutter_pairs` over the :func:`words` of a hypothesis and its reference."""
+    return stutter_pairs(words(hyp), words(ref))
 
 
 def stutter_rate(hyps: list[str], refs: list[str]) -> float:

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from . import vocab as V
+from gmlm_lib.mt import vocab as V
 
 NEG = -1e9  # logit of a masked attention key; exp underflows to exactly 0 in float32
 

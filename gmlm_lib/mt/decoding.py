@@ -6,10 +6,9 @@ are fixed-size arrays; :func:`strip` turns them into id lists (up to EOS, repeat
 PaDIR if asked).
 
 The graphdef is closed over rather than passed to ``jax.jit`` as a static argument: a static
-argument is hashed and compared on every call, and for an nnx graphdef that costs milliseconds
-(measured on the 2-core CPU machine with the PaDIR chapter's 3 + 3 layer models: hashing alone
-about 1 ms; closing it over took 3.4 ms off an AR greedy sentence and 4.7 ms off a PaDIR T = 4
-one at batch 1, about a fifth of their latency). :func:`jitted` hashes each graphdef object once.
+argument is hashed and compared on every call, and hashing an nnx graphdef costs on the order of
+a millisecond, a sizeable part of a batch-1 translation on a CPU. :func:`jitted` hashes each
+graphdef object once.
 """
 
 from __future__ import annotations
@@ -22,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from . import reductions
-from . import vocab as V
+from gmlm_lib.mt import reductions
+from gmlm_lib.mt import vocab as V
 
 #: ids a PaDIR position may never take (they mean padding or control, not text)
 _PADIR_FORBIDDEN = (V.PAD, V.EOS, V.BOS, V.MASK, V.LENGTH)
@@ -191,7 +190,9 @@ def initial_hypothesis(key, shape, mask, vocab_size, init: str):
 
 
 def stutter_positions(ids, mask):
-    """(B, L) bool: position i > 0 repeats the token at i - 1 (both real positions)."""
+    """(B, L) bool: position i > 0 repeats the token at i - 1 (both real positions): the stutter
+    rule of :func:`gmlm_lib.mt.metrics.stutter_pairs` on the device, with no reference (pair
+    (i - 1, i) is flagged at i)."""
     same = ids[:, 1:] == ids[:, :-1]
     rep = same & mask[:, 1:] & mask[:, :-1]
     return jnp.concatenate([jnp.zeros_like(rep[:, :1]), rep], axis=1)

@@ -18,7 +18,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from gmlm_lib.progress import bar as progress_bar
+from gmlm_lib.core.progress import bar as progress_bar
 
 DTYPE = jnp.float32
 
@@ -61,7 +61,8 @@ class Block(nnx.Module):
 
 
 class ParallelDecoder(nnx.Module):
-    """Tokens (B, L) int -> logits (B, L, outputs) float32, every position at once, no mask."""
+    """Tokens (B, L) int -> logits (B, L, outputs) float32, every position at once, no mask: sampling
+    each position from its logits is a product transition given the tokens [Propositions 3-4]."""
 
     def __init__(self, cfg: Config, *, rngs: nnx.Rngs):
         kw = dict(dtype=DTYPE, param_dtype=DTYPE, rngs=rngs)

@@ -27,9 +27,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gmlm_lib import blocks, ising
-from gmlm_lib.ising import IsingModel
-from gmlm_lib.masks import MaskDistribution, check_distribution
+from gmlm_lib.ising import blocks
+from gmlm_lib.ising import model as ising
+from gmlm_lib.ising.masks import MaskDistribution, check_distribution
+from gmlm_lib.ising.model import IsingModel
 
 MAX_EXACT_N = 12
 """Largest n for exact sums over all states and all masks."""
@@ -121,7 +122,7 @@ def sandwich(H: jax.Array, Sigma: jax.Array) -> jax.Array:
 
 
 def asymptotic_covariance(model: IsingModel, dist: MaskDistribution, regime: str = "one-mask") -> jax.Array:
-    """``Gamma_w``, the asymptotic covariance of ``sqrt(N)(theta_hat - theta*)`` [Lemma 1, Theorem 2].
+    """``Gamma_w``, the asymptotic covariance of ``sqrt(N)(theta_hat - theta*)`` [Lemma 1, Theorems 1-3].
 
     ``regime="one-mask"``: i.i.d. pairs ``(x, S)`` (Definition 2); realizable, so
     ``Gamma = H_w^-1``. ``regime="all-masks"``: each sample with every mask, weighted by ``w``;

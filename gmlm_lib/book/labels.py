@@ -1,0 +1,237 @@
+"""The paper-label index: every numbered result of the paper -> the library -> the tests -> the book.
+
+Generated, never edited by hand (``python -m gmlm_lib.book labels`` writes ``book/labels.md``;
+``make check`` and the tests fail when it is out of date). Its rows come from tags:
+
+- a public function, class or method of ``gmlm_lib`` implements a label when its docstring
+  carries it in square brackets, e.g. ``[Definition 2]``, ``[Definitions 4-6, 8]``, ``[Props. 3-4]``;
+- a test checks it when its docstring carries it the same way;
+- a chapter states it in a ``prf`` box whose title carries it (the box's ``:label:`` is linked),
+  and reproduces a figure or table of the paper in a section whose heading says
+  ``[paper Figure N]`` or ``[paper Table N]``.
+
+:data:`PAPER_LABELS` is the paper's inventory (Sections 2-3 and the appendices; the extracted
+text lost the numbers of some labels, so each title quotes the paper's words); a label the book
+does not treat has its reason in :data:`NOT_TREATED`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from gmlm_lib.book import sources
+
+PAGE = Path("book") / "labels.md"
+
+KINDS = {"Definition": "Definitions", "Theorem": "Theorems", "Lemma": "Lemmas", "Proposition": "Propositions",
+         "Corollary": "Corollaries", "Figure": "Figures", "Table": "Tables"}
+_ALIASES = {"Def.": "Definition", "Defs.": "Definition", "Prop.": "Proposition", "Props.": "Proposition",
+            "Thm.": "Theorem", "Lem.": "Lemma", "Cor.": "Corollary"}
+for _kind, _plural in KINDS.items():
+    _ALIASES[_kind] = _ALIASES[_plural] = _kind
+_WORD = "|".join(re.escape(w) for w in sorted(_ALIASES, key=len, reverse=True))
+_ITEM = re.compile(rf"(?<![\w.])({_WORD})\s+(\d+(?:\s*[-–]\s*\d+)?(?:\s*,\s*\d+(?:\s*[-–]\s*\d+)?)*)")
+_TAG = re.compile(r"\[([^\[\]]+)\]")
+
+PAPER_LABELS: dict[str, str] = {
+    "Definition 1": "Maximum likelihood estimator (MLE)",
+    "Definition 2": "Weighted maximum pseudolikelihood estimator (MPLE)",
+    "Definition 3": "k-pseudolikelihood (Huang & Ogata, 2002)",
+    "Definition 4": "Dirichlet form",
+    "Definition 5": "Poincaré inequality",
+    "Definition 6": "Weighted block dynamics",
+    "Definition 7": "Adaptively-weighted MPLE",
+    "Definition 8": "Adaptively-weighted block dynamics",
+    "Definition 9": "Block approximate tensorization of entropy (Caputo & Parisi, 2021)",
+    "Definition 10": "k-Gibbs sampler (Eq. 3)",
+    "Definition 11": "Independent parallel sampler (Eq. 4)",
+    "Definition 12": "Ising models (Eq. 5)",
+    "Theorem 1": "Asymptotic variance under a Poincaré inequality (sample efficiency is mixing)",
+    "Theorem 2": "Masking more is (statistically) better",
+    "Theorem 3": "Asymptotic variance of adaptively-weighted MPLE under a Poincaré inequality",
+    "Theorem 4": "Generalization bound for learning the joint distribution",
+    "Theorem 5": "Van der Vaart (2000), Theorem 5.23, as cited in Lemma 9",
+    "Lemma 1": "Asymptotic normality (Van der Vaart, 2000)",
+    "Lemma 2": "The mask can carry information: adaptive conditionals differ from plain ones",
+    "Lemma 3": "The conditional given an adaptive mask is proportional to p(x) w(S∣x)",
+    "Lemma 4": "Hoeffding's inequality",
+    "Lemma 5": "Point-wise generalization bound for learning conditional distributions",
+    "Lemma 6": "Empirical PMF converges to population PMF",
+    "Lemma 7": "Universal approximation by Transformers, informal (Yun et al., 2020)",
+    "Lemma 8": "Transformers can simulate parallel solution to automata (Liu et al., 2023)",
+    "Lemma 9": "Regularity conditions for asymptotic normality of M-estimators",
+    "Proposition 1": "Excess pseudolikelihood loss bounds KL through approximate tensorization (App. D, Step 1)",
+    "Proposition 2": "Bound on KL under bounded conditionals (App. D)",
+    "Proposition 3": "Deterministic transitions are implementable by a parallel decoder (Section 2.4.1 formalized)",
+    "Proposition 4": "Transformer transitions are product distributions given the state (Section 2.4.1 formalized)",
+    "Corollary 1": "Point-wise generalization bound, special case",
+    "Corollary 2": "Uniform convergence generalization bound for learning conditional distributions",
+    "Figure 1": "k-MPLE parameter error against k on a random Ising model (Section 3.1, App. L.6)",
+    "Figure 2": "The same on a peaky two-mode ground truth (App. L.6)",
+    "Figure 3": "k-Gibbs reaches the heavy mode, independent parallel is stuck (App. L.7)",
+    "Table 1": "PaDIR against AR: WMT14 DE-EN (App. L.4)",
+    "Table 2": "PaDIR against AR: WMT16 RO-EN (App. L.4)",
+    "Table 3": "PaDIR against AR: WMT17 ZH-EN (App. L.4)",
+    "Table 4": "Stutter against decoder self-attention of adjacent positions (Section 3.4, App. L.5)",
+    "Table 5": "Stutter against cross-attention similarity of adjacent positions (Section 3.4, App. L.5)",
+}
+"""Every numbered label of the paper (Sections 2-3 and the appendices), with the paper's title."""
+
+NOT_TREATED: dict[str, str] = {
+    "Theorem 5": "The paper's text has no result of its own numbered Theorem 5; its one mention is Van der Vaart's "
+                 "Theorem 5.23, the source of Lemma 9.",
+    "Lemma 4": "A textbook concentration inequality used inside the proof of Theorem 4; the book checks the theorem's "
+               "key step exactly instead of its finite-sample constants, which the extracted text lost.",
+    "Lemma 5": "A step of the finite-sample proof of Theorem 4 whose constants the extracted text lost.",
+    "Lemma 6": "A step of the finite-sample proof of Theorem 4 (empirical frequencies converge); standard.",
+    "Lemma 7": "An expressivity result of Yun et al. (2020) the paper cites; the book trains a Transformer to one "
+               "parallel step instead (Proposition 4).",
+    "Lemma 8": "An expressivity result of Liu et al. (2023) the paper cites; not a claim the book can compute.",
+    "Lemma 9": "Regularity conditions of Van der Vaart's theorem; the book checks their conclusion (Lemma 1) on "
+               "the Ising models it uses.",
+    "Proposition 2": "A bound inside the proof of Theorem 4 whose constants the extracted text lost.",
+    "Corollary 1": "A step of the finite-sample proof of Theorem 4 whose constants the extracted text lost.",
+    "Corollary 2": "A step of the finite-sample proof of Theorem 4 whose constants the extracted text lost.",
+}
+"""Labels the book does not treat, and why."""
+
+
+def labels_in(text: str) -> list[str]:
+    """The paper labels tagged in ``text``: inside square brackets, e.g. ``[Definitions 4-6, 8; Theorem 1]``
+    gives Definitions 4, 5, 6 and 8 and Theorem 1. In order of first appearance."""
+    found = []
+    for tag in _TAG.findall(text):
+        for word, numbers in _ITEM.findall(tag):
+            kind = _ALIASES[word]
+            for part in re.split(r"\s*,\s*", numbers):
+                ends = re.split(r"\s*[-–]\s*", part)
+                found += [f"{kind} {n}" for n in range(int(ends[0]), int(ends[-1]) + 1)]
+    return list(dict.fromkeys(found))
+
+
+def _docstrings(path: Path, prefix: str):
+    """``(qualified name, docstring)`` of the public functions, classes and methods of one file."""
+    tree = ast.parse(path.read_text())
+
+    def walk(body, outer):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                yield f"{outer}.{node.name}", ast.get_docstring(node) or ""
+                if isinstance(node, ast.ClassDef):
+                    yield from walk(node.body, f"{outer}.{node.name}")
+
+    yield from walk(tree.body, prefix)
+
+
+def library_tags(root: Path) -> dict[str, list[str]]:
+    """Label -> the public names of ``gmlm_lib`` whose docstrings tag it (sorted)."""
+    out: dict[str, set[str]] = {}
+    for path in sorted((root / "gmlm_lib").rglob("*.py")):
+        if (root / "gmlm_lib" / "book") in path.parents:  # the book's tools implement no result
+            continue
+        rel = path.relative_to(root).with_suffix("")
+        module = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        for name, doc in _docstrings(path, module):
+            for label in labels_in(doc):
+                out.setdefault(label, set()).add(name)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def test_tags(root: Path) -> dict[str, list[str]]:
+    """Label -> the tests (``tests/FILE.py::NAME``) whose docstrings tag it (sorted)."""
+    out: dict[str, set[str]] = {}
+    for path in sorted((root / "tests").glob("test_*.py")):
+        for name, doc in _docstrings(path, ""):
+            if name.split(".")[-1].startswith("test"):
+                for label in labels_in(doc):
+                    out.setdefault(label, set()).add(f"tests/{path.name}::{name.lstrip('.').replace('.', '::')}")
+    return {k: sorted(v) for k, v in out.items()}
+
+
+_PRF = re.compile(r"^```\{prf:(\w+)\}\s*(.*?)\n((?::\w+:.*\n)*)", re.M)
+_HEADING = re.compile(r"^(#{1,4})\s+(.*)$", re.M)
+
+
+def chapter_tags(root: Path) -> dict[str, list[tuple[str, str, str]]]:
+    """Label -> where the book treats it: ``(chapter, kind, target)`` with kind ``"prf"`` (target: the
+    box's ``:label:``) or ``"section"`` (target: the heading's text), from prf titles and from headings
+    that tag ``[paper Figure N]`` / ``[paper Table N]``. In book order."""
+    out: dict[str, list[tuple[str, str, str]]] = {}
+    for name in sources.toc_notebooks(root):
+        text = (root / "notebooks" / f"{name}.md").read_text()
+        for _, title, options in _PRF.findall(text):
+            box = re.search(r"^:label:\s*(\S+)", options, re.M)
+            for label in labels_in(title):
+                out.setdefault(label, []).append((name, "prf", box.group(1) if box else ""))
+        for _, heading in _HEADING.findall(text):
+            for tag in _TAG.findall(heading):
+                for label in labels_in("[" + tag.replace("paper ", "") + "]") if tag.startswith("paper ") else []:
+                    out.setdefault(label, []).append((name, "section", heading.strip()))
+    return out
+
+
+def _where(chapter: str, kind: str, target: str) -> str:
+    if kind == "prf" and target:
+        return f"{{prf:ref}}`{target}` ({{doc}}`../notebooks/{chapter}`)"
+    if kind == "section":
+        return f"{{doc}}`../notebooks/{chapter}`, *{_TAG.sub('', target).strip()}*"
+    return f"{{doc}}`../notebooks/{chapter}`"
+
+
+def page(root: Path) -> str:
+    """The text of ``book/labels.md``."""
+    lib, tests, book = library_tags(root), test_tags(root), chapter_tags(root)
+    lines = [
+        "# The paper's results, label by label",
+        "",
+        "Every numbered definition, theorem, lemma, proposition, corollary, figure and table of the paper, with",
+        "the library code that implements it, the tests that check it and the place in the book that states or",
+        "reproduces it. The page is generated from tags in the docstrings, the tests and the chapters",
+        "(`gmlm_lib.book.labels`; `make check` fails when it is out of date), so a row cannot name code or a test",
+        "that no longer exists. Titles quote the paper; where the book does not treat a label, the last column",
+        "says why.",
+        "",
+    ]
+    for kind, plural in KINDS.items():
+        rows = [k for k in PAPER_LABELS if k.startswith(kind + " ")]
+        lines += [f"## {plural}", "", "| Label | In the paper | Library | Tests | In the book |", "| --- | --- | --- | --- | --- |"]
+        for label in rows:
+            code = "<br>".join(f"`{n}`" for n in lib.get(label, [])) or "—"
+            checks = "<br>".join(f"`{t}`" for t in tests.get(label, [])) or "—"
+            where = "<br>".join(dict.fromkeys(_where(*w) for w in book.get(label, [])))
+            if label in NOT_TREATED:
+                where = (where + "<br>" if where else "") + f"not treated: {NOT_TREATED[label]}"
+            cells = [label, PAPER_LABELS[label], code, checks, where or "—"]
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def problems(root: Path) -> list[str]:
+    """What is wrong with the index: a tag naming no label of the paper, a label neither treated
+    anywhere nor given a reason, a reason for a label the book does treat, a page out of date."""
+    out = []
+    lib, tests, book = library_tags(root), test_tags(root), chapter_tags(root)
+    for found, what in ((lib, "docstring"), (tests, "test"), (book, "chapter")):
+        for label in sorted(set(found) - set(PAPER_LABELS)):
+            out.append(f"labels: a {what} tags {label}, which the paper does not have ({found[label][0]}).")
+    for label in PAPER_LABELS:
+        treated = label in lib or label in book
+        if not treated and label not in NOT_TREATED:
+            out.append(f"labels: {label} is neither implemented, tested nor stated in the book, and NOT_TREATED "
+                       "gives no reason; tag it where it is treated or say why not.")
+        if label in NOT_TREATED and label in book and label in lib:
+            out.append(f"labels: {label} is treated (library and book) but NOT_TREATED says it is not.")
+    path = root / PAGE
+    if not path.is_file() or path.read_text() != page(root):
+        out.append(f"{PAGE} does not match the tags; run `make labels`.")
+    return out
+
+
+def write_page(root: Path) -> Path:
+    """Write :func:`page` to ``root / PAGE``; returns that path."""
+    path = root / PAGE
+    path.write_text(page(root))
+    return path

@@ -1,0 +1,89 @@
+"""Run records shared by both halves of the library: the commit of the code, the machine, and
+whole-file JSON writes. A trained model's ``run.json``, a benchmark's JSON and a chapter's
+provenance all name the code and hardware that made them with these functions."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from importlib import metadata as _metadata
+from pathlib import Path
+
+_PACKAGE_DIR = Path(__file__).resolve().parents[2]
+SOURCES = ("gmlm_lib", "notebooks/*.md", "params", "pyproject.toml")  # what a -dirty commit mark looks at
+
+
+def git_commit(path: Path = _PACKAGE_DIR) -> str:
+    """Commit of the gmlm_lib source: ``git rev-parse HEAD`` (with ``-dirty`` when the library
+    or notebook sources differ from it), else the commit pip recorded for a VCS install,
+    else ``"unknown"``."""
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path, capture_output=True, text=True, check=True).stdout.strip()
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=top, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", *SOURCES],
+            cwd=top, capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    try:
+        direct = json.loads(_metadata.distribution("gmlm-book").read_text("direct_url.json") or "{}")
+        return direct.get("vcs_info", {}).get("commit_id", "unknown")
+    except (_metadata.PackageNotFoundError, ValueError):
+        return "unknown"
+
+
+def short_commit(commit: str) -> str:
+    """A commit for tables and messages: 12 hex digits, keeping a ``-dirty`` mark."""
+    return commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
+
+
+def cpu_model() -> str:
+    """The host CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``,
+    else the architecture): timings on two CPUs with the same core count can differ by 2x or more."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return " ".join(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def environment() -> dict:
+    """JAX version, backend, device kind and count, Python version, host platform and CPU."""
+    import jax
+
+    devices = jax.devices()
+    return {
+        "jax_version": jax.__version__,
+        "backend": jax.default_backend(),
+        "device_kind": devices[0].device_kind,
+        "device_count": len(devices),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model(),
+    }
+
+
+def hardware_summary(env: dict | None = None) -> str:
+    """One line for tables and records, e.g. ``"1 x cpu (cpu, 2 CPU cores, AMD EPYC 7B13)"``, from
+    :func:`environment` (called when ``env`` is not given); records made before the CPU model
+    was recorded give the line without it."""
+    env = environment() if env is None else env
+    cpu = f", {env['cpu_model']}" if env.get("cpu_model") else ""
+    return f"{env['device_count']} x {env['device_kind']} ({env['backend']}, {env['cpu_count']} CPU cores{cpu})"
+
+
+def write_record(path: str | os.PathLike, record: dict) -> None:
+    """Write a JSON record (``run.json``, ``data.json``, ``distilled.json``) whole: a temporary
+    file beside it, then a rename, so a kill leaves the old file or the new, never half of one."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, path)

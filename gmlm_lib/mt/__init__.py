@@ -1,0 +1,26 @@
+"""Machine translation with PaDIR and autoregressive Transformers (Part III, the paper's Section 3).
+
+One topic a module, imported on first use (``from gmlm_lib.mt import training``):
+
+- :mod:`~gmlm_lib.mt.config`: named presets of a translation run, and their overrides.
+- :mod:`~gmlm_lib.mt.corpus`: Multi30k and any aligned text files, with download.
+- :mod:`~gmlm_lib.mt.vocab`: the joint SentencePiece vocabulary.
+- :mod:`~gmlm_lib.mt.batching`: length-bucketed batches, AR inputs, PaDIR corruption.
+- :mod:`~gmlm_lib.mt.seq2seq`: the encoder-decoder models (AR with a KV cache; PaDIR).
+- :mod:`~gmlm_lib.mt.training`: losses, optimiser, data parallelism, checkpoints and resume.
+- :mod:`~gmlm_lib.mt.decoding`: greedy, beam and PaDIR refinement; :mod:`~gmlm_lib.mt.reductions`.
+- :mod:`~gmlm_lib.mt.translate`: translation of text, latency and throughput.
+- :mod:`~gmlm_lib.mt.metrics`: SacreBLEU, chrF, stutter (the one stutter rule), paired bootstrap.
+- :mod:`~gmlm_lib.mt.experiment`: run folders of a PaDIR experiment, distillation, smoke stand-ins.
+- :mod:`~gmlm_lib.mt.stutter_analysis`: attention statistics of adjacent positions [Section 3.4].
+- :mod:`~gmlm_lib.mt.decode_costs`: what a PaDIR pass costs against a cached AR step.
+
+Nothing here imports :mod:`gmlm_lib.ising` or changes JAX's global configuration: the models are
+float32 whatever else the program imported.
+"""
+
+from gmlm_lib.core.lazy import attach as _attach
+
+__all__ = ["config", "corpus", "vocab", "batching", "seq2seq", "training", "decoding", "reductions", "translate",
+           "metrics", "experiment", "stutter_analysis", "decode_costs"]
+__getattr__, __dir__ = _attach(__name__, tuple(__all__))

@@ -1,0 +1,179 @@
+"""One configuration source for translation runs: named presets plus overrides, as Flax's
+examples/wmt lays out its configs.
+
+:class:`Experiment` holds every setting of the PaDIR chapter's runs (data, model, training,
+evaluation). Its defaults *are* the ``"multi30k_cpu"`` preset, the setting of the chapter's full
+run on Multi30k with 2 CPU cores; :data:`PRESETS` names the others as overrides of it (the
+``"wmt14_colab_tpu"`` setting: Transformer-base on WMT14 on a Colab TPU, after the paper's
+Appendix L.2). :func:`get` builds one, checking every override's name and type, and
+:meth:`Experiment.model_config` / :meth:`Experiment.train_config` turn it into the library's
+:class:`~gmlm_lib.mt.seq2seq.ModelConfig` and :class:`~gmlm_lib.mt.training.TrainConfig`, so no
+chapter maps its settings by hand. :func:`from_yaml` reads and validates a parameter file such as
+``params/padir/de-en.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import typing
+from typing import Any
+
+from gmlm_lib.mt import seq2seq, training
+
+__all__ = ["Experiment", "PRESETS", "get", "from_yaml"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """Every setting of a translation experiment; the defaults are the ``"multi30k_cpu"`` preset.
+
+    Data: ``src_lang``/``tgt_lang``, ``data_dir`` (empty: ``GMLM_MULTI30K_DIR`` or the download
+    cache), ``train_files``/``test_files`` (two aligned files each instead of Multi30k),
+    ``train_sentences``/``test_sentences`` (0 keeps the whole split). Model: a joint vocabulary of
+    ``vocab_size`` pieces, ``layers`` encoder and decoder layers each. Training: ``batch_tokens``
+    padded target tokens a batch; ``ar_steps`` and ``padir_steps`` updates; PaDIR starts from the
+    AR teacher (``padir_init = "teacher"``) or from scratch (``"random"``, the paper's start);
+    ``unmasking_rate`` is the fraction of target positions that keep the correct token [App. L.1.2].
+    Evaluation: ``beam`` (AR), ``distill_beam`` (the teacher decoding the training set),
+    ``eval_steps``/``eval_hyps`` (PaDIR passes T and length hypotheses in the quality table),
+    ``latency_*`` (the batch-1 timing), ``throughput_batch``. ``run_root`` holds the run folders."""
+
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    data_dir: str = ""
+    train_files: tuple[str, ...] = ()
+    test_files: tuple[str, ...] = ()
+    train_sentences: int = 0
+    test_sentences: int = 0
+    vocab_size: int = 8000
+    d_model: int = 256
+    heads: int = 4
+    layers: int = 3
+    d_ff: int = 1024
+    dropout: float = 0.1
+    batch_tokens: int = 2048
+    ar_steps: int = 2800
+    padir_steps: int = 1600
+    padir_init: str = "teacher"
+    learning_rate: float = 0.002
+    warmup: int = 100
+    optimizer: str = "adamw"
+    label_smoothing: float = 0.1
+    unmasking_rate: float = 0.3
+    stages: int = 2
+    compute_dtype: str = "float32"
+    train_buckets: tuple[int, ...] = (16, 24, 32, 48, 64)
+    decode_buckets: tuple[int, ...] = (16, 32, 64)
+    beam: int = 4
+    distill_beam: int = 2
+    length_penalty: float = 0.6
+    eval_steps: tuple[int, ...] = (4, 10)
+    eval_hyps: int = 3
+    latency_steps: tuple[int, ...] = (1, 2, 4, 10)
+    latency_hyps: tuple[int, ...] = (1, 3, 5)
+    latency_sentences: int = 400
+    throughput_batch: int = 64
+    checkpoint_every: int = 200
+    run_root: str = "runs/padir"
+    seed: int = 0
+
+    def model_config(self, vocab: int, causal: bool) -> seq2seq.ModelConfig:
+        """The model of this experiment for a vocabulary of ``vocab`` ids (the trained SentencePiece
+        model's size, which may be below ``vocab_size`` on a small corpus); AR when ``causal``."""
+        return seq2seq.ModelConfig(vocab=vocab, causal=causal, d_model=self.d_model, heads=self.heads,
+                                   enc_layers=self.layers, dec_layers=self.layers, d_ff=self.d_ff,
+                                   max_len=max(self.train_buckets), dropout=self.dropout, dtype=self.compute_dtype)
+
+    def train_config(self, kind: str, vocab: int) -> training.TrainConfig:
+        """The :class:`~gmlm_lib.mt.training.TrainConfig` of the ``"ar"`` teacher or a ``"padir"``
+        model. The PaDIR-only fields stay at their defaults for the teacher, so changing them keeps
+        the teacher's run folder valid."""
+        if kind not in ("ar", "padir"):
+            raise ValueError(f"kind must be 'ar' or 'padir'; got {kind!r}.")
+        steps = self.ar_steps if kind == "ar" else self.padir_steps
+        padir_only = dict(unmasking_rate=self.unmasking_rate, stages=self.stages, init=self.padir_init) if kind == "padir" else {}
+        return training.TrainConfig(kind=kind, model=self.model_config(vocab, kind == "ar"), steps=steps,
+                                    batch_tokens=self.batch_tokens, optimizer=self.optimizer,
+                                    learning_rate=self.learning_rate, warmup=self.warmup,
+                                    label_smoothing=self.label_smoothing, seed=self.seed,
+                                    checkpoint_every=self.checkpoint_every, log_every=max(1, steps // 50),
+                                    buckets=tuple(self.train_buckets), **padir_only)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "multi30k_cpu": {},
+    "wmt14_colab_tpu": dict(
+        src_lang="en", tgt_lang="de",
+        train_files=("/content/wmt14/train.en", "/content/wmt14/train.de"),
+        test_files=("/content/wmt14/newstest2014.en", "/content/wmt14/newstest2014.de"),
+        vocab_size=32000, d_model=512, heads=8, layers=6, d_ff=2048, batch_tokens=65536,
+        ar_steps=100000, padir_steps=100000, padir_init="random", learning_rate=0.001, warmup=10000,
+        optimizer="adafactor", compute_dtype="bfloat16", train_buckets=(32, 64, 96, 128),
+        decode_buckets=(32, 64, 128), checkpoint_every=2000, latency_sentences=1000,
+        run_root="/content/drive/MyDrive/gmlm-runs"),
+}
+"""Named settings, as overrides of :class:`Experiment`'s defaults (``"multi30k_cpu"``)."""
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Experiment)}
+_HINTS = typing.get_type_hints(Experiment)
+
+
+def _coerce(name: str, value, source: str):
+    """``value`` as the type of field ``name`` (lists become tuples; an int is a valid float; YAML's
+    ``1e-3``, which YAML 1.1 reads as a string, becomes a float), else a ``TypeError`` naming it."""
+    hint = _HINTS[name]
+    where = f" in {source}" if source else ""
+    if typing.get_origin(hint) is tuple:
+        item = typing.get_args(hint)[0]
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise TypeError(f"{name}{where} must be a list of {item.__name__}; got {value!r}.")
+        return tuple(_coerce_scalar(name, item, v, where) for v in value)
+    return _coerce_scalar(name, hint, value, where)
+
+
+def _coerce_scalar(name: str, kind: type, value, where: str):
+    if kind is float and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TypeError(f"{name}{where} must be {kind.__name__}; got {value!r} ({type(value).__name__}).")
+    return value
+
+
+def get(preset: str = "multi30k_cpu", overrides: dict | None = None, *, source: str = "") -> Experiment:
+    """The :class:`Experiment` of ``preset`` with ``overrides`` applied, every name and type checked
+    (an unknown name or a wrong type raises, naming it, its expected type and ``source``)."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}; got {preset!r}.")
+    overrides = {} if overrides is None else overrides
+    if not isinstance(overrides, dict):
+        raise TypeError(f"overrides must be a dict of Experiment fields; got {type(overrides).__name__}.")
+    unknown = sorted(set(overrides) - set(_FIELDS))
+    if unknown:
+        where = f" in {source}" if source else ""
+        raise KeyError(f"unknown setting(s) {unknown}{where}; the settings are the fields of "
+                       f"gmlm_lib.mt.config.Experiment: {sorted(_FIELDS)}.")
+    values = {**PRESETS[preset], **overrides}
+    return Experiment(**{k: _coerce(k, v, source) for k, v in values.items()})
+
+
+def from_yaml(path: str | pathlib.Path) -> Experiment:
+    """The experiment a parameter file describes: a YAML mapping of :class:`Experiment` fields,
+    optionally with ``preset`` (default ``"multi30k_cpu"``), validated by :func:`get`."""
+    import yaml
+
+    path = pathlib.Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise ValueError(f"cannot read the parameter file {path}: {err}") from None
+    if not isinstance(data, dict):
+        raise TypeError(f"{path} must hold a mapping of settings (name: value); got {type(data).__name__}.")
+    data = dict(data)
+    return get(data.pop("preset", "multi30k_cpu"), data, source=str(path))
+

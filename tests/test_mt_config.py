@@ -1,0 +1,76 @@
+"""One configuration source for translation runs (gmlm_lib.mt.config): presets, overrides, files."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+import pytest
+
+from gmlm_lib.book import sources
+from gmlm_lib.mt import config, training
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _plain(v):
+    return tuple(v) if isinstance(v, list) else v
+
+
+def test_defaults_are_the_padir_chapters_full_run():
+    """Every chapter parameter that is a setting of the experiment has the preset's value."""
+    params = sources.parameters_cell(sources.read_text_notebook(ROOT / "notebooks" / "padir.md"))
+    fields = {f.name for f in dataclasses.fields(config.Experiment)}
+    shared = fields & set(params)
+    assert len(shared) >= 30
+    default = config.get()
+    assert {k: _plain(params[k]) for k in shared} == {k: getattr(default, k) for k in shared}
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "params" / "padir").glob("*.yaml")), ids=lambda p: p.name)
+def test_parameter_files_validate(path):
+    exp = config.from_yaml(path)
+    assert isinstance(exp, config.Experiment)
+
+
+def test_colab_file_is_the_wmt14_preset():
+    assert config.from_yaml(ROOT / "params" / "padir" / "colab-tpu-wmt14.yaml") == config.get("wmt14_colab_tpu")
+
+
+def test_train_config_maps_every_setting():
+    exp = config.get(overrides=dict(learning_rate=5e-4, unmasking_rate=0.2, layers=2, train_buckets=[8, 16]))
+    ar, padir = exp.train_config("ar", vocab=100), exp.train_config("padir", vocab=100)
+    assert (padir.learning_rate, padir.unmasking_rate, padir.model.enc_layers, padir.model.max_len) == (5e-4, 0.2, 2, 16)
+    assert padir.steps == exp.padir_steps and ar.steps == exp.ar_steps and not padir.model.causal and ar.model.causal
+    # the teacher keeps the PaDIR-only fields at TrainConfig's defaults, so they never invalidate its run folder
+    defaults = {f.name: f.default for f in dataclasses.fields(training.TrainConfig)}
+    assert (ar.unmasking_rate, ar.stages, ar.init) == (defaults["unmasking_rate"], defaults["stages"], defaults["init"])
+
+
+def test_yaml_float_pitfall_is_read_as_a_number(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("learning_rate: 1e-3\nwarmup: 10\n")  # YAML 1.1 reads 1e-3 as a string
+    assert config.from_yaml(f).learning_rate == 1e-3
+
+
+@pytest.mark.parametrize("text, error, words", [
+    ("learnig_rate: 0.1\n", KeyError, ["learnig_rate", "p.yaml"]),
+    ("layers: three\n", TypeError, ["layers", "int", "p.yaml"]),
+    ("layers: true\n", TypeError, ["layers", "int"]),
+    ("train_buckets: 32\n", TypeError, ["train_buckets", "list"]),
+    ("train_files: /a/b\n", TypeError, ["train_files", "list"]),
+    ("preset: tpu\n", ValueError, ["preset", "multi30k_cpu"]),
+    ("- 1\n- 2\n", TypeError, ["p.yaml", "mapping"]),
+    ("a: [1\n", ValueError, ["p.yaml"]),
+])
+def test_bad_parameter_files_name_the_setting_and_file(tmp_path, text, error, words):
+    f = tmp_path / "p.yaml"
+    f.write_text(text)
+    with pytest.raises(error) as info:
+        config.from_yaml(f)
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_bad_kind_is_named():
+    with pytest.raises(ValueError, match="kind"):
+        config.get().train_config("bert", vocab=100)
