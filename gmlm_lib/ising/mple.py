@@ -247,14 +247,17 @@ def fit_repeats(key: jax.Array, model: IsingModel, num_samples: int, k: int, rep
     if int(repeats) < 1 or int(num_samples) < 1:
         raise ValueError(f"repeats and num_samples must be >= 1; got {repeats} and {num_samples}.")
     _check_fit_args(0.0, tol, max_iter)
-    theta0 = jnp.zeros(ising.num_params(n))
 
-    def one(rkey):
+    # the model is an argument, not a captured constant: lowering a closure over device arrays
+    # reads them back to the host while holding the interpreter, which can stall on a CPU backend
+    # still executing earlier work
+    def one(rkey, model):
         data_key, mask_key = jax.random.split(rkey)
         x = ising.sample(model, data_key, num_samples)
+        theta0 = jnp.zeros(ising.num_params(n), dtype=model.J.dtype)
         if k == n:
             return _fit_ml(x, theta0, 0.0, tol=float(tol), max_iter=int(max_iter))
         m = masks_lib.uniform_k_subsets(jax.random.fold_in(mask_key, k), num_samples, n, k)
         return _fit_pl(x, m, theta0, 0.0, max_size=k, tol=float(tol), max_iter=int(max_iter))
 
-    return jax.jit(jax.vmap(one))(jax.random.split(key, int(repeats)))
+    return jax.jit(jax.vmap(one, in_axes=(0, None)))(jax.random.split(key, int(repeats)), model)
