@@ -252,7 +252,7 @@ def test_unknown_parameter_is_an_error():
         runner.resolve_parameters(ROOT, name, "smoke", {"no_such_thing": 1})
     with pytest.raises(ValueError, match="profile must be one of"):
         runner.resolve_parameters(ROOT, name, "fast")
-    with pytest.raises(FileNotFoundError, match="no notebook source"):
+    with pytest.raises(FileNotFoundError, match="not a chapter of the book"):
         runner.resolve_parameters(ROOT, "missing_chapter", "smoke")
 
 
@@ -262,9 +262,9 @@ def test_profiles_layer_parameters():
     smoke = sources.smoke_overrides(ROOT)[name]
     full, inject_full = runner.resolve_parameters(ROOT, name, "full")
     assert full == defaults and inject_full == {}
-    key = next(iter(smoke))
-    params, inject = runner.resolve_parameters(ROOT, name, "smoke", {key: "cli"})
-    assert params[key] == "cli" and inject[key] == "cli"
+    key = next(k for k, v in smoke.items() if isinstance(v, int) and not isinstance(v, bool))
+    params, inject = runner.resolve_parameters(ROOT, name, "smoke", {key: smoke[key] + 1})
+    assert params[key] == smoke[key] + 1 and inject[key] == smoke[key] + 1
     assert {k: params[k] for k in smoke if k != key} == {k: v for k, v in smoke.items() if k != key}
 
 
@@ -402,6 +402,7 @@ def test_full_run_refuses_uncommitted_sources(monkeypatch, tmp_path):
     name = CHAPTERS[0]
     (tmp_path / "notebooks").mkdir()
     shutil.copy(ROOT / "notebooks" / f"{name}.md", tmp_path / "notebooks")
+    shutil.copy(ROOT / "_toc.yml", tmp_path)
     monkeypatch.setattr(provenance, "git_commit", lambda: "e" * 40 + "-dirty")
     with pytest.raises(ValueError, match="must start from committed sources.*commit them first"):
         runner.run_notebook(name, "full", root=tmp_path)

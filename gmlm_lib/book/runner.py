@@ -3,10 +3,12 @@
 - ``smoke``: the parameters cell's defaults, overridden by ``params/smoke.yaml`` and then by
   ``-p`` options; the executed notebook goes to ``_build/smoke/NAME.ipynb``.
 - ``full``: the defaults, overridden by ``-p`` options only; the executed notebook replaces the
-  committed ``notebooks/NAME.ipynb``, and ``book/provenance.md`` is regenerated. It starts only
+  committed ``notebooks/NAME.ipynb`` only when every cell succeeded (a failed run goes to
+  ``_build/failed/``, and nothing that exists is touched), and ``book/provenance.md`` is regenerated. It starts only
   from committed sources (:func:`gmlm_lib.core.records.git_commit` without ``-dirty``).
 
-A parameter name that is not in the notebook's ``parameters`` cell is an error. The executed
+A chapter must be listed in ``_toc.yml``; a parameter name that is not in the notebook's
+``parameters`` cell, or a value not of its default's type, is an error before any cell runs. The executed
 notebook's metadata ``gmlm`` holds the provenance record, the profile, the total wall time
 and the SHA-256 of the code that ran (the freshness key, see :mod:`gmlm_lib.book.checks`).
 """
@@ -45,14 +47,62 @@ def _environ(**values: str):
                 os.environ[k] = v
 
 
+def _typed(name: str, param: str, default, value, origin: str):
+    """``value`` checked against the type of the parameter's default (and converted where that is
+    lossless: an int for a float, YAML 1.1's ``1e-3`` string for a float, a tuple for a list); a
+    ``TypeError`` naming the parameter, the expected type and the origin otherwise."""
+    def bad(kind):
+        return TypeError(f"parameter {param!r} of notebook {name!r} from {origin} must be {kind} (its default is "
+                         f"{default!r}); got {value!r} ({type(value).__name__}).")
+    if default is None:
+        return value
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad("an integer")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise bad("a number") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad("a number")
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise bad("a string")
+        return value
+    if isinstance(default, (list, tuple)):
+        if not isinstance(value, (list, tuple)):
+            raise bad("a list")
+        if default and not isinstance(default[0], (list, tuple, dict)):
+            value = [_typed(name, f"{param}[{i}]", default[0], v, origin) for i, v in enumerate(value)]
+        return list(value) if isinstance(default, list) else tuple(value)
+    if isinstance(default, dict):
+        if not isinstance(value, dict):
+            raise bad("a mapping")
+        return value
+    return value
+
+
 def resolve_parameters(root: Path, name: str, profile: str, overrides: dict | None = None) -> tuple[dict, dict]:
-    """``(all parameters, the ones to inject)`` for a run of ``name`` in ``profile``."""
+    """``(all parameters, the ones to inject)`` for a run of ``name`` in ``profile``: every override
+    must name a parameter of the chapter's ``parameters`` cell and have its default's type
+    (:func:`_typed`), checked before any cell runs."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}; got {profile!r}.")
+    chapters = sources.toc_notebooks(root)
+    if name not in chapters:
+        raise FileNotFoundError(f"{name!r} is not a chapter of the book; the chapters (_toc.yml) are: "
+                                f"{', '.join(chapters) or 'none'}.")
     md = root / "notebooks" / f"{name}.md"
     if not md.is_file():
-        known = ", ".join(sources.toc_notebooks(root)) or "none"
-        raise FileNotFoundError(f"no notebook source {md}; the chapters are: {known}.")
+        raise FileNotFoundError(f"no notebook source {md}; the chapters are: {', '.join(chapters)}.")
     defaults = sources.parameters_cell(sources.read_text_notebook(md))
     layers = []
     if profile == "smoke":
@@ -66,7 +116,7 @@ def resolve_parameters(root: Path, name: str, profile: str, overrides: dict | No
                 f"unknown parameter(s) {unknown} for notebook {name!r} from {origin}; "
                 f"its parameters cell defines {sorted(defaults)}."
             )
-        inject.update(layer)
+        inject.update({k: _typed(name, k, defaults[k], v, origin) for k, v in layer.items()})
     return {**defaults, **inject}, inject
 
 
@@ -90,7 +140,9 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
                          "a commit that reproduces them.")
     out = output_path(root, name, profile)
     out.parent.mkdir(parents=True, exist_ok=True)
+    failed = root / "_build" / "failed" / f"{profile}-{name}.ipynb"
     with tempfile.TemporaryDirectory() as tmp:
+        executed_path = Path(tmp) / "executed.ipynb"
         src = Path(tmp) / f"{name}.ipynb"
         nb = sources.read_text_notebook(root / "notebooks" / f"{name}.md")
         nb.metadata.pop("jupytext", None)
@@ -106,27 +158,32 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
         with _environ(**env):
             try:
                 papermill.execute_notebook(
-                    str(src), str(out), parameters=inject, kernel_name="python3",
+                    str(src), str(executed_path), parameters=inject, kernel_name="python3",
                     cwd=str(root / "notebooks"), progress_bar=False, log_output=False,
                 )
             except papermill.PapermillExecutionError as err:
+                failed.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(executed_path, failed)
                 raise NotebookRunError(
                     f"notebook {name!r} ({profile}) failed in cell {err.exec_count}: {err.ename}: {err.evalue}\n"
-                    f"the executed notebook with the traceback is at {out}"
+                    f"the executed notebook with the traceback is at {failed}; {out} is unchanged"
                 ) from None
         total = time.perf_counter() - t0
         if not rec_path.is_file():
-            raise NotebookRunError(f"notebook {name!r} ran but never called provenance.finish(run) in its last cell.")
+            raise NotebookRunError(f"notebook {name!r} ran but never called provenance.finish(run) in its last cell; "
+                                   f"{out} is unchanged.")
         record = json.loads(rec_path.read_text())
-    executed = nbformat.read(out, as_version=4)
-    meta = {
-        "profile": profile,
-        "provenance": record,
-        "total_wall_time_s": round(total, 2),
-        "code_sha256": sources.code_hash(executed),
-    }
-    executed.metadata["gmlm"] = meta
-    nbformat.write(executed, out)
+        executed = nbformat.read(executed_path, as_version=4)
+        meta = {
+            "profile": profile,
+            "provenance": record,
+            "total_wall_time_s": round(total, 2),
+            "code_sha256": sources.code_hash(executed),
+        }
+        executed.metadata["gmlm"] = meta
+        staged = out.with_name(f".{out.name}.part")
+        nbformat.write(executed, staged)
+        os.replace(staged, out)  # every cell succeeded: only now is the target replaced, whole
     if profile == "full":
         from gmlm_lib.book import checks
 

@@ -157,8 +157,9 @@ def sufficient_statistics(x: jax.Array) -> jax.Array:
 
 
 def energy(model: IsingModel, x: jax.Array) -> jax.Array:
-    """``E(x) = -(sum_{i<j} J_ij x_i x_j + sum_i h_i x_i)``, so ``p(x) ∝ exp(-E(x))``. (..., n) -> (...)."""
-    x = jnp.asarray(x, dtype=jnp.float64)
+    """``E(x) = -(sum_{i<j} J_ij x_i x_j + sum_i h_i x_i)``, so ``p(x) ∝ exp(-E(x))``. (..., n) -> (...).
+    ``x`` is checked (:func:`check_spins`) when it is a concrete array."""
+    x = jnp.asarray(check_spins(x, model.n), dtype=jnp.float64)
     return -(0.5 * jnp.einsum("...i,ij,...j->...", x, model.J, x) + x @ model.h)
 
 
@@ -271,15 +272,15 @@ def sample(model: IsingModel, key: jax.Array, num_samples: int) -> jax.Array:
 # --- Conditionals p(x_S | x_{-S}) -------------------------------------------------------------
 
 
-def check_spins(x: jax.Array, n: int) -> jax.Array:
-    """Validate a batch of states: shape (..., n), entries in {-1, +1}."""
+def check_spins(x: jax.Array, n: int, name: str = "x") -> jax.Array:
+    """Validate a batch of states: shape (..., n), entries in {-1, +1}; errors call it ``name``."""
     x = jnp.asarray(x)
     if x.ndim < 1 or x.shape[-1] != n:
-        raise ValueError(f"x must have shape (..., {n}) for an n = {n} model; got {x.shape}.")
+        raise ValueError(f"{name} must have shape (..., {n}) for an n = {n} model; got {x.shape}.")
     if _is_concrete(x):
         xn = np.asarray(x)
         if not np.all((xn == 1) | (xn == -1)):
-            raise ValueError("x must contain only -1 and +1 (Ising spins); map {0,1} data by 2x - 1.")
+            raise ValueError(f"{name} must contain only -1 and +1 (Ising spins); map {{0,1}} data by 2x - 1.")
     return x
 
 

@@ -445,7 +445,7 @@ def run_chains(
     n = sampler.n
     if x0.ndim != 2 or x0.shape[1] != n:
         raise ValueError(f"x0 must be a (num_chains, {n}) batch of start states; got shape {x0.shape}.")
-    x0 = ising.check_spins(x0, n).astype(jnp.int8)
+    x0 = ising.check_spins(x0, n, "x0").astype(jnp.int8)
     num_steps, thin = int(num_steps), int(thin)
     if num_steps < 0:
         raise ValueError(f"num_steps must be >= 0; got {num_steps}.")

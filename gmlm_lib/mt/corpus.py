@@ -8,6 +8,7 @@ public Multi30k repository (``download=True``). See ``data/README.md``.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import gzip
 import os
@@ -16,6 +17,7 @@ import shutil
 import tempfile
 import urllib.error
 import urllib.request
+import zlib
 
 ENV_VAR = "GMLM_MULTI30K_DIR"
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
@@ -42,14 +44,40 @@ class Parallel:
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:
-    """Lines of a UTF-8 text file, plain or gzipped, without their line ends."""
+    """Lines of a UTF-8 text file, plain or gzipped, without their line ends (``\\n`` or ``\\r\\n``).
+
+    A UTF-8 byte-order mark at the start is dropped (it would otherwise stick to the first
+    sentence's first word). Everything else that would silently change the corpus is an error
+    naming the file and the line: bytes that are not UTF-8, a carriage return or other line
+    separator inside a line (it would split one sentence in two for a reader that honours it),
+    a gzip file that is cut short or corrupt."""
     path = pathlib.Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"corpus file {str(path)!r} does not exist; check the path (or the "
                                 f"{ENV_VAR} environment variable for Multi30k).")
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\r\n") for line in f]
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError, zlib.error) as err:
+        raise ValueError(f"corpus file {path} is not a complete gzip file ({err}); download or copy it again.") from None
+    if raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8):]
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = []
+    for i, line in enumerate(lines, 1):
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"corpus file {path}, line {i}: byte {err.start + 1} is not UTF-8 ({err.reason}); "
+                             "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8).") from None
+        text = text[:-1] if text.endswith("\r") else text
+        inner = next((c for c in text if c in "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"), None)
+        if inner is not None:
+            raise ValueError(f"corpus file {path}, line {i}: a line separator ({inner!r}) inside the line; one "
+                             "sentence a line is expected: remove it or replace it with a space.")
+        out.append(text)
+    return out
 
 
 def load_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike, *, name: str = "") -> Parallel:

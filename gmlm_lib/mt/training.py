@@ -12,10 +12,14 @@ a kill loses from the record only the time since the last checkpoint, as it lose
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import math
+import os
 import pathlib
+import socket
 import time
 import warnings
 from typing import Callable
@@ -235,8 +239,23 @@ class Result:
 
 
 def _rows(path: pathlib.Path) -> list[dict]:
-    """The lines of ``metrics.jsonl`` (none when it does not exist)."""
-    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
+    """The lines of ``metrics.jsonl`` (none when it does not exist). A last line cut short (a kill
+    while it was written) is dropped with a warning; a bad line before it is an error naming it."""
+    if not path.exists():
+        return []
+    lines = [(i, l) for i, l in enumerate(path.read_text().splitlines(), 1) if l.strip()]
+    rows = []
+    for pos, (i, line) in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if pos == len(lines) - 1:
+                warnings.warn(f"{path}: line {i} is cut short ({err.msg}), as a kill while it was written leaves "
+                              "it; it is dropped and the run resumes from its last checkpoint.", stacklevel=3)
+                break
+            raise ValueError(f"{path}: line {i} is not JSON ({err.msg}); the metrics log is damaged. Remove that "
+                             "line (or the whole file, losing the logged losses) and run again.") from None
+    return rows
 
 
 def _jsonl_keep(path: pathlib.Path, upto: int):
@@ -281,7 +300,6 @@ def _open_run(cfg: TrainConfig, batcher: batching.Batcher, run_dir: pathlib.Path
     """Check that ``run_dir`` may hold this run (same config, same data and teacher, a batch that
     splits over the devices) and record its config; returns ``(mesh, data fingerprint, teacher
     fingerprint)``."""
-    run_dir.mkdir(parents=True, exist_ok=True)
     cfg_path = run_dir / "config.json"
     if cfg_path.exists() and TrainConfig.from_dict(json.loads(cfg_path.read_text())) != cfg:
         raise ValueError(f"{cfg_path} holds a different TrainConfig; use a new run folder for a new configuration.")
@@ -293,10 +311,106 @@ def _open_run(cfg: TrainConfig, batcher: batching.Batcher, run_dir: pathlib.Path
     m = mesh(devices)
     if batcher.multiple % m.size:
         raise ValueError(f"Batcher.multiple = {batcher.multiple} must be a multiple of the {m.size} devices.")
+    _check_token_ids(batcher, cfg.model.vocab)
     teacher_fp = seq2seq.params_fingerprint(teacher) if teacher is not None else ""
     fingerprint = _check_data(run_dir, batcher, teacher_fp)
     cfg_path.write_text(json.dumps(cfg.to_dict(), indent=1))
     return m, fingerprint, teacher_fp
+
+
+def _check_token_ids(batcher: batching.Batcher, vocab: int) -> None:
+    """Every token id of the training pairs is in ``[0, vocab)``: an id beyond the embedding table
+    would be clipped silently by the gather and train on garbage."""
+    for side in ("src", "tgt"):
+        for i, row in enumerate(getattr(batcher, side)):
+            if row and (min(row) < 0 or max(row) >= vocab):
+                bad = next(t for t in row if t < 0 or t >= vocab)
+                raise ValueError(f"train: {side} sequence {i} holds token id {bad}, outside the model's vocabulary "
+                                 f"[0, {vocab}); encode the data with the vocabulary the model is built for "
+                                 "(ModelConfig.vocab = vocab.size).")
+
+
+class RunFolderBusy(RuntimeError):
+    """Another process is training in the same run folder."""
+
+
+@contextlib.contextmanager
+def _exclusive(run_dir: pathlib.Path):
+    """Hold an exclusive lock on ``run_dir`` (``run_dir/.lock``, ``fcntl.flock``) while training: a
+    second process on the same folder would interleave its metrics and checkpoints. The lock file
+    names the holder; the operating system releases the lock when the holder exits or is killed."""
+    import fcntl
+
+    path = run_dir / ".lock"
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise RunFolderBusy(f"{run_dir} is being trained by {holder}; wait for it to finish (or stop it), or "
+                                "train in another run folder.") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"process {os.getpid()} on {socket.gethostname()}, since "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime())}")
+        f.flush()
+        try:
+            yield
+        finally:
+            f.seek(0)
+            f.truncate()
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _digest(state) -> str:
+    """SHA-256 of every array of ``state`` (params and optimiser state), in tree order: written with
+    each checkpoint and compared on restore, so a damaged checkpoint cannot pass for a good one."""
+    h = hashlib.sha256()
+    for leaf in jax.tree.leaves(jax.device_get(state)):
+        a = np.asarray(leaf)
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def _all_finite(tree) -> bool:
+    return all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact))
+
+
+def _restore(manager: ocp.CheckpointManager, run_dir: pathlib.Path, target: dict, *,
+             delete_damaged: bool = True) -> tuple[int, dict | None]:
+    """The newest checkpoint that restores, matches the digest written with it and holds only finite
+    numbers: ``(step, state)``, or ``(0, None)`` when the folder has none. A damaged newer checkpoint
+    is reported with a warning that says so (and deleted, for training to write it again), and the
+    previous one is used."""
+    digests = _checkpoint_digests(run_dir)
+    for step in sorted(manager.all_steps(), reverse=True):
+        try:
+            state = manager.restore(step, args=ocp.args.StandardRestore(target))
+            want = digests.get(str(step))
+            problem = ("its digest differs from the one written with it" if want is not None and _digest(state) != want
+                       else "it holds non-finite numbers" if not _all_finite(state) else None)
+        except Exception as err:  # Orbax/TensorStore raise many kinds on a damaged file
+            problem = f"it cannot be read ({type(err).__name__}: {str(err)[:200]})"
+        if problem is None:
+            return step, state
+        older = [s for s in manager.all_steps() if s < step]
+        warnings.warn(f"{run_dir}: the checkpoint of step {step} is damaged ({problem}); "
+                      + (f"falling back to step {max(older)}." if older else "no older checkpoint: training restarts "
+                         "from step 0."), stacklevel=3)
+        if delete_damaged:
+            manager.delete(step)
+    return 0, None
+
+
+def _checkpoint_digests(run_dir: pathlib.Path) -> dict:
+    path = run_dir / "checkpoint_digests.json"
+    try:
+        return json.loads(path.read_text()) if path.exists() else {}
+    except json.JSONDecodeError:
+        warnings.warn(f"{path} is damaged; the checkpoints are checked for finite numbers only.", stacklevel=3)
+        return {}
 
 
 def _initial_state(cfg: TrainConfig, teacher, teacher_fp: str) -> tuple:
@@ -364,26 +478,47 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
     A folder already holding a run is resumed (or, when finished, reused) only with the same
     ``cfg`` and the same data (:meth:`gmlm_lib.mt.batching.Batcher.fingerprint`, kept in ``data.json``);
     either differing is a ``ValueError``. The batch and the random key of step ``t`` depend only on
-    ``t``, so a resumed run ends exactly where an uninterrupted one does."""
+    ``t``, so a resumed run ends exactly where an uninterrupted one does.
+
+    Nothing is silent: one process at a time trains in a folder (:class:`RunFolderBusy`); a
+    checkpoint is verified on restore against the digest written with it, and a damaged one is
+    replaced by the previous one with a warning; a non-finite loss or parameters stop the run with
+    a ``FloatingPointError`` naming the step, before any checkpoint of them is written, and the
+    record is never marked finished."""
     run_dir = pathlib.Path(run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with _exclusive(run_dir):
+        return _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher)
+
+
+def _nonfinite(cfg: TrainConfig, run_dir: pathlib.Path, step: int, what: str, last_good: int) -> FloatingPointError:
+    return FloatingPointError(
+        f"training {cfg.kind} in {run_dir}: {what} at step {step}. Likely causes: a learning rate too high for this "
+        f"model (learning_rate = {cfg.learning_rate:g}; try a lower one or a longer warm-up), or damaged inputs. The "
+        f"folder keeps its last good checkpoint (step {last_good}) and its record is not marked finished.")
+
+
+def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher) -> Result:
     m, fingerprint, teacher_fp = _open_run(cfg, batcher, run_dir, devices, teacher)
     replicated, sharded = NamedSharding(m, P()), NamedSharding(m, P("data"))
     graphdef, params, tx, opt_state, init = _initial_state(cfg, teacher, teacher_fp)
     manager = _checkpoint_manager(run_dir, cfg)
-    start = manager.latest_step() or 0
-    if start:
-        restored = manager.restore(start, args=ocp.args.StandardRestore({"params": params, "opt_state": opt_state}))
+    start, restored = _restore(manager, run_dir, {"params": params, "opt_state": opt_state})
+    if restored is not None:
         params, opt_state = restored["params"], restored["opt_state"]
     metrics, record_path = run_dir / "metrics.jsonl", run_dir / "run.json"
     prev = json.loads(record_path.read_text()) if record_path.exists() else {}
-    if start == cfg.steps and prev.get("done", prev.get("steps")) == cfg.steps and prev.get("final_loss") is not None:
+    final = prev.get("final_loss")
+    if (start == cfg.steps and prev.get("done", prev.get("steps")) == cfg.steps and final is not None
+            and math.isfinite(final)):
         # finished before: reuse it as it is (its record names the code and machine that trained it)
         manager.close()
-        return Result(nnx.merge(graphdef, params), _losses(metrics), prev["final_loss"], prev)
+        return Result(nnx.merge(graphdef, params), _losses(metrics), final, prev)
     params, opt_state = jax.device_put((params, opt_state), replicated)
     _jsonl_keep(metrics, start)
     record = _RunRecord(record_path, cfg, batcher, start, init, fingerprint,
                         seq2seq.count_params(nnx.merge(graphdef, params)), prev)
+    digests = {k: v for k, v in _checkpoint_digests(run_dir).items() if int(k) <= start}
 
     step_fn = make_step(graphdef, cfg, tx)
     base_key = jax.random.key(cfg.seed)
@@ -398,8 +533,12 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
             params, opt_state, loss_arr, parts = step_fn(params, opt_state, batch, jax.random.fold_in(base_key, step))
             done = step + 1
             record.tokens += int(b.tgt_mask.sum()) + int(b.src_mask.sum())
+            step_loss = float(loss_arr)
+            if not math.isfinite(step_loss):
+                manager.close()
+                raise _nonfinite(cfg, run_dir, done, f"the loss is {step_loss}", max(digests, key=int, default=0))
             if done % cfg.log_every == 0 or done == cfg.steps:
-                loss = float(loss_arr)
+                loss = step_loss
                 losses.append((done, loss))
                 row = dict(step=done, loss=loss, lr=float(lr(done)), wall_s=time.perf_counter() - record.t0,
                            **{k: float(v) for k, v in parts.items()})
@@ -407,12 +546,20 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
                 log.flush()
                 bar.set_postfix(loss=f"{loss:.3f}")
             if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-                manager.save(done, args=ocp.args.StandardSave({"params": params, "opt_state": opt_state}), force=True)
+                state = {"params": params, "opt_state": opt_state}
+                if not _all_finite(state):
+                    manager.close()
+                    raise _nonfinite(cfg, run_dir, done, "the parameters hold non-finite numbers",
+                                     max(digests, key=int, default=0))
+                manager.save(done, args=ocp.args.StandardSave(state), force=True)
                 manager.wait_until_finished()
+                digests = {k: v for k, v in digests.items() if int(k) in set(manager.all_steps())}
+                digests[str(done)] = _digest(state)
+                records.write_record(run_dir / "checkpoint_digests.json", digests)
                 if done < cfg.steps:
                     record.write(done, None)
             if on_step is not None:
-                on_step(done, float(loss_arr))
+                on_step(done, step_loss)
     manager.close()
     # a call that trained nothing (the last checkpoint is the final one but its record was lost)
     # takes the final loss from the metrics
@@ -430,8 +577,11 @@ def load(run_dir: str | pathlib.Path) -> tuple[TrainConfig, seq2seq.Seq2Seq]:
     graphdef, params = nnx.split(model)
     tx = optimizer(cfg)
     with ocp.CheckpointManager(run_dir / "checkpoints") as manager:
-        step = manager.latest_step()
-        if step is None:
+        if manager.latest_step() is None:
             raise FileNotFoundError(f"no checkpoint in {run_dir / 'checkpoints'}.")
-        restored = manager.restore(step, args=ocp.args.StandardRestore({"params": params, "opt_state": tx.init(params)}))
+        step, restored = _restore(manager, run_dir, {"params": params, "opt_state": tx.init(params)},
+                                  delete_damaged=False)
+    if restored is None:
+        raise ValueError(f"every checkpoint in {run_dir / 'checkpoints'} is damaged (see the warnings); train the run "
+                         "again in a fresh folder.")
     return cfg, nnx.merge(graphdef, restored["params"])

@@ -35,6 +35,10 @@ class Method:
     def __post_init__(self):
         if self.kind not in ("greedy", "beam", "padir"):
             raise ValueError(f"Method.kind must be 'greedy', 'beam' or 'padir'; got {self.kind!r}.")
+        if isinstance(self.beam, bool) or not isinstance(self.beam, int) or self.beam < 1:
+            raise ValueError(f"Method.beam must be an integer >= 1 (1 is greedy); got {self.beam!r}.")
+        if not (isinstance(self.alpha, (int, float)) and 0.0 <= self.alpha < float("inf")):
+            raise ValueError(f"Method.alpha (the length penalty) must be a finite number >= 0; got {self.alpha!r}.")
 
     @property
     def label(self) -> str:
@@ -84,11 +88,25 @@ class Translator:
     def _strip(self, ids, method: Method):
         return decoding.strip(ids, drop_repeats=method.kind == "padir" and method.drop_repeats)
 
+    @staticmethod
+    def _check_texts(texts, batch_size: int | None = None) -> list[str]:
+        if isinstance(texts, (str, bytes)):
+            raise TypeError("texts must be a list of sentences, not one string (it would be translated character "
+                            "by character); pass [text], or use translate_one(text).")
+        texts = list(texts)
+        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise TypeError(f"texts[{bad}] must be a string; got {type(texts[bad]).__name__}.")
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}.")
+        return texts
+
     def batches(self, texts: list[str], batch_size: int):
         """Yield ``(chunk, src, src_mask, key)`` for ``texts`` in batches of ``batch_size`` grouped by
         source bucket: ``chunk`` the indices of the texts in the batch, ``src``/``src_mask``
         (batch_size, bucket) with a last partial batch filled with copies of its first row, ``key``
         the batch's decoding key (``fold_in(seed key, batch number)``). Same inputs, same batches."""
+        texts = self._check_texts(texts, batch_size)
         ids = self.vocab.encode(texts)
         by_bucket: dict[int, list[int]] = {}
         for i, row in enumerate(ids):
@@ -106,6 +124,7 @@ class Translator:
         """Translate ``texts`` in batches of ``batch_size`` (:meth:`batches`; the copies that fill
         a last partial batch are dropped). Same inputs, same outputs."""
         self._check(method)
+        texts = self._check_texts(texts, batch_size)
         out: list[str | None] = [None] * len(texts)
         for chunk, src, mask, key in self.batches(texts, batch_size):
             res = self.decode_ids(src, mask, method, key)
@@ -117,6 +136,9 @@ class Translator:
 
     def translate_one(self, text: str, method: Method) -> str:
         """End to end for one sentence: tokenise, pad to its bucket, encode and decode, detokenise."""
+        if not isinstance(text, str):
+            raise TypeError(f"translate_one takes one sentence (a string); got {type(text).__name__}: use translate() "
+                            "for a list.")
         row = self.vocab.encode([text])[0]
         src, mask = batching.pad([row], self.bucket(len(row)))
         return self.vocab.decode(self._strip(self.decode_ids(src, mask, method), method))[0]

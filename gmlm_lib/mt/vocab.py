@@ -23,9 +23,13 @@ class Vocab:
     """A trained SentencePiece model; ``encode`` gives ids without BOS/EOS, ``decode`` drops every
     special id (padding, EOS, ``[MASK]``, ...) before detokenising."""
 
-    def __init__(self, model_proto: bytes):
+    def __init__(self, model_proto: bytes, *, source: str = "model_proto"):
         self.proto = bytes(model_proto)
-        self.sp = spm.SentencePieceProcessor(model_proto=self.proto)
+        try:
+            self.sp = spm.SentencePieceProcessor(model_proto=self.proto)
+        except (RuntimeError, OSError) as err:
+            raise ValueError(f"{source} is not a SentencePiece model ({err}); load a file written by Vocab.save, "
+                             "or train one with gmlm_lib.mt.vocab.train.") from None
         ids = (self.sp.pad_id(), self.sp.eos_id(), self.sp.bos_id(), self.sp.unk_id(),
                self.sp.piece_to_id(SPECIALS[0]), self.sp.piece_to_id(SPECIALS[1]))
         if ids != (PAD, EOS, BOS, UNK, MASK, LENGTH):
@@ -37,7 +41,14 @@ class Vocab:
         return self.sp.get_piece_size()
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        return self.sp.encode(list(texts), out_type=int)
+        """Ids of each text of ``texts`` (a list of strings; one string would be split into characters)."""
+        if isinstance(texts, (str, bytes)):
+            raise TypeError("Vocab.encode takes a list of texts, not one string; pass [text].")
+        texts = list(texts)
+        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise TypeError(f"Vocab.encode: texts[{bad}] must be a string; got {type(texts[bad]).__name__}.")
+        return self.sp.encode(texts, out_type=int)
 
     def decode(self, ids: Iterable[Sequence[int]]) -> list[str]:
         return [self.sp.decode([int(i) for i in row if int(i) >= FIRST_PIECE or int(i) == UNK]) for row in ids]
@@ -52,7 +63,7 @@ class Vocab:
         path = pathlib.Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no SentencePiece model at {str(path)!r}.")
-        return cls(path.read_bytes())
+        return cls(path.read_bytes(), source=str(path))
 
 
 def train(texts: Iterable[str], size: int = 8000, *, model_type: str = "unigram",
@@ -60,6 +71,12 @@ def train(texts: Iterable[str], size: int = 8000, *, model_type: str = "unigram"
     """Train a joint vocabulary of at most ``size`` pieces on ``texts`` (both languages' training
     sides). On a small corpus SentencePiece may stop below ``size`` (``hard_vocab_limit=False``);
     ``Vocab.size`` is the size reached. One thread, so the same texts give the same model."""
+    if isinstance(texts, (str, bytes)):
+        raise TypeError("vocab.train: texts must be a list of sentences, not one string.")
+    if model_type not in ("unigram", "bpe", "char", "word"):
+        raise ValueError(f"vocab.train: model_type must be 'unigram', 'bpe', 'char' or 'word'; got {model_type!r}.")
+    if not 0.0 < character_coverage <= 1.0:
+        raise ValueError(f"vocab.train: character_coverage must be in (0, 1]; got {character_coverage!r}.")
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise ValueError("vocab.train: texts is empty; pass the training sentences of both languages.")

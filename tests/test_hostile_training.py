@@ -1,0 +1,211 @@
+"""Hostile but fair inputs to training and the chapter runner: every failure is loud, names what was
+wrong and how to fix it, and leaves what exists (run folders, checkpoints, committed notebooks) intact."""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+from gmlm_lib.book import runner, sources
+from gmlm_lib.mt import batching, seq2seq, training
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _batcher(n=64, hi=40):
+    rng = np.random.default_rng(0)
+    src = [list(rng.integers(6, hi, rng.integers(2, 7))) for _ in range(n)]
+    return batching.Batcher(src, [s[::-1] for s in src], batch_tokens=128, seed=0, buckets=(8, 16))
+
+
+def _cfg(kind="ar", **kw):
+    mc = seq2seq.ModelConfig(vocab=40, causal=kind == "ar", d_model=32, heads=4, enc_layers=1, dec_layers=1,
+                             d_ff=64, max_len=16)
+    base = dict(kind=kind, model=mc, steps=6, warmup=1, batch_tokens=128, checkpoint_every=2, log_every=1,
+                buckets=(8, 16))
+    return training.TrainConfig(**{**base, **kw})
+
+
+def _snapshot(folder: pathlib.Path) -> dict:
+    """Every file under ``folder`` with its bytes (the lock file's text aside: it names the holder)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
+
+
+# --- training fails loudly and never records a broken run as finished --------------------------------------
+
+def test_diverging_run_stops_with_the_step_and_is_not_finished(tmp_path):
+    with pytest.raises(FloatingPointError, match=r"at step \d+.*learning_rate = 10000") as info:
+        training.train(_cfg(learning_rate=1e4, warmup=1, steps=20), _batcher(), tmp_path / "run", progress=False)
+    assert "not marked finished" in str(info.value)
+    record = json.loads((tmp_path / "run" / "run.json").read_text()) if (tmp_path / "run" / "run.json").exists() else {}
+    assert record.get("final_loss") is None
+    for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines():
+        assert math.isfinite(json.loads(line)["loss"])
+
+
+def test_token_ids_beyond_the_vocabulary_are_refused_before_training(tmp_path):
+    with pytest.raises(ValueError, match=r"token id \d+, outside the model's vocabulary \[0, 40\)"):
+        training.train(_cfg(), _batcher(hi=60), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def _flip_bytes(folder: pathlib.Path, step: int):
+    files = sorted(p for p in (folder / "checkpoints" / str(step)).rglob("*") if p.is_file() and p.stat().st_size > 64)
+    target = max(files, key=lambda p: p.stat().st_size)
+    data = bytearray(target.read_bytes())
+    for i in range(len(data) // 3, len(data) // 3 + 32):
+        data[i] ^= 0xFF
+    target.write_bytes(bytes(data))
+
+
+def _truncate(folder: pathlib.Path, step: int):
+    for p in (folder / "checkpoints" / str(step)).rglob("*"):
+        if p.is_file() and p.stat().st_size > 64:
+            p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", [_flip_bytes, _truncate], ids=["bytes flipped", "truncated"])
+def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(damage, tmp_path):
+    """The run is killed after step 4 (checkpoints 2 and 4), checkpoint 4 is damaged: resuming warns,
+    falls back to checkpoint 2 and still ends exactly where an uninterrupted run ends."""
+    cfg, batcher = _cfg(), _batcher()
+    whole = training.train(cfg, batcher, tmp_path / "whole", progress=False)
+
+    def kill(step, loss):
+        if step == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        training.train(cfg, batcher, tmp_path / "run", progress=False, on_step=kill)
+    damage(tmp_path / "run", 4)
+    with pytest.warns(UserWarning, match=r"checkpoint of step 4 is damaged .*falling back to step 2"):
+        resumed = training.train(cfg, batcher, tmp_path / "run", progress=False)
+    assert resumed.final_loss == whole.final_loss
+
+
+def test_a_torn_metrics_line_is_dropped_with_a_warning(tmp_path):
+    cfg, batcher = _cfg(), _batcher()
+
+    def kill(step, loss):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        training.train(cfg, batcher, tmp_path / "run", progress=False, on_step=kill)
+    log = tmp_path / "run" / "metrics.jsonl"
+    log.write_text(log.read_text() + '{"step": 4, "lo')
+    with pytest.warns(UserWarning, match=r"metrics.jsonl: line 4 is cut short"):
+        result = training.train(cfg, batcher, tmp_path / "run", progress=False)
+    assert [s for s, _ in result.losses][-1] == cfg.steps
+
+
+def test_a_bad_metrics_line_before_the_end_names_the_line(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\nnot json\n{"step": 2, "loss": 1.0}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl: line 2 is not JSON"):
+        training._rows(tmp_path / "run" / "metrics.jsonl")
+
+
+def _hold_lock(folder, ready, release):
+    with training._exclusive(pathlib.Path(folder)):
+        ready.set()
+        release.wait(30)
+
+
+def test_a_second_process_on_a_run_folder_is_refused_with_the_holder(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    ctx = multiprocessing.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold_lock, args=(str(folder), ready, release))
+    holder.start()
+    try:
+        assert ready.wait(60)
+        before = _snapshot(folder)
+        with pytest.raises(training.RunFolderBusy, match=rf"process {holder.pid} "):
+            training.train(_cfg(), _batcher(), folder, progress=False)
+        assert _snapshot(folder) == before  # the refused call wrote nothing
+    finally:
+        release.set()
+        holder.join(30)
+    training.train(_cfg(steps=2), _batcher(), folder, progress=False)  # free again once the holder is gone
+
+
+def test_a_finished_record_with_a_nan_loss_is_not_reused(tmp_path):
+    cfg, batcher = _cfg(steps=2), _batcher()
+    training.train(cfg, batcher, tmp_path / "run", progress=False)
+    rec_path = tmp_path / "run" / "run.json"
+    rec = json.loads(rec_path.read_text())
+    rec["final_loss"] = float("nan")
+    rec_path.write_text(json.dumps(rec))
+    again = training.train(cfg, batcher, tmp_path / "run", progress=False)
+    assert math.isfinite(again.final_loss)
+
+
+# --- the runner never harms what exists -----------------------------------------------------------------
+
+@pytest.fixture
+def book(tmp_path):
+    for f in ("_toc.yml", "_config.yml"):
+        shutil.copy(ROOT / f, tmp_path / f)
+    for d in ("notebooks", "params", "book"):
+        shutil.copytree(ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("runs"))
+    return tmp_path
+
+
+@pytest.mark.parametrize("overrides, error, words", [
+    ({"n": "six"}, TypeError, ["'n'", "an integer", "six"]),
+    ({"n": 6.5}, TypeError, ["'n'", "an integer"]),
+    ({"n": True}, TypeError, ["'n'", "an integer"]),
+    ({"coupling_scale": "big"}, TypeError, ["'coupling_scale'", "a number"]),
+    ({"ks": 3}, TypeError, ["'ks'", "a list"]),
+    ({"ks": [1, "two"]}, TypeError, ["'ks[1]'", "an integer"]),
+    ({"nonsense": 1}, KeyError, ["nonsense", "parameters cell"]),
+])
+def test_bad_parameters_are_refused_before_any_cell_runs(book, overrides, error, words):
+    with pytest.raises(error) as info:
+        runner.resolve_parameters(book, "gmlm_ising_testbed", "full", overrides)
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_yaml_1_1_float_strings_and_ints_become_floats(book):
+    _, inject = runner.resolve_parameters(book, "gmlm_ising_testbed", "smoke", {"coupling_scale": "4e-1",
+                                                                                "field_scale": 1})
+    assert inject["coupling_scale"] == 0.4 and isinstance(inject["field_scale"], float)
+
+
+def test_a_chapter_name_must_be_in_the_table_of_contents(book):
+    (book / "notebooks" / "stray.md").write_text((book / "notebooks" / "gmlm_ising_testbed.md").read_text())
+    with pytest.raises(FileNotFoundError, match="not a chapter of the book"):
+        runner.resolve_parameters(book, "stray", "smoke")
+    with pytest.raises(FileNotFoundError, match="gmlm_ising_testbed"):
+        runner.resolve_parameters(book, "gmlm_ising_tesbed", "smoke")
+
+
+@pytest.mark.slow
+def test_a_failed_run_leaves_the_committed_notebook_untouched(book, monkeypatch):
+    """A chapter that fails in a cell: the committed .ipynb is byte-identical afterwards and the
+    failed notebook is kept under _build/failed/ for reading."""
+    name = "one_parallel_step"
+    md = book / "notebooks" / f"{name}.md"
+    md.write_text(md.read_text().replace("run = provenance.start(", "raise RuntimeError('boom')\nrun = provenance.start(", 1))
+    committed = (book / "notebooks" / f"{name}.ipynb").read_bytes()
+    monkeypatch.setattr(runner.provenance, "git_commit", lambda *a, **k: "0" * 40)  # the copy is not a git checkout
+    with pytest.raises(runner.NotebookRunError, match=r"(?s)boom.*_build/failed/full-one_parallel_step.ipynb.*unchanged"):
+        runner.run_notebook(name, "full", root=book)
+    assert (book / "notebooks" / f"{name}.ipynb").read_bytes() == committed
+    assert (book / "_build" / "failed" / f"full-{name}.ipynb").is_file()
+    assert not list((book / "notebooks").glob(".*.part"))
+
+
+def test_parameter_validation_accepts_every_smoke_profile():
+    for name in sources.toc_notebooks(ROOT):
+        runner.resolve_parameters(ROOT, name, "smoke", {})
