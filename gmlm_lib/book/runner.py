@@ -93,7 +93,7 @@ def _typed(name: str, param: str, default, value, origin: str):
 def resolve_parameters(root: Path, name: str, profile: str, overrides: dict | None = None) -> tuple[dict, dict]:
     """``(all parameters, the ones to inject)`` for a run of ``name`` in ``profile``: every override
     must name a parameter of the chapter's ``parameters`` cell and have its default's type
-    (:func:`_typed`), checked before any cell runs."""
+    (``_typed``), checked before any cell runs."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}; got {profile!r}.")
     chapters = sources.toc_notebooks(root)
