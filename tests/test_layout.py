@@ -213,5 +213,5 @@ def test_exact_numerics_refuse_float32():
     for call in (lambda: ising.ising_model(np.zeros((2, 2)), np.zeros(2)),
                  lambda: ising.random_model(__import__("jax").random.key(0), 3, 1.0, 1.0),
                  lambda: mple.fit_likelihood(np.ones((3, 2))), lambda: ising.enumerate_states(3)):
-        with pytest.raises(RuntimeError, match="jax_enable_x64"):
+        with pytest.raises(RuntimeError, match=r"64-bit mode is off.*JAX_ENABLE_X64=1.*jax\.enable_x64\(True\)"):
             call()

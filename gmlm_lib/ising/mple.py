@@ -251,9 +251,8 @@ def fit_repeats(key: jax.Array, model: IsingModel, num_samples: int, k: int, rep
         raise ValueError(f"repeats and num_samples must be >= 1; got {repeats} and {num_samples}.")
     _check_fit_args(0.0, tol, max_iter)
 
-    # the model is an argument, not a captured constant: lowering a closure over device arrays
-    # reads them back to the host while holding the interpreter, which can stall on a CPU backend
-    # still executing earlier work
+    # the model is an argument of the jitted fit, not a constant baked into it: models of the same
+    # size share one compilation
     def one(rkey, model):
         data_key, mask_key = jax.random.split(rkey)
         x = ising.sample(model, data_key, num_samples)
