@@ -38,6 +38,7 @@ def pytest_sessionfinish(session, exitstatus):
 # The Ising tests check exact numerics in float64, which a program asks for (gmlm_lib.core.precision);
 # every other test runs as a translation user would, with JAX's default float32.
 X64_MODULES = {"test_errors", "test_fisher_markov", "test_ising", "test_mple", "test_parallel_limits", "test_samplers",
+               "test_dependency_aware",
                "test_hostile_ising"}
 
 

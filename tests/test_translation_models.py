@@ -156,6 +156,29 @@ def test_padir_decoding_outputs():
         decoding.PadirOptions(init="noise")
 
 
+@pytest.mark.parametrize("opts", [decoding.PadirOptions(steps=4, hyps=3), decoding.PadirOptions(steps=2, hyps=1, init="mask"),
+                                  decoding.PadirOptions(steps=3, hyps=2, remask_stutter=False, early_stop=False)])
+def test_one_program_padir_gives_the_two_call_ids(opts):
+    """``padir_ids`` (the width chosen on the device, one compiled call) returns the ids of the
+    two-call ``padir`` (the width chosen on the host), padded to the widest width; over sources
+    whose predicted lengths fall in different widths, so every branch of its switch is used."""
+    widths = decoding.hypothesis_widths((4, 8, 32), 16)
+    assert widths == (4, 8, 16)
+    used = set()
+    for seed, favoured in enumerate([(2, 3, 4), (5, 6, 7), (9, 12, 16), (1, 2, 3)]):
+        m = tiny(False)  # its length predictor pushed towards `favoured`, so each width gets used
+        m.length_head.bias[...] = m.length_head.bias[...].at[jnp.array(favoured)].add(50.0)
+        g, p = nnx.split(m)
+        src, sm = ids(40 + seed, (2, 8)), jnp.arange(8)[None, :] < jnp.array([[8], [2 + seed]])
+        two = decoding.padir(g, p, src, sm, jax.random.key(seed), options=opts, max_len=16, buckets=widths)
+        one = np.asarray(decoding.padir_ids(g, p, src, sm, jax.random.key(seed), options=opts, widths=widths))
+        w = two["ids"].shape[1]
+        used.add(w)
+        assert one.shape == (2, 16) and (one[:, w:] == V.PAD).all()
+        np.testing.assert_array_equal(one[:, :w], two["ids"])
+    assert used == set(widths), used
+
+
 def _refine_by_definition(model, enc, enc_mask, lengths, key, opts, width):
     """PaDIR's refinement written from its definition [App. L.1.1], for comparison: every pass
     decodes from the encoder states, takes log_softmax over the allowed ids and its jnp.argmax."""

@@ -67,6 +67,10 @@ class Sampler(NamedTuple):
     init: Callable
     step: Callable
     kernel: Callable
+    passes: int = 1
+    """Parallel passes one step costs a model that gives per-site conditionals (a Transformer
+    pass): a joint draw of ``m`` sites costs ``m`` passes by the chain rule (site by site, the
+    sites not yet drawn masked), so k-Gibbs costs ``k``; independent parallel costs 1."""
 
 
 def _check_model(model: IsingModel) -> IsingModel:
@@ -195,7 +199,7 @@ def k_gibbs(model: IsingModel, k: int, dtype=jnp.float64) -> Sampler:
         lw = np.full(blocks.shape[0], -math.log(blocks.shape[0]))
         return _kernel_from_blocks(n, patterns, jnp.asarray(blocks), lambda x: lw, lambda x, idx, j: log_probs(x, idx))
 
-    return Sampler(f"{k}-Gibbs", n, _init(n), step, _exact_kernel(n, build_kernel))
+    return Sampler(f"{k}-Gibbs", n, _init(n), step, _exact_kernel(n, build_kernel), passes=k)
 
 
 def block_dynamics(model: IsingModel, dist: MaskDistribution) -> Sampler:
@@ -254,7 +258,7 @@ def _block_sampler(model: IsingModel, dist: MaskDistribution, name: str) -> Samp
         return ChainState(_write(state.x, idx, patterns[c])), StepInfo(_mask_of(idx, n))
 
     kernel = _exact_kernel(n, lambda: _kernel_from_blocks(n, patterns, blocks, block_log_weights, log_probs))
-    return Sampler(name, n, _init(n), step, kernel)
+    return Sampler(name, n, _init(n), step, kernel, passes=m)
 
 
 def _exact_kernel(n: int, build: Callable) -> Callable:
@@ -306,6 +310,109 @@ def independent_parallel(model: IsingModel, dtype=jnp.float64) -> Sampler:
         return product.product_law(jnp.exp(lp[:, 1]))
 
     return Sampler("independent parallel", n, _init(n), step, _exact_kernel(n, lambda: kernel))
+
+
+def dependency_groups(model: IsingModel, threshold: float) -> list[tuple[int, ...]]:
+    """The connected components of the strong-coupling graph, whose edges are the pairs with
+    ``|J_ij| > threshold``: sites that depend strongly on each other, directly or through a chain.
+    Sorted lists of sites, in order of their smallest site. A site coupled to nothing strongly is
+    a group of its own."""
+    model = _check_model(model)
+    if not (isinstance(threshold, (int, float)) and math.isfinite(threshold) and threshold >= 0):
+        raise ValueError(f"threshold must be a finite number >= 0 (couplings with |J_ij| above it are strong); "
+                         f"got {threshold!r}.")
+    strong = np.abs(np.asarray(model.J)) > threshold
+    seen, groups = set(), []
+    for start in range(model.n):
+        if start in seen:
+            continue
+        group, todo = set(), [start]
+        while todo:
+            i = todo.pop()
+            if i not in group:
+                group.add(i)
+                todo += [int(j) for j in np.nonzero(strong[i])[0] if j not in group]
+        seen |= group
+        groups.append(tuple(sorted(group)))
+    return groups
+
+
+def dependency_aware(model: IsingModel, threshold: float | None = None, *, groups=None,
+                     dtype=jnp.float64) -> Sampler:
+    """The dependency-aware parallel sampler (this book's, beyond the paper): sites that depend
+    strongly on each other are drawn one after another, sites that do not are drawn in parallel.
+
+    The sites are split into ``groups`` (default: :func:`dependency_groups` of ``threshold``, the
+    components of the graph of couplings ``|J_ij| > threshold``). One step is a sweep of
+    ``L = max |G|`` parallel passes. In pass ``t`` every group with more than ``t`` sites draws its
+    site ``g_t`` from ``p(x_{g_t} | x_{-G}, x_{g_<t})``, its own later sites summed out (masked),
+    conditioned on the current state of everything else; the groups draw independently of each
+    other given that state (one parallel pass: a product over sites, what a Transformer pass can
+    implement [Propositions 3-4]). By the chain rule a sweep resamples each group jointly from its
+    conditional, so when no coupling joins two groups a sweep is an exact Gibbs block update of
+    every group at once and leaves ``p`` invariant [Definition 6]; couplings between groups (at
+    most ``threshold`` each) make it an approximation, as independent parallel is [Definition 11].
+    With every site its own group it *is* independent parallel; with one group holding every site
+    a sweep draws exactly from ``p``. ``passes`` = ``L`` per step; ``kernel`` the sweep's exact law
+    (the product of the passes' transition matrices), for n <= :data:`MAX_KERNEL_N`."""
+    model = _check_model(model)
+    n = model.n
+    if (threshold is None) == (groups is None):
+        raise ValueError("dependency_aware: pass threshold (groups from the couplings) or groups, exactly one.")
+    if groups is None:
+        groups = dependency_groups(model, threshold)
+    groups = [tuple(int(i) for i in g) for g in groups]
+    flat = sorted(i for g in groups for i in g)
+    if flat != list(range(n)) or any(len(g) == 0 for g in groups):
+        raise ValueError(f"groups must split the sites 0..{n - 1} into non-empty groups, each site in exactly one; "
+                         f"got {groups}.")
+    L = max(len(g) for g in groups)
+    if L > MAX_JOINT_K:
+        raise ValueError(f"a group has {L} sites: its conditionals sum over up to 2^{L - 1} patterns; use groups of at "
+                         f"most {MAX_JOINT_K} sites (raise threshold, or split the group).")
+    slots = jnp.asarray([list(g) + [n] * (L - len(g)) for g in groups])  # (m, L) padded with n
+    patterns = ising.enumerate_states(L)  # (2^L, L)
+
+    def pass_up_probs(m: IsingModel, x, t: int):
+        """P(x_{g_t} = +1 | ...) for every group (m,), in ``m``'s dtype; slots before t are fixed."""
+        Jpad, hpad = ising.padded(m)
+        idx = jnp.where(jnp.arange(L)[None] >= t, slots, n)  # drawn sites and padding read as fixed/absent
+        lw, _ = ising.completion_log_weights(Jpad, hpad, jnp.broadcast_to(x, (idx.shape[0], n)), idx, patterns)
+        up = patterns[:, t] > 0
+        return jnp.exp(jax.nn.logsumexp(jnp.where(up[None], lw, -jnp.inf), -1) - jax.nn.logsumexp(lw, -1))
+
+    fast = _cast(model, dtype)
+    active = [slots[:, t] < n for t in range(L)]  # the groups that draw in pass t
+
+    def step(key, state):
+        x = state.x
+        bits = jax.random.bits(key, (L, slots.shape[0]), dtype=jnp.uint32)
+        for t in range(L):
+            p_up = pass_up_probs(fast, x, t)
+            new = jnp.where(_uniform01(bits[t], p_up.dtype) < p_up, 1, -1).astype(x.dtype)
+            x = x.at[jnp.where(active[t], slots[:, t], n)].set(new, mode="drop")
+        return ChainState(x), StepInfo(jnp.ones(n, dtype=bool))
+
+    def build_kernel():
+        states = ising.enumerate_states(n)
+        exact = _cast(model, jnp.float64)
+        M = jnp.eye(2**n)
+        for t in range(L):
+            sites = slots[:, t][active[t]]  # the sites drawn in pass t
+            k = int(sites.shape[0])
+            pats = ising.enumerate_states(k)
+
+            def row(x, t=t, sites=sites, k=k, pats=pats):
+                p_up = pass_up_probs(exact, x, t)[active[t]]
+                probs = jnp.prod(jnp.where(pats > 0, p_up[None], 1 - p_up[None]), axis=-1)  # (2^k,)
+                to = ising.index_from_states(jax.vmap(lambda c: _write(x, sites, c))(pats))
+                return jnp.zeros(2**n).at[to].add(probs)
+
+            M = M @ jax.vmap(row)(states)
+        return lambda x: M[ising.index_from_states(jnp.asarray(x, dtype=jnp.int8))]
+
+    label = f"dependency-aware ({len(groups)} groups, {L} passes)"
+    return Sampler(label, n, _init(n), step, _exact_kernel(n, build_kernel), passes=L)
 
 
 def transition_matrix(sampler: Sampler) -> jax.Array:

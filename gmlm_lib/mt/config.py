@@ -21,7 +21,7 @@ from typing import Any
 
 from gmlm_lib.mt import seq2seq, training
 
-__all__ = ["Experiment", "PRESETS", "get", "from_yaml"]
+__all__ = ["Experiment", "FIELDS", "PRESETS", "get", "from_yaml"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,9 +31,11 @@ class Experiment:
     Data: ``src_lang``/``tgt_lang``, ``data_dir`` (empty: ``GMLM_MULTI30K_DIR`` or the download
     cache), ``train_files``/``test_files`` (two aligned files each instead of Multi30k),
     ``train_sentences``/``test_sentences`` (0 keeps the whole split). Model: a joint vocabulary of
-    ``vocab_size`` pieces, ``layers`` encoder and decoder layers each. Training: ``batch_tokens``
-    padded target tokens a batch; ``ar_steps`` and ``padir_steps`` updates; PaDIR starts from the
-    AR teacher (``padir_init = "teacher"``) or from scratch (``"random"``, the paper's start);
+    ``vocab_size`` pieces, ``layers`` encoder and decoder layers each; ``dropout_rng`` how dropout
+    draws its masks (:class:`~gmlm_lib.mt.seq2seq.ModelConfig`). Training: ``batch_tokens`` padded
+    target tokens a batch, in length buckets ``train_buckets`` (fine ones waste less of a batch on
+    padding); ``ar_steps`` and ``padir_steps`` updates; PaDIR starts from the AR teacher
+    (``padir_init = "teacher"``) or from scratch (``"random"``, the paper's start);
     ``unmasking_rate`` is the fraction of target positions that keep the correct token [App. L.1.2].
     Evaluation: ``beam`` (AR), ``distill_beam`` (the teacher decoding the training set),
     ``eval_steps``/``eval_hyps`` (PaDIR passes T and length hypotheses in the quality table),
@@ -52,6 +54,7 @@ class Experiment:
     layers: int = 3
     d_ff: int = 1024
     dropout: float = 0.1
+    dropout_rng: str = "threefry"
     batch_tokens: int = 2048
     ar_steps: int = 2800
     padir_steps: int = 1600
@@ -78,12 +81,42 @@ class Experiment:
     run_root: str = "runs/padir"
     seed: int = 0
 
+    def __post_init__(self):
+        """Range checks of every setting, before any work: a bad value is named with its range."""
+        positive = ("vocab_size", "d_model", "heads", "layers", "d_ff", "batch_tokens", "ar_steps", "padir_steps",
+                    "stages", "beam", "distill_beam", "eval_hyps", "throughput_batch", "checkpoint_every")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1; got {getattr(self, name)!r}.")
+        for name in ("train_sentences", "test_sentences", "latency_sentences", "warmup", "seed"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0: {'all' if 'sentences' in name else 'none'}); "
+                                 f"got {getattr(self, name)!r}.")
+        for name in ("eval_steps", "latency_steps", "latency_hyps", "train_buckets", "decode_buckets"):
+            values = getattr(self, name)
+            if not values or min(values) < 1:
+                raise ValueError(f"{name} must be a non-empty list of integers >= 1; got {list(values)!r}.")
+        for name, low, high in (("dropout", 0.0, 1.0), ("label_smoothing", 0.0, 1.0), ("unmasking_rate", 0.0, 1.0)):
+            if not low <= getattr(self, name) < high:
+                raise ValueError(f"{name} must be in [{low}, {high}); got {getattr(self, name)!r}.")
+        if not self.learning_rate > 0.0:
+            raise ValueError(f"learning_rate must be > 0; got {self.learning_rate!r}.")
+        if self.length_penalty < 0.0:
+            raise ValueError(f"length_penalty must be >= 0; got {self.length_penalty!r}.")
+        if len(self.train_files) not in (0, 2) or len(self.test_files) not in (0, 2) or \
+                bool(self.train_files) != bool(self.test_files):
+            raise ValueError("train_files and test_files must both be empty (Multi30k) or both hold two aligned "
+                             f"files (source, target); got {list(self.train_files)} and {list(self.test_files)}.")
+        for kind in ("ar", "padir"):  # the model's and the trainer's own checks (sizes, names, warm-up < steps)
+            self.train_config(kind, self.vocab_size)
+
     def model_config(self, vocab: int, causal: bool) -> seq2seq.ModelConfig:
         """The model of this experiment for a vocabulary of ``vocab`` ids (the trained SentencePiece
         model's size, which may be below ``vocab_size`` on a small corpus); AR when ``causal``."""
         return seq2seq.ModelConfig(vocab=vocab, causal=causal, d_model=self.d_model, heads=self.heads,
                                    enc_layers=self.layers, dec_layers=self.layers, d_ff=self.d_ff,
-                                   max_len=max(self.train_buckets), dropout=self.dropout, dtype=self.compute_dtype)
+                                   max_len=max(self.train_buckets), dropout=self.dropout, dtype=self.compute_dtype,
+                                   dropout_rng=self.dropout_rng)
 
     def train_config(self, kind: str, vocab: int) -> training.TrainConfig:
         """The :class:`~gmlm_lib.mt.training.TrainConfig` of the ``"ar"`` teacher or a ``"padir"``
@@ -116,6 +149,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 """Named settings, as overrides of :class:`Experiment`'s defaults (``"multi30k_cpu"``)."""
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Experiment)}
+FIELDS: tuple[str, ...] = tuple(_FIELDS)
+"""The names of :class:`Experiment`'s settings (a chapter's parameters cell holds each of them)."""
 _HINTS = typing.get_type_hints(Experiment)
 
 

@@ -227,7 +227,10 @@ def padir_encode(graphdef, params, src, src_mask, *, hyps: int):
 
 
 def _padir_encode(graphdef, params, src, src_mask, *, hyps: int):
-    model = nnx.merge(graphdef, params)
+    return _encode_lengths(nnx.merge(graphdef, params), src, src_mask, hyps)
+
+
+def _encode_lengths(model, src, src_mask, hyps: int):
     enc, enc_mask = model.encode(src, src_mask)
     len_logits = model.length_logits(enc).at[:, 0].set(-jnp.inf)  # a translation has at least one token
     return enc, enc_mask, jax.lax.top_k(len_logits, hyps)[1].astype(jnp.int32)
@@ -256,13 +259,21 @@ def padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Padi
 
 def _padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: PadirOptions, width: int,
                   return_attention: bool):
-    model = nnx.merge(graphdef, params)
+    return _refine(nnx.merge(graphdef, params), enc, enc_mask, lengths, key, options, width,
+                   history=True, return_attention=return_attention)
+
+
+def _refine(model, enc, enc_mask, lengths, key, options: PadirOptions, width: int, *, history: bool,
+            return_attention: bool = False) -> dict:
+    """The refinement loop of :func:`padir_refine`; without ``history`` only ``ids``, ``length``,
+    ``score`` and ``steps`` are kept (the same passes, none of the per-pass records)."""
     b, l = lengths.shape
     lengths = lengths.reshape(-1)
     # cross-attention keys and values of the encoder states repeated per hypothesis: projected once for all T passes
     cross, enc_mask = hypothesis_cross_kv(model, enc, enc_mask, l)
     tmask = jnp.arange(width)[None, :] < lengths[:, None]
     hyp = initial_hypothesis(key, (b * l, width), tmask, model.cfg.vocab, options.init)
+    rows = options.steps if history else 1  # without history the records are one dummy row
 
     def cond(c):
         t, _, _, _, stop, _, _, _ = c
@@ -273,22 +284,25 @@ def _padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Pad
         pred, score = refine_pass(model, hyp, tmask, enc_mask, cross)
         stop = jnp.all(pred == prev) if options.early_stop else jnp.bool_(False)
         nxt = jnp.where(stutter_positions(pred, tmask), V.MASK, pred) if options.remask_stutter else pred
-        hist, hist_score = hist.at[t].set(pred), hist_score.at[t].set(score)
+        if history:
+            hist, hist_score = hist.at[t].set(pred), hist_score.at[t].set(score)
         return t + 1, nxt, pred, score, stop, hist, hist_score, (hyp if return_attention else last_in)
 
-    hist = jnp.full((options.steps, b * l, width), V.PAD, jnp.int32)
-    hist_score = jnp.zeros((options.steps, b * l), jnp.float32)
+    hist = jnp.full((rows, b * l, width), V.PAD, jnp.int32)
+    hist_score = jnp.zeros((rows, b * l), jnp.float32)
     init = (jnp.int32(0), hyp, jnp.full_like(hyp, -1), jnp.zeros((b * l,), jnp.float32), jnp.bool_(False), hist,
             hist_score, hyp if return_attention else jnp.zeros((), jnp.int32))
     steps, _, pred, score, _, hist, hist_score, last_in = jax.lax.while_loop(cond, body, init)
+    pick = jnp.arange(b) * l + jnp.argmax(score.reshape(b, l), -1)
+    out = dict(ids=pred[pick], length=lengths[pick], score=score[pick], steps=steps)
+    if not history:
+        return out
     ran = jnp.arange(options.steps) < steps  # passes after an early stop repeat the last one
     hist = jnp.where(ran[:, None, None], hist, pred[None])
     hist_score = jnp.where(ran[:, None], hist_score, score[None])
-    pick = jnp.arange(b) * l + jnp.argmax(score.reshape(b, l), -1)
     # each pass's own best hypothesis: what a decode stopped after that pass returns
     top = jnp.arange(b)[None, :] * l + jnp.argmax(hist_score.reshape(options.steps, b, l), -1)  # (T, B)
-    out = dict(ids=pred[pick], length=lengths[pick], score=score[pick], steps=steps, history=hist[:, pick],
-               pass_best=jnp.take_along_axis(hist, top[..., None], 1),
+    out.update(history=hist[:, pick], pass_best=jnp.take_along_axis(hist, top[..., None], 1),
                pass_best_score=jnp.take_along_axis(hist_score, top, 1))
     if return_attention:  # the final pass again, on its own input, to read its weights (no dropout: the same pass)
         _, weights = model.decode(last_in[pick], tmask[pick], None, enc_mask[pick], return_attention=True,
@@ -296,6 +310,38 @@ def _padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Pad
         out["attention"] = weights
         out["final_input"] = last_in[pick]
     return out
+
+
+def hypothesis_widths(buckets, max_len: int) -> tuple[int, ...]:
+    """The hypothesis widths PaDIR decodes with: the ``buckets`` up to ``max_len``, and ``max_len``
+    (which holds every length the length predictor can choose)."""
+    return tuple(sorted({w for w in buckets if w < max_len} | {max_len}))
+
+
+def padir_ids(graphdef, params, src, src_mask, key, *, options: PadirOptions, widths: tuple[int, ...]):
+    """Both PaDIR phases in one compiled program, for translation: (B, S) sources -> ids
+    (B, max(widths)), PAD beyond each chosen hypothesis' length; the same ids as
+    ``padir(...)["ids"]`` with ``buckets = widths``. The hypothesis width (the smallest of
+    ``widths`` holding the longest predicted length) is chosen on the device by a
+    ``lax.switch`` over one branch per width, so a translation is a single call with no host
+    round trip between encoding and refining, and keeps no per-pass records. ``widths``:
+    :func:`hypothesis_widths`."""
+    widths = tuple(sorted(widths))
+    return jitted(_padir_ids, graphdef, options=options, widths=widths)(params, src, src_mask, key)
+
+
+def _padir_ids(graphdef, params, src, src_mask, key, *, options: PadirOptions, widths: tuple[int, ...]):
+    model = nnx.merge(graphdef, params)
+    enc, enc_mask, lengths = _encode_lengths(model, src, src_mask, options.hyps)
+    index = jnp.searchsorted(jnp.asarray(widths), jnp.max(lengths))  # the smallest width >= the longest length
+
+    def branch(width):
+        def run(_):
+            ids = _refine(model, enc, enc_mask, lengths, key, options, width, history=False)["ids"]
+            return jnp.pad(ids, ((0, 0), (0, widths[-1] - width)), constant_values=V.PAD)
+        return run
+
+    return jax.lax.switch(jnp.minimum(index, len(widths) - 1), [branch(w) for w in widths], None)
 
 
 def padir(graphdef, params, src, src_mask, key, *, options: PadirOptions, max_len: int, buckets=(),

@@ -45,6 +45,7 @@ class ModelConfig:
     dropout: float = 0.1
     positional_attention: bool = True
     dtype: str = "float32"
+    dropout_rng: str = "threefry"
 
     def __post_init__(self):
         for name in ("vocab", "d_model", "heads", "enc_layers", "dec_layers", "d_ff", "max_len"):
@@ -56,6 +57,8 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.d_model = {self.d_model} must be divisible by heads = {self.heads}.")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"ModelConfig.dropout must be in [0, 1); got {self.dropout}.")
+        if self.dropout_rng not in ("threefry", "hash"):
+            raise ValueError(f"ModelConfig.dropout_rng must be 'threefry' or 'hash'; got {self.dropout_rng!r}.")
         if self.dtype not in ("float32", "bfloat16"):
             raise ValueError(f"ModelConfig.dtype must be 'float32' or 'bfloat16'; got {self.dtype!r}.")
 
@@ -64,11 +67,42 @@ class ModelConfig:
         return jnp.dtype(self.dtype)
 
 
-def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
-    """Inverted dropout; the identity when ``key`` is None or ``rate`` is 0."""
+def _fmix32(h: jax.Array) -> jax.Array:
+    """MurmurHash3's 32-bit finaliser: a bijection of uint32 under which every output bit depends
+    on every input bit (its avalanche property)."""
+    h = h ^ (h >> 16)
+    h = h * jnp.uint32(0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = h * jnp.uint32(0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def dropout_bits(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """uint32 bits of ``shape`` for dropout masks, a counter hash: two words drawn from ``key``
+    (one Threefry call) seed ``fmix32(fmix32(i ^ s0) + s1)`` for the element counter ``i``.
+    Deterministic in ``key``; element ``i`` depends only on ``i`` and the key, so the bits do not
+    change when the batch is sharded over devices. About a tenth of the integer work of drawing
+    every element with Threefry, which at this model's size is a sizeable part of a training
+    update on a CPU; not a cryptographic or general-purpose generator."""
+    size = math.prod(shape)
+    if size >= 2**32:
+        raise ValueError(f"dropout_bits: {size} elements exceed the 2^32 counters of the hash.")
+    s = jax.random.bits(key, (2,), jnp.uint32)
+    counter = jax.lax.iota(jnp.uint32, size).reshape(shape)
+    return _fmix32(_fmix32(counter ^ s[0]) + s[1])
+
+
+def dropout(x: jax.Array, rate: float, key: jax.Array | None, rng: str = "threefry") -> jax.Array:
+    """Inverted dropout: each element is zeroed with probability ``rate`` (the rest scaled by
+    ``1 / (1 - rate)``); the identity when ``key`` is None or ``rate`` is 0. ``rng``: "threefry"
+    (``jax.random.bernoulli``) or "hash" (:func:`dropout_bits`; an element is dropped when its
+    bits fall below ``round(rate * 2^32)``, so the rate is exact to 2^-32)."""
     if key is None or rate == 0.0:
         return x
-    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    if rng == "hash":
+        keep = dropout_bits(key, x.shape) >= jnp.uint32(round(rate * 2**32))
+    else:
+        keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
     return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
 
 
@@ -106,9 +140,10 @@ class MLP(nnx.Module):
         kw = dict(dtype=cfg.compute_dtype, param_dtype=jnp.float32, rngs=rngs)
         self.up = nnx.Linear(cfg.d_model, cfg.d_ff, **kw)
         self.down = nnx.Linear(cfg.d_ff, cfg.d_model, **kw)
+        self.rng = cfg.dropout_rng
 
     def __call__(self, h, rate, key):
-        return self.down(dropout(jax.nn.gelu(self.up(h)), rate, key))
+        return self.down(dropout(jax.nn.gelu(self.up(h)), rate, key, self.rng))
 
 
 def _norm(cfg: ModelConfig, rngs):
@@ -119,14 +154,14 @@ class EncoderBlock(nnx.Module):
     """Pre-LayerNorm block: self-attention over the source, then the MLP."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        self.rate = cfg.dropout
+        self.rate, self.rng = cfg.dropout, cfg.dropout_rng
         self.ln1, self.attn, self.ln2, self.mlp = _norm(cfg, rngs), Attention(cfg, rngs=rngs), _norm(cfg, rngs), MLP(cfg, rngs=rngs)
 
     def __call__(self, h, mask, key=None):
         k1, k2, k3 = _split(key, 3)
         x = self.ln1(h)
-        h = h + dropout(self.attn(x, x, x, mask)[0], self.rate, k1)
-        return h + dropout(self.mlp(self.ln2(h), self.rate, k2), self.rate, k3)
+        h = h + dropout(self.attn(x, x, x, mask)[0], self.rate, k1, self.rng)
+        return h + dropout(self.mlp(self.ln2(h), self.rate, k2), self.rate, k3, self.rng)
 
 
 class DecoderBlock(nnx.Module):
@@ -134,7 +169,7 @@ class DecoderBlock(nnx.Module):
     position embeddings, values from the residual stream; PaDIR), cross-attention, MLP."""
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-        self.rate = cfg.dropout
+        self.rate, self.rng = cfg.dropout, cfg.dropout_rng
         self.ln1, self.self_attn = _norm(cfg, rngs), Attention(cfg, rngs=rngs)
         self.has_pos = cfg.positional_attention
         if self.has_pos:
@@ -153,12 +188,12 @@ class DecoderBlock(nnx.Module):
             a, w_self = self.self_attn(x, None, None, self_mask, kv=cache, return_weights=return_weights)
         else:
             a, w_self = self.self_attn(x, x, x, self_mask, return_weights=return_weights)
-        h = h + dropout(a, self.rate, k1)
+        h = h + dropout(a, self.rate, k1, self.rng)
         if self.has_pos:
-            h = h + dropout(self.pos_attn(pos, pos, self.ln_pos(h), self_mask)[0], self.rate, k2)
+            h = h + dropout(self.pos_attn(pos, pos, self.ln_pos(h), self_mask)[0], self.rate, k2, self.rng)
         c, w_cross = self.cross(self.ln_x(h), enc, enc, cross_mask, kv=cross_kv, return_weights=return_weights)
-        h = h + dropout(c, self.rate, k3)
-        h = h + dropout(self.mlp(self.ln2(h), self.rate, k4), self.rate, k5)
+        h = h + dropout(c, self.rate, k3, self.rng)
+        h = h + dropout(self.mlp(self.ln2(h), self.rate, k4), self.rate, k5, self.rng)
         return h, cache, (w_self, w_cross)
 
 
@@ -189,7 +224,8 @@ class Seq2Seq(nnx.Module):
         src = jnp.concatenate([jnp.full((b, 1), V.LENGTH, src.dtype), src], axis=1)
         mask = jnp.concatenate([jnp.ones((b, 1), bool), src_mask.astype(bool)], axis=1)
         keys = _split(key, len(self.encoder) + 1)
-        h = dropout(self.embed(src) + self.pos_enc(jnp.arange(s + 1))[None], self.cfg.dropout, keys[0])
+        h = dropout(self.embed(src) + self.pos_enc(jnp.arange(s + 1))[None], self.cfg.dropout, keys[0],
+                    self.cfg.dropout_rng)
         attn_mask = mask[:, None, None, :]
         for block, k in zip(self.encoder, keys[1:]):
             h = block(h, attn_mask, k)
@@ -232,7 +268,7 @@ class Seq2Seq(nnx.Module):
             raise ValueError(f"target length {length} exceeds ModelConfig.max_len + 1 = {self.cfg.max_len + 1}.")
         keys = _split(key, len(self.decoder) + 1)
         pos = self.pos_dec(jnp.arange(length))[None]
-        h = dropout(self.embed(tgt) + pos, self.cfg.dropout, keys[0])
+        h = dropout(self.embed(tgt) + pos, self.cfg.dropout, keys[0], self.cfg.dropout_rng)
         pos = jnp.broadcast_to(pos, h.shape)
         smask, cmask = self.self_mask(tgt_mask), enc_mask.astype(bool)[:, None, None, :]
         weights = []

@@ -527,25 +527,39 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher) ->
     bar = progress_bar(range(start, cfg.steps), progress=progress, initial=start, total=cfg.steps,
                        desc=f"train {cfg.kind}", leave=False, mininterval=10)
     with metrics.open("a") as log:
+
+        def settle(done: int, loss_arr, parts) -> float:
+            """Read update ``done``'s loss (waiting for it), stop on a non-finite one, log it."""
+            step_loss = float(loss_arr)
+            if not math.isfinite(step_loss):
+                manager.close()
+                raise _nonfinite(cfg, run_dir, done, f"the loss is {step_loss}", max(digests, key=int, default=0))
+            if done % cfg.log_every == 0 or done == cfg.steps:
+                losses.append((done, step_loss))
+                row = dict(step=done, loss=step_loss, lr=float(lr(done)), wall_s=time.perf_counter() - record.t0,
+                           **{k: float(v) for k, v in parts.items()})
+                log.write(json.dumps(row) + "\n")
+                log.flush()
+                bar.set_postfix(loss=f"{step_loss:.3f}")
+            if on_step is not None:
+                on_step(done, step_loss)
+            return step_loss
+
+        # update t's loss is read after update t + 1 is dispatched: the host prepares the next batch
+        # while the device computes, instead of waiting for every update (at a checkpoint and at the
+        # end the current update is read first, so a non-finite one is never saved)
+        pending = None
         for step in bar:
             b = batcher.at(step)
             batch = jax.device_put(dict(src=b.src, src_mask=b.src_mask, tgt=b.tgt, tgt_mask=b.tgt_mask), sharded)
             params, opt_state, loss_arr, parts = step_fn(params, opt_state, batch, jax.random.fold_in(base_key, step))
             done = step + 1
             record.tokens += int(b.tgt_mask.sum()) + int(b.src_mask.sum())
-            step_loss = float(loss_arr)
-            if not math.isfinite(step_loss):
-                manager.close()
-                raise _nonfinite(cfg, run_dir, done, f"the loss is {step_loss}", max(digests, key=int, default=0))
-            if done % cfg.log_every == 0 or done == cfg.steps:
-                loss = step_loss
-                losses.append((done, loss))
-                row = dict(step=done, loss=loss, lr=float(lr(done)), wall_s=time.perf_counter() - record.t0,
-                           **{k: float(v) for k, v in parts.items()})
-                log.write(json.dumps(row) + "\n")
-                log.flush()
-                bar.set_postfix(loss=f"{loss:.3f}")
+            if pending is not None:
+                loss = settle(*pending)
+            pending = (done, loss_arr, parts)
             if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+                loss, pending = settle(*pending), None
                 state = {"params": params, "opt_state": opt_state}
                 if not _all_finite(state):
                     manager.close()
@@ -558,12 +572,10 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher) ->
                 records.write_record(run_dir / "checkpoint_digests.json", digests)
                 if done < cfg.steps:
                     record.write(done, None)
-            if on_step is not None:
-                on_step(done, step_loss)
     manager.close()
     # a call that trained nothing (the last checkpoint is the final one but its record was lost)
     # takes the final loss from the metrics
-    final_loss = float(loss_arr) if start < cfg.steps else next((l for t, l in _losses(metrics) if t == cfg.steps), None)
+    final_loss = loss if start < cfg.steps else next((l for t, l in _losses(metrics) if t == cfg.steps), None)
     rec = record.write(cfg.steps, final_loss)
     model = nnx.merge(graphdef, jax.device_get(params))
     return Result(model, losses if start < cfg.steps else _losses(metrics), final_loss, rec)

@@ -58,6 +58,7 @@ class Translator:
         self.vocab = vocab
         self.buckets = tuple(b for b in sorted(buckets) if b <= self.cfg.max_len) or (self.cfg.max_len,)
         self.key = jax.random.key(seed)
+        self.widths = decoding.hypothesis_widths(self.buckets, self.cfg.max_len)  # PaDIR's hypothesis widths
 
     def _check(self, method: Method):
         if (method.kind == "padir") == self.cfg.causal:
@@ -81,8 +82,8 @@ class Translator:
             out = decoding.ar_beam(self.graphdef, self.params, src, src_mask, max_len=self.cfg.max_len,
                                    beam=method.beam, alpha=method.alpha)[0]
         else:
-            out = decoding.padir(self.graphdef, self.params, src, src_mask, self.key if key is None else key,
-                                 options=method.padir, max_len=self.cfg.max_len, buckets=self.buckets)["ids"]
+            out = decoding.padir_ids(self.graphdef, self.params, src, src_mask, self.key if key is None else key,
+                                     options=method.padir, widths=self.widths)
         return np.asarray(jax.device_get(out))
 
     def _strip(self, ids, method: Method):
@@ -144,18 +145,11 @@ class Translator:
         return self.vocab.decode(self._strip(self.decode_ids(src, mask, method), method))[0]
 
     def warm_up(self, method: Method, batch_sizes=(1,)):
-        """Compile every (bucket, batch size) of ``method`` (and PaDIR's hypothesis widths)."""
+        """Compile every (bucket, batch size) of ``method`` (PaDIR's program holds every hypothesis width)."""
         for bs in batch_sizes:
             for b in self.buckets:
                 src, mask = batching.pad([[V.FIRST_PIECE] * b] * bs, b)
                 self.decode_ids(src, mask, method)
-                if method.kind == "padir":
-                    enc, enc_mask, lengths = decoding.padir_encode(self.graphdef, self.params, jnp.asarray(src),
-                                                                   jnp.asarray(mask), hyps=method.padir.hyps)
-                    for w in self.buckets + (self.cfg.max_len,):
-                        jax.block_until_ready(decoding.padir_refine(
-                            self.graphdef, self.params, enc, enc_mask, jnp.minimum(lengths, w), self.key,
-                            options=method.padir, width=w, return_attention=False))
 
     def latency(self, texts: list[str], method: Method) -> np.ndarray:
         """Seconds per sentence at batch 1, end to end (``translate_one``), after :meth:`warm_up`."""
