@@ -617,3 +617,74 @@ def test_optimiser_precision_and_corruption_variants_train(variant, tmp_path):
         m = res.model
         enc, _ = m.encode(jnp.full((1, 4), 7, jnp.int32), jnp.ones((1, 4), bool))
         assert enc.dtype == jnp.bfloat16
+
+
+def _mask_predict_by_definition(model, src, sm, opts, width):
+    """Mask-Predict written from its description, one hypothesis, with NumPy bookkeeping."""
+    enc, em, lengths = decoding.padir_encode(*nnx.split(model), src, sm, hyps=1)
+    n = int(lengths[0, 0])
+    tmask = jnp.arange(width)[None] < n
+    hyp = np.where(np.asarray(tmask), V.MASK, V.PAD)
+    tokens, logp = hyp.copy(), np.zeros(hyp.shape, np.float32)
+    for t in range(opts.steps):
+        logits = model.decode(jnp.asarray(hyp), tmask, enc, em)
+        lp = jax.nn.log_softmax(logits.at[..., jnp.array(decoding._PADIR_FORBIDDEN)].set(-jnp.inf))
+        pred, plp = np.asarray(jnp.argmax(lp, -1)), np.asarray(jnp.max(lp, -1))
+        masked = (hyp == V.MASK) & np.asarray(tmask)
+        tokens[masked], logp[masked] = pred[masked], plp[masked]
+        k = int(np.floor(n * (opts.steps - 1 - t) / opts.steps))
+        if k == 0:
+            return tokens[0, :n]
+        again = np.argsort(logp[0, :n], kind="stable")[:k]
+        hyp = tokens.copy()
+        hyp[0, again] = V.MASK
+    return tokens[0, :n]
+
+
+def test_mask_predict_follows_its_definition():
+    m = tiny(False)
+    m.length_head.bias[...] = m.length_head.bias[...].at[7].add(50.0)  # seven positions: several re-masks
+    g, p = nnx.split(m)
+    for seed, steps in [(0, 4), (1, 3), (2, 10)]:
+        src, sm = ids(60 + seed, (1, 8)), jnp.ones((1, 8), bool)
+        opts = decoding.StrategyOptions("mask_predict", steps=steps, hyps=1)
+        got = np.asarray(decoding.padir_ids(g, p, src, sm, jax.random.key(0), options=opts, widths=(8, 16)))
+        ref = _mask_predict_by_definition(m, src, sm, opts, 8)
+        np.testing.assert_array_equal(got[0, :7], ref)
+        assert (got[0, 7:] == V.PAD).all()
+
+
+def test_dependency_aware_commits_by_confidence_and_dependency():
+    """The commit rule on a hand-made row: most confident first, a dependent position waits,
+    the quota overrides both; and end to end every position is filled within T passes."""
+    p = jnp.array([0.9, 0.8, 0.7, 0.2, 0.95])
+    dep = jnp.zeros((5, 5), bool).at[0, 1].set(True).at[1, 0].set(True)
+    eligible = jnp.array([True, True, True, True, False])
+    chosen = decoding._commit(p, dep, eligible, 0, 0.5)
+    assert chosen.tolist() == [True, False, True, False, False]  # 1 depends on 0; 3 is not confident; 4 is done
+    chosen = decoding._commit(p, dep, eligible, 3, 0.5)
+    assert chosen.tolist() == [True, True, True, False, False]  # the quota of 3 takes 0, 1, 2
+    m = tiny(False)
+    g, prm = nnx.split(m)
+    src, sm = ids(70, (3, 8)), jnp.ones((3, 8), bool)
+    for refill in ("prediction", "mask"):
+        for steps in (1, 2, 4):
+            opts = decoding.StrategyOptions("dependency", steps=steps, hyps=2, confidence=0.3, dependency=0.5,
+                                            refill=refill)
+            out = np.asarray(decoding.padir_ids(g, prm, src, sm, jax.random.key(0), options=opts, widths=(8, 16)))
+            for row in out:
+                real = row[row != V.PAD]
+                assert len(real) >= 1 and (real >= V.FIRST_PIECE).all()  # no [MASK] left
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(name="greedy"), ["name", "mask_predict"]), (dict(name="dependency", steps=0), ["steps", ">= 1"]),
+    (dict(name="dependency", hyps=-1), ["hyps"]), (dict(name="dependency", confidence=1.5), ["confidence", "[0, 1]"]),
+    (dict(name="dependency", dependency=-0.1), ["dependency", "[0, 1]"]),
+    (dict(name="mask_predict", refill="noise"), ["refill"]),
+])
+def test_strategy_options_out_of_range_are_named(kwargs, words):
+    with pytest.raises(ValueError) as err:
+        decoding.StrategyOptions(**kwargs)
+    for w in words:
+        assert w in str(err.value)

@@ -180,6 +180,132 @@ class PadirOptions:
             raise ValueError(f"PadirOptions.init must be 'random' or 'mask'; got {self.init!r}.")
 
 
+STRATEGIES = ("mask_predict", "dependency")
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyOptions:
+    """A PaDIR decoding strategy other than plain refinement (:class:`PadirOptions`), with exactly
+    ``steps`` passes T over ``hyps`` length hypotheses, every hypothesis starting from ``[MASK]``.
+
+    * ``"mask_predict"`` (Mask-Predict, Ghazvininejad et al., 2019): each pass predicts the masked
+      positions; after pass ``t`` the ``floor(n (T - t) / T)`` least confident of the ``n`` positions
+      are masked again, a linearly decaying count.
+    * ``"dependency"`` (this book's, beyond the paper): each pass commits the positions that are
+      confident (probability of their argmax at least ``confidence``) and not dependent on a
+      position committed in the same pass, most confident first; two positions are dependent when
+      the cosine similarity of their cross-attention distributions (averaged over layers and
+      heads: the statistic that flags stutter, Section 3.4) exceeds ``dependency``. A dependent
+      position waits for a later pass, where it is predicted again given what was committed, as
+      a k-Gibbs block is drawn site by site (:func:`gmlm_lib.ising.samplers.dependency_aware`).
+      At least ``ceil(n t / T)`` positions are committed after pass ``t`` (the most confident
+      first), so every position is committed by the last pass; a decode stops early once all
+      are. The uncommitted positions are fed back as their latest prediction (``refill =
+      "prediction"``, as plain PaDIR refines) or as ``[MASK]`` (``"mask"``, as Mask-Predict).
+    """
+
+    name: str
+    steps: int = 4
+    hyps: int = 1
+    confidence: float = 0.5
+    dependency: float = 0.9
+    refill: str = "prediction"
+
+    def __post_init__(self):
+        if self.name not in STRATEGIES:
+            raise ValueError(f"StrategyOptions.name must be one of {STRATEGIES} (plain refinement: PadirOptions); "
+                             f"got {self.name!r}.")
+        for field in ("steps", "hyps"):
+            v = getattr(self, field)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"StrategyOptions.{field} must be an integer >= 1; got {v!r}.")
+        for field in ("confidence", "dependency"):
+            v = getattr(self, field)
+            if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
+                raise ValueError(f"StrategyOptions.{field} must be in [0, 1]; got {v!r}.")
+        if self.refill not in ("prediction", "mask"):
+            raise ValueError(f"StrategyOptions.refill must be 'prediction' or 'mask'; got {self.refill!r}.")
+
+
+def _predict(model, hyp, tmask, enc_mask, cross_kv, with_attention: bool):
+    """One pass: argmax over the allowed ids (N, W), its log-probability (N, W) and, if asked, the
+    cross-attention distributions averaged over layers and heads (N, W, S + 1)."""
+    out = model.decode(hyp, tmask, None, enc_mask, cross_kv=cross_kv, return_attention=with_attention)
+    logits, weights = out if with_attention else (out, None)
+    logits = _forbid(logits, _PADIR_FORBIDDEN)
+    top = jnp.max(logits, -1, keepdims=True)
+    logp = -jnp.log(jnp.sum(jnp.exp(logits - top), -1))
+    cross = None if weights is None else jnp.mean(jnp.stack([c for _, c in weights]), axis=(0, 2))
+    return jnp.where(tmask, reductions.argmax(logits), V.PAD), logp, cross
+
+
+def cross_attention_similarity(cross: jax.Array) -> jax.Array:
+    """(N, W, S) attention distributions -> (N, W, W) cosine similarities between positions."""
+    unit = cross / jnp.maximum(jnp.linalg.norm(cross, axis=-1, keepdims=True), 1e-30)
+    return jnp.einsum("nis,njs->nij", unit, unit)
+
+
+def _commit(p, dep, eligible, quota, threshold):
+    """One row: which eligible positions to commit, visiting them most confident first; a
+    position is committed while fewer than ``quota`` are, or when it is confident and depends on
+    no position committed before it in this pass. p (W,), dep (W, W) bool, eligible (W,) -> (W,)."""
+    order = jnp.argsort(-jnp.where(eligible, p, -jnp.inf))
+
+    def body(k, chosen):
+        i = order[k]
+        free = ~jnp.any(dep[i] & chosen)
+        ok = eligible[i] & ((chosen.sum() < quota) | ((p[i] >= threshold) & free))
+        return chosen.at[i].set(ok)
+
+    return jax.lax.fori_loop(0, p.shape[0], body, jnp.zeros(p.shape, bool))
+
+
+def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, width: int) -> dict:
+    """The passes of a :class:`StrategyOptions` strategy over ``B * hyps`` hypotheses of ``width``
+    positions; returns ``ids`` (B, width), ``length`` (B,), ``score`` (B,) (mean log-probability
+    of the chosen hypothesis' tokens, each when it was last predicted) and ``steps``."""
+    b, l = lengths.shape
+    lengths = lengths.reshape(-1)
+    cross, enc_mask = hypothesis_cross_kv(model, enc, enc_mask, l)
+    tmask = jnp.arange(width)[None, :] < lengths[:, None]
+    n = tmask.sum(-1)
+    T = options.steps
+    hyp = jnp.where(tmask, V.MASK, V.PAD)
+    dependency = options.name == "dependency"
+
+    def cond(c):
+        t, _, _, done, _ = c
+        return (t < T) & ~jnp.all(done | ~tmask)
+
+    def body(c):
+        t, hyp, logp, done, tokens = c
+        pred, lp, att = _predict(model, hyp, tmask, enc_mask, cross, dependency)
+        if not dependency:  # Mask-Predict: the masked positions take their new prediction
+            masked = (hyp == V.MASK) & tmask
+            tokens = jnp.where(masked, pred, tokens)
+            logp = jnp.where(masked, lp, logp)
+            remask = jnp.floor(n * (T - 1 - t) / T).astype(jnp.int32)  # after the last pass: none
+            rank = jnp.argsort(jnp.argsort(jnp.where(tmask, logp, jnp.inf), -1), -1)
+            again = tmask & (rank < remask[:, None])
+            return t + 1, jnp.where(again, V.MASK, tokens), logp, ~again & tmask, tokens
+        tokens = jnp.where(done, tokens, pred)
+        logp = jnp.where(done, logp, lp)
+        sim = cross_attention_similarity(att)
+        open_ = tmask & ~done
+        dep = (sim > options.dependency) & open_[:, :, None] & open_[:, None, :] & ~jnp.eye(width, dtype=bool)
+        quota = jnp.ceil(n * (t + 1) / T).astype(jnp.int32) - done.sum(-1)
+        new = jax.vmap(_commit, in_axes=(0, 0, 0, 0, None))(jnp.exp(logp), dep, open_, quota, options.confidence)
+        done = done | new
+        refill = tokens if options.refill == "prediction" else jnp.where(tmask, V.MASK, V.PAD)
+        return t + 1, jnp.where(done, tokens, refill), logp, done, tokens
+
+    init = (jnp.int32(0), hyp, jnp.zeros(hyp.shape, jnp.float32), jnp.zeros(hyp.shape, bool), hyp)
+    steps, _, logp, _, tokens = jax.lax.while_loop(cond, body, init)
+    score = (logp * tmask).sum(-1) / n
+    pick = jnp.arange(b) * l + jnp.argmax(score.reshape(b, l), -1)
+    return dict(ids=tokens[pick], length=lengths[pick], score=score[pick], steps=steps)
+
+
 def initial_hypothesis(key, shape, mask, vocab_size, init: str):
     """(B, L) ids: uniform random pieces (or ``[MASK]``) where ``mask``, PAD elsewhere."""
     if init == "mask":
@@ -318,26 +444,31 @@ def hypothesis_widths(buckets, max_len: int) -> tuple[int, ...]:
     return tuple(sorted({w for w in buckets if w < max_len} | {max_len}))
 
 
-def padir_ids(graphdef, params, src, src_mask, key, *, options: PadirOptions, widths: tuple[int, ...]):
+def padir_ids(graphdef, params, src, src_mask, key, *, options: PadirOptions | StrategyOptions,
+              widths: tuple[int, ...]):
     """Both PaDIR phases in one compiled program, for translation: (B, S) sources -> ids
     (B, max(widths)), PAD beyond each chosen hypothesis' length; the same ids as
     ``padir(...)["ids"]`` with ``buckets = widths``. The hypothesis width (the smallest of
     ``widths`` holding the longest predicted length) is chosen on the device by a
     ``lax.switch`` over one branch per width, so a translation is a single call with no host
     round trip between encoding and refining, and keeps no per-pass records. ``widths``:
-    :func:`hypothesis_widths`."""
+    :func:`hypothesis_widths`. With :class:`StrategyOptions` the passes are that strategy's
+    (``key`` unused: its hypotheses start from ``[MASK]``)."""
     widths = tuple(sorted(widths))
     return jitted(_padir_ids, graphdef, options=options, widths=widths)(params, src, src_mask, key)
 
 
-def _padir_ids(graphdef, params, src, src_mask, key, *, options: PadirOptions, widths: tuple[int, ...]):
+def _padir_ids(graphdef, params, src, src_mask, key, *, options, widths: tuple[int, ...]):
     model = nnx.merge(graphdef, params)
     enc, enc_mask, lengths = _encode_lengths(model, src, src_mask, options.hyps)
     index = jnp.searchsorted(jnp.asarray(widths), jnp.max(lengths))  # the smallest width >= the longest length
 
     def branch(width):
         def run(_):
-            ids = _refine(model, enc, enc_mask, lengths, key, options, width, history=False)["ids"]
+            if isinstance(options, StrategyOptions):
+                ids = _strategy_refine(model, enc, enc_mask, lengths, options, width)["ids"]
+            else:
+                ids = _refine(model, enc, enc_mask, lengths, key, options, width, history=False)["ids"]
             return jnp.pad(ids, ((0, 0), (0, widths[-1] - width)), constant_values=V.PAD)
         return run
 

@@ -24,12 +24,14 @@ from gmlm_lib.mt import vocab as V
 @dataclasses.dataclass(frozen=True)
 class Method:
     """``kind``: "greedy" or "beam" (AR, KV cache; ``beam`` width, GNMT ``alpha``) or "padir"
-    (``padir`` options; ``drop_repeats`` merges repeated tokens after the last step)."""
+    (``padir``: :class:`~gmlm_lib.mt.decoding.PadirOptions` for plain refinement, or
+    :class:`~gmlm_lib.mt.decoding.StrategyOptions` for Mask-Predict and the dependency-aware
+    strategy; ``drop_repeats`` merges repeated tokens after the last step)."""
 
     kind: str
     beam: int = 4
     alpha: float = 0.6
-    padir: decoding.PadirOptions = decoding.PadirOptions()
+    padir: decoding.PadirOptions | decoding.StrategyOptions = decoding.PadirOptions()
     drop_repeats: bool = True
 
     def __post_init__(self):
@@ -37,6 +39,9 @@ class Method:
             raise ValueError(f"Method.kind must be 'greedy', 'beam' or 'padir'; got {self.kind!r}.")
         if isinstance(self.beam, bool) or not isinstance(self.beam, int) or self.beam < 1:
             raise ValueError(f"Method.beam must be an integer >= 1 (1 is greedy); got {self.beam!r}.")
+        if not isinstance(self.padir, (decoding.PadirOptions, decoding.StrategyOptions)):
+            raise TypeError("Method.padir must be decoding.PadirOptions or decoding.StrategyOptions; got "
+                            f"{type(self.padir).__name__}.")
         if not (isinstance(self.alpha, (int, float)) and 0.0 <= self.alpha < float("inf")):
             raise ValueError(f"Method.alpha (the length penalty) must be a finite number >= 0; got {self.alpha!r}.")
 
@@ -46,6 +51,9 @@ class Method:
             return "AR greedy"
         if self.kind == "beam":
             return f"AR beam {self.beam}"
+        if isinstance(self.padir, decoding.StrategyOptions):
+            name = "Mask-Predict" if self.padir.name == "mask_predict" else "dependency-aware"
+            return f"{name} T={self.padir.steps}, #hyp={self.padir.hyps}"
         return f"PaDIR T={self.padir.steps}, #hyp={self.padir.hyps}"
 
 
