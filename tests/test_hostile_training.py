@@ -192,11 +192,15 @@ def test_a_chapter_name_must_be_in_the_table_of_contents(book):
 
 @pytest.mark.slow
 def test_a_failed_run_leaves_the_committed_notebook_untouched(book, monkeypatch):
-    """A chapter that fails in a cell: the committed .ipynb is byte-identical afterwards and the
-    failed notebook is kept under _build/failed/ for reading."""
+    """A chapter that fails in a cell: the committed .ipynb is byte-identical afterwards, the
+    failed notebook is kept under _build/failed/ for reading, and a temporary folder the chapter
+    made (as a run with run_root "" does) is gone."""
     name = "one_parallel_step"
     md = book / "notebooks" / f"{name}.md"
-    md.write_text(md.read_text().replace("run = provenance.start(", "raise RuntimeError('boom')\nrun = provenance.start(", 1))
+    note = book / "scratch-path.txt"
+    made = (f"import tempfile as _t\n_d = _t.mkdtemp(prefix='run-')\nopen(_d + '/ckpt', 'w').write('x')\n"
+            f"open({str(note)!r}, 'w').write(_d)\nraise RuntimeError('boom')\n")
+    md.write_text(md.read_text().replace("run = provenance.start(", made + "run = provenance.start(", 1))
     committed = (book / "notebooks" / f"{name}.ipynb").read_bytes()
     monkeypatch.setattr(runner.provenance, "git_commit", lambda *a, **k: "0" * 40)  # the copy is not a git checkout
     with pytest.raises(runner.NotebookRunError, match=r"(?s)boom.*_build/failed/full-one_parallel_step.ipynb.*unchanged"):
@@ -204,6 +208,8 @@ def test_a_failed_run_leaves_the_committed_notebook_untouched(book, monkeypatch)
     assert (book / "notebooks" / f"{name}.ipynb").read_bytes() == committed
     assert (book / "_build" / "failed" / f"full-{name}.ipynb").is_file()
     assert not list((book / "notebooks").glob(".*.part"))
+    scratch = pathlib.Path(note.read_text())
+    assert scratch.name.startswith("run-") and not scratch.exists()
 
 
 def test_parameter_validation_accepts_every_smoke_profile():

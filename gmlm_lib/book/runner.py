@@ -11,6 +11,8 @@ A chapter must be listed in ``_toc.yml``; a parameter name that is not in the no
 ``parameters`` cell, or a value not of its default's type, is an error before any cell runs. The executed
 notebook's metadata ``gmlm`` holds the provenance record, the profile, the total wall time
 and the SHA-256 of the code that ran (the freshness key, see :mod:`gmlm_lib.book.checks`).
+The kernel's ``TMPDIR`` is a folder removed when the run ends, failed or not, so the temporary
+run folders of a chapter run with ``run_root = ""`` (as the smoke profile does) never outlive it.
 """
 
 from __future__ import annotations
@@ -148,7 +150,10 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
         nb.metadata.pop("jupytext", None)
         nbformat.write(nb, src)
         rec_path = Path(tmp) / "provenance.json"
+        scratch = Path(tmp) / "scratch"  # the kernel's TMPDIR: a chapter's temporary run folders, removed with it
+        scratch.mkdir()
         env = {
+            "TMPDIR": str(scratch),
             provenance.ENV_PARAMETERS: json.dumps(params, default=str),
             provenance.ENV_RECORD: str(rec_path),
             provenance.ENV_PROFILE: profile,
