@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gmlm_lib import ising
-from gmlm_lib.ising import masks, mple, samplers
+from gmlm_lib.ising import fisher, markov, masks, mple, samplers, tensorization
 
 KEY = jax.random.key(0)
 
@@ -75,6 +75,35 @@ def test_mask_and_fit_boundaries(call, error, words):
      ValueError, ["thin"]),
 ])
 def test_sampler_boundaries(call, error, words):
+    with pytest.raises(error) as info:
+        call()
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
+# --- Fisher, Markov operators, tensorization -------------------------------------------------------------
+
+def _dist():
+    return masks.uniform_k(3, 2)
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: fisher.fisher_information(np.eye(3)), TypeError, ["model", "IsingModel"]),
+    (lambda: fisher.hessian(_model(), masks.uniform_k(4, 2)), ValueError, ["n = 4", "n = 3"]),
+    (lambda: fisher.sandwich(jnp.eye(3), jnp.eye(4)), ValueError, ["Sigma", "(3, 3)"]),
+    (lambda: fisher.sandwich(jnp.ones((3, 2)), jnp.eye(3)), ValueError, ["H", "square"]),
+    (lambda: fisher.sandwich(jnp.full((3, 3), jnp.nan), jnp.eye(3)), ValueError, ["H", "non-finite"]),
+    (lambda: fisher.hessian_per_mask(_model(), jnp.full((2, 3), 0.5)), ValueError, ["masks", "boolean"]),
+    (lambda: fisher.generalized_eigvals(jnp.eye(3), jnp.eye(4)), ValueError, ["B", "(3, 3)"]),
+    (lambda: markov.dirichlet_form(_model(), _dist(), jnp.ones(5)), ValueError, ["f", "(8,)"]),
+    (lambda: markov.dirichlet_form_variance(_model(), _dist(), jnp.full(8, jnp.inf)), ValueError, ["f", "non-finite"]),
+    (lambda: markov.span_fraction(_model(), jnp.ones(7)), ValueError, ["f", "(8,)"]),
+    (lambda: markov.dirichlet_form(_model(), _dist(), jnp.ones(8, jnp.complex64)), TypeError, ["f", "real"]),
+    (lambda: tensorization.ratio(_model(), _dist(), jnp.ones(5) / 5), ValueError, ["q", "(8,)"]),
+    (lambda: tensorization.ratio(_model(), _dist(), -jnp.ones(8)), ValueError, ["q", "probability"]),
+    (lambda: tensorization.ratio(_model(), _dist(), jnp.ones(8)), ValueError, ["q", "summing to 1"]),
+    (lambda: tensorization.upper_bound("model", _dist()), TypeError, ["model", "IsingModel"]),
+])
+def test_fisher_markov_tensorization_boundaries(call, error, words):
     with pytest.raises(error) as info:
         call()
     assert all(w in str(info.value) for w in words), str(info.value)

@@ -40,6 +40,7 @@ MAX_AUTODIFF_N = 8
 
 
 def _tables(model: IsingModel):
+    ising.check_model(model)
     states = ising.enumerate_states(model.n)
     return ising.sufficient_statistics(states), ising.probabilities(model)
 
@@ -116,6 +117,8 @@ def all_masks_score_covariance(model: IsingModel, dist: MaskDistribution) -> jax
 
 def sandwich(H: jax.Array, Sigma: jax.Array) -> jax.Array:
     """``H^-1 Sigma H^-1`` [Lemma 1], symmetrised. (p, p)."""
+    H = ising.check_matrix(H, "H")
+    Sigma = ising.check_matrix(Sigma, "Sigma", H.shape[0])
     Hinv = jnp.linalg.inv(H)
     G = Hinv @ Sigma @ Hinv
     return 0.5 * (G + G.T)
@@ -149,9 +152,13 @@ class Estimate(NamedTuple):
 def hessian_per_mask(model: IsingModel, masks: jax.Array) -> jax.Array:
     """``H_{S} = E_x Cov(T | x_{-S})`` for each given mask (a point mass ``w = delta_S``), all
     states enumerated (``n <= 20``). masks (M, n) bool -> (M, p, p)."""
-    n = model.n
+    n = ising.check_model(model).n
     ising.check_exact_n(n)
-    masks = np.asarray(masks, dtype=bool)
+    raw = np.asarray(masks)
+    if raw.dtype != bool and not (np.issubdtype(raw.dtype, np.number) and np.isin(raw, (0, 1)).all()):
+        raise ValueError(f"masks must be boolean (or 0/1) rows, True on the masked sites; got dtype {raw.dtype} with "
+                         "values other than 0 and 1.")
+    masks = raw.astype(bool)
     if masks.ndim != 2 or masks.shape[1] != n or masks.shape[0] < 1:
         raise ValueError(f"masks must be (M, {n}) with M >= 1; got {masks.shape}.")
     T, p = _tables(model)
@@ -254,5 +261,6 @@ def generalized_eigvals(A: jax.Array, B: jax.Array) -> np.ndarray:
     ``A <= B`` iff every value is ``<= 1``."""
     import scipy.linalg
 
-    A, B = np.asarray(A), np.asarray(B)
+    A = np.asarray(ising.check_matrix(A, "A"))
+    B = np.asarray(ising.check_matrix(B, "B", A.shape[0]))
     return scipy.linalg.eigh(0.5 * (A + A.T), 0.5 * (B + B.T), eigvals_only=True)

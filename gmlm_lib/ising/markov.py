@@ -52,18 +52,18 @@ def transition_matrix(model: IsingModel, dist: MaskDistribution) -> jax.Array:
 
 def dirichlet_form(model: IsingModel, dist: MaskDistribution, f: jax.Array) -> jax.Array:
     """``E(f, f) = 1/2 sum_{x,y} p(x) P(x,y) (f(x) - f(y))^2 = <f, (I - P) f>_p`` [Definition 4]. ()."""
-    p = ising.probabilities(model)
-    f = jnp.asarray(f, dtype=jnp.float64)
+    p = ising.probabilities(ising.check_model(model))
+    f = ising.check_state_function(f, model.n)
     return jnp.sum(p * f * (f - operator(model, dist)(f)))
 
 
 def dirichlet_form_variance(model: IsingModel, dist: MaskDistribution, f: jax.Array) -> jax.Array:
     """``E(f, f) = E_{(x,S)} Var(f | x_{-S}, S)`` [Caputo & Parisi 2021; Prop. (App. C.3)]: the
     same Dirichlet form by conditional variances, without the operator. ()."""
-    n = model.n
+    n = ising.check_model(model).n
     check_distribution(dist, n)
     p = ising.probabilities(model)
-    f = jnp.asarray(f, dtype=jnp.float64)
+    f = ising.check_state_function(f, n)
     total = jnp.zeros(())
     for g in blocks.size_groups(dist, n):
 
@@ -173,10 +173,11 @@ def slowest_mode(model: IsingModel, dist: MaskDistribution, tol: float = 1e-13) 
 def span_fraction(model: IsingModel, f: jax.Array) -> float:
     """Share of ``Var_p(f)`` explained by the span of the sufficient statistics ``T`` (and
     constants): ``1`` when ``f = <v, T> + c``. Weighted least squares in ``L^2(p)``."""
-    p = ising.probabilities(model)
+    p = ising.probabilities(ising.check_model(model))
+    f = ising.check_state_function(f, model.n)
     T = ising.sufficient_statistics(ising.enumerate_states(model.n))
     X = jnp.concatenate([jnp.ones((T.shape[0], 1)), T], axis=1) * jnp.sqrt(p)[:, None]
-    y = jnp.asarray(f) * jnp.sqrt(p)
+    y = f * jnp.sqrt(p)
     coef, *_ = jnp.linalg.lstsq(X, y)
     resid = y - X @ coef
     var = p @ f**2 - (p @ f) ** 2

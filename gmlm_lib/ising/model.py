@@ -41,6 +41,9 @@ __all__ = [
     "moments",
     "sample",
     "check_spins",
+    "check_model",
+    "check_state_function",
+    "check_matrix",
     "mask_to_indices",
     "resolve_max_size",
     "padded",
@@ -282,6 +285,39 @@ def check_spins(x: jax.Array, n: int, name: str = "x") -> jax.Array:
         if not np.all((xn == 1) | (xn == -1)):
             raise ValueError(f"{name} must contain only -1 and +1 (Ising spins); map {{0,1}} data by 2x - 1.")
     return x
+
+
+def check_model(model, name: str = "model") -> "IsingModel":
+    """``model`` if it is an :class:`IsingModel`, else a ``TypeError`` naming ``name`` and the fix."""
+    if not isinstance(model, IsingModel):
+        raise TypeError(f"{name} must be an IsingModel (build it with ising_model(J, h) or random_model); "
+                        f"got {type(model).__name__}.")
+    return model
+
+
+def check_state_function(f, n: int, name: str = "f") -> jax.Array:
+    """A function on the ``2^n`` states, one value per state in :func:`enumerate_states` order:
+    shape (2^n,), real and finite, returned as float64; otherwise a ``ValueError`` naming ``name``."""
+    f = jnp.asarray(f)
+    if f.shape != (2**n,):
+        raise ValueError(f"{name} must hold one value per state, shape ({2**n},) for n = {n} (in enumerate_states "
+                         f"order); got {f.shape}.")
+    if not jnp.issubdtype(f.dtype, jnp.number) or jnp.issubdtype(f.dtype, jnp.complexfloating):
+        raise TypeError(f"{name} must be real numbers; got dtype {f.dtype}.")
+    if _is_concrete(f) and not np.all(np.isfinite(np.asarray(f, dtype=np.float64))):
+        raise ValueError(f"{name} holds non-finite values (nan or inf); every state needs a finite value.")
+    return f.astype(jnp.float64)
+
+
+def check_matrix(A, name: str, size: int | None = None) -> jax.Array:
+    """A square, finite, real matrix (``size x size`` when given); otherwise an error naming ``name``."""
+    A = jnp.asarray(A)
+    if A.ndim != 2 or A.shape[0] != A.shape[1] or (size is not None and A.shape[0] != size):
+        want = f"({size}, {size})" if size is not None else "square (d, d)"
+        raise ValueError(f"{name} must be a {want} matrix; got shape {A.shape}.")
+    if _is_concrete(A) and not np.all(np.isfinite(np.asarray(A, dtype=np.float64))):
+        raise ValueError(f"{name} holds non-finite values (nan or inf); it cannot be used.")
+    return A
 
 
 def mask_to_indices(mask: jax.Array, size: int) -> jax.Array:

@@ -42,6 +42,7 @@ MAX_N = 10
 
 
 def _check(model: IsingModel, dist: MaskDistribution) -> None:
+    ising.check_model(model)
     blocks.check_exact_blocks(model.n, MAX_N)
     if dist.is_adaptive:
         raise ValueError("Definition 9 is stated here for a fixed mask distribution w; got an adaptive one.")
@@ -77,7 +78,14 @@ def conditional_kl_fn(model_or_p, dist: MaskDistribution):
 def ratio(model: IsingModel, dist: MaskDistribution, q: jax.Array) -> float:
     """``KL(q || p) / D_w(q || p)``: a lower bound on ``C_AT`` for any ``q != p`` [Definition 9]."""
     _check(model, dist)
-    a, d = conditional_kl_fn(model, dist)(jnp.asarray(q, dtype=jnp.float64))
+    q = ising.check_state_function(q, model.n, "q")
+    if bool(jnp.any(q < 0)) or abs(float(q.sum()) - 1.0) > 1e-9:
+        raise ValueError(f"q must be a probability law over the 2^{model.n} states (non-negative, summing to 1); got "
+                         f"min {float(q.min()):.3g}, sum {float(q.sum()):.12g}.")
+    a, d = conditional_kl_fn(model, dist)(q)
+    if float(d) == 0.0:
+        raise ValueError("ratio: D_w(q || p) = 0, so q = p on every conditional the masks see; the ratio is defined "
+                         "for q != p only.")
     return float(a / d)
 
 
