@@ -139,6 +139,54 @@ def test_a_second_process_on_a_run_folder_is_refused_with_the_holder(tmp_path):
     training.train(_cfg(steps=2), _batcher(), folder, progress=False)  # free again once the holder is gone
 
 
+def _train_slowly(folder, started, result):
+    """A real training process whose updates take a while (so that another can try to join it)."""
+    import time
+
+    def slow(step, loss):
+        started.set()
+        time.sleep(0.3)
+
+    try:
+        res = training.train(_cfg(steps=12, checkpoint_every=4), _batcher(), pathlib.Path(folder), progress=False,
+                             on_step=slow)
+        result.put(("finished", res.final_loss))
+    except Exception as err:  # reported to the test, which asserts on it
+        result.put((type(err).__name__, str(err)))
+
+
+@pytest.mark.slow
+def test_two_training_processes_on_one_folder(tmp_path):
+    """Two real ``train`` processes started on one folder, the second while the first trains: the
+    second is refused naming the first, the first finishes with an uninterleaved metrics log, and
+    its final loss is that of the same run trained alone."""
+    folder = tmp_path / "run"
+    ctx = multiprocessing.get_context("spawn")
+    started, result = ctx.Event(), ctx.Queue()
+    first = ctx.Process(target=_train_slowly, args=(str(folder), started, result))
+    first.start()
+    try:
+        assert started.wait(120)
+        started_too = ctx.Event()  # kept referenced until the child has read it
+        second = ctx.Process(target=_train_slowly, args=(str(folder), started_too, result))
+        second.start()
+        second.join(120)
+        first.join(180)
+        outcomes = sorted([result.get(timeout=30), result.get(timeout=30)], key=str)
+        assert (first.exitcode, second.exitcode) == (0, 0), (first.exitcode, second.exitcode)
+    finally:
+        for proc in (first,):
+            if proc.is_alive():
+                proc.terminate()
+    (kind_a, text_a), (kind_b, value_b) = outcomes  # "RunFolderBusy" sorts before "finished"
+    assert kind_a == "RunFolderBusy" and f"process {first.pid} " in text_a, outcomes
+    assert kind_b == "finished"
+    steps = [json.loads(line)["step"] for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 13))
+    alone = training.train(_cfg(steps=12, checkpoint_every=4), _batcher(), tmp_path / "alone", progress=False)
+    assert value_b == alone.final_loss
+
+
 def test_a_finished_record_with_a_nan_loss_is_not_reused(tmp_path):
     cfg, batcher = _cfg(steps=2), _batcher()
     training.train(cfg, batcher, tmp_path / "run", progress=False)
