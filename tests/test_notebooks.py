@@ -47,9 +47,16 @@ def test_strict_book_build(tmp_path):
         assert re.search(r"\\\(|\\\[|\$\$", page), "no math on the chapter page"
         assert re.search(r'<img[^>]+src="[^"]*\.png"', page), "no figure on the chapter page"
         assert "What we verified" in page
-        assert "colab-badge.svg" in page
+        assert "colab-badge.svg" in page and "colab.research.google.com/assets" not in page
     api = (html / "book" / "api.html").read_text()  # the library reference: autodoc ran on the docstrings
     for name in ("gmlm_lib.ising.samplers.k_gibbs", "gmlm_lib.ising.mple.pseudolikelihood_loss", "gmlm_lib.mt.decoding.padir",
                  "gmlm_lib.mt.training.train", "gmlm_lib.book.runner.run_notebook"):
         assert f'id="{name}"' in api, f"{name} is not documented on the library reference page"
+    # offline: MathJax is served from the build itself, no page loads a script from a CDN
+    assert (html / "_static" / "mathjax" / "tex-chtml.js").is_file()
+    assert (html / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2" / "MathJax_Main-Regular.woff").is_file()
+    for page_path in html.rglob("*.html"):
+        scripts = re.findall(r'<script[^>]+src="([^"]+)"', page_path.read_text())
+        remote = [s for s in scripts if s.startswith(("http://", "https://", "//"))]
+        assert not remote, f"{page_path.relative_to(html)} loads scripts from the network: {remote}"
     assert "Alias for field number" not in api  # book/_ext/namedtuple_fields.py leaves those entries out

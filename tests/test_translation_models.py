@@ -645,7 +645,7 @@ def test_mask_predict_follows_its_definition():
     m = tiny(False)
     m.length_head.bias[...] = m.length_head.bias[...].at[7].add(50.0)  # seven positions: several re-masks
     g, p = nnx.split(m)
-    for seed, steps in [(0, 4), (1, 3), (2, 10)]:
+    for seed, steps in [(0, 4), (2, 10)]:
         src, sm = ids(60 + seed, (1, 8)), jnp.ones((1, 8), bool)
         opts = decoding.StrategyOptions("mask_predict", steps=steps, hyps=1)
         got = np.asarray(decoding.padir_ids(g, p, src, sm, jax.random.key(0), options=opts, widths=(8, 16)))
@@ -668,7 +668,7 @@ def test_dependency_aware_commits_by_confidence_and_dependency():
     g, prm = nnx.split(m)
     src, sm = ids(70, (3, 8)), jnp.ones((3, 8), bool)
     for refill in ("prediction", "mask"):
-        for steps in (1, 2, 4):
+        for steps in (1, 3):
             opts = decoding.StrategyOptions("dependency", steps=steps, hyps=2, confidence=0.3, dependency=0.5,
                                             refill=refill)
             out = np.asarray(decoding.padir_ids(g, prm, src, sm, jax.random.key(0), options=opts, widths=(8, 16)))

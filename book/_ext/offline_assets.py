@@ -1,0 +1,48 @@
+"""Sphinx extension: the book reads with the network off.
+
+MathJax 3 comes from the pinned ``django-static-mathjax`` wheel (MathJax 3.2.2, Apache-2.0, its
+licence copied beside it), not from a CDN: the TeX-to-HTML bundle, its fonts and the TeX
+extensions it loads on demand are copied into the build's ``_static/mathjax/`` and
+``mathjax_path`` points there (``_config.yml``). The "Open in Colab" badge is the book's own
+``book/_static/colab-badge.svg``, not an image hot-linked from Colab.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+#: what the book's pages load from MathJax's es5 folder (the speech engine and the other
+#: bundles are left out: the pages use tex-chtml.js only)
+MATHJAX_PARTS = ("tex-chtml.js", "output/chtml", "input/tex/extensions", "ui", "a11y")
+
+
+def mathjax_source() -> pathlib.Path:
+    """The es5 folder of the installed MathJax distribution."""
+    try:
+        import mathjax  # the django-static-mathjax wheel's package: data files only
+    except ImportError:
+        raise RuntimeError("the book serves MathJax itself: install the pinned django-static-mathjax from "
+                           "requirements.txt (make install)") from None
+    return pathlib.Path(mathjax.__file__).parent / "static" / "mathjax"
+
+
+def _copy_mathjax(app, exception):
+    if exception is not None or app.builder.format != "html":
+        return
+    src = mathjax_source()
+    dest = pathlib.Path(app.outdir) / "_static" / "mathjax"
+    for part in MATHJAX_PARTS:
+        s, d = src / "es5" / part, dest / part
+        if s.is_dir():
+            shutil.copytree(s, d, dirs_exist_ok=True)
+        else:
+            d.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(s, d)
+    shutil.copy2(src / "LICENSE", dest / "LICENSE")
+
+
+def setup(app):
+    mathjax_source()  # fail at the start of a build, not after it
+    app.connect("build-finished", _copy_mathjax)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
