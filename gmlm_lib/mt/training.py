@@ -472,7 +472,8 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
           teacher: seq2seq.Seq2Seq | None = None) -> Result:
     """Train (or resume) the run in ``run_dir`` to ``cfg.steps`` updates. ``batcher`` gives the
     batch of each step; its ``multiple`` must be the number of devices. ``on_step(step, loss)``
-    is called after every update (tests raise from it to simulate a kill). ``teacher``: the AR
+    is called for every update once its loss is read, which is after the next update has been
+    dispatched (tests raise from it to simulate a kill). ``teacher``: the AR
     model a run with ``cfg.init = "teacher"`` starts from (required there, refused otherwise).
 
     A folder already holding a run is resumed (or, when finished, reused) only with the same
