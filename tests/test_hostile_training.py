@@ -175,9 +175,8 @@ def test_two_training_processes_on_one_folder(tmp_path):
         outcomes = sorted([result.get(timeout=30), result.get(timeout=30)], key=str)
         assert (first.exitcode, second.exitcode) == (0, 0), (first.exitcode, second.exitcode)
     finally:
-        for proc in (first,):
-            if proc.is_alive():
-                proc.terminate()
+        if first.is_alive():
+            first.terminate()
     (kind_a, text_a), (kind_b, value_b) = outcomes  # "RunFolderBusy" sorts before "finished"
     assert kind_a == "RunFolderBusy" and f"process {first.pid} " in text_a, outcomes
     assert kind_b == "finished"

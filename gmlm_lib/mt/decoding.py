@@ -332,11 +332,8 @@ def refine_pass(model, hyp, tmask, enc_mask, cross_kv):
 
     The argmax's log-probability is ``-log sum_v exp(logit_v - max_v logit_v)``, the same value
     (to the bit) as the maximum of ``jax.nn.log_softmax``, without the (N, W, V) array."""
-    logits = _forbid(model.decode(hyp, tmask, None, enc_mask, cross_kv=cross_kv), _PADIR_FORBIDDEN)
-    top = jnp.max(logits, -1, keepdims=True)
-    best_logp = -jnp.log(jnp.sum(jnp.exp(logits - top), -1))
-    score = (best_logp * tmask).sum(-1) / tmask.sum(-1)
-    return jnp.where(tmask, reductions.argmax(logits), V.PAD), score
+    pred, best_logp, _ = _predict(model, hyp, tmask, enc_mask, cross_kv, with_attention=False)
+    return pred, (best_logp * tmask).sum(-1) / tmask.sum(-1)
 
 
 def hypothesis_cross_kv(model, enc, enc_mask, hyps: int):
