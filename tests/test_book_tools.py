@@ -456,3 +456,87 @@ def test_provenance_page_lists_the_artifacts_a_run_used(book_copy):
     assert (f"| {{doc}}`../notebooks/{name}` | AR teacher | 2800 | 2364.0 | `{'a' * 12}`, `{'b' * 12}-dirty` | "
             "1 x cpu (cpu, 2 CPU cores) |") in page
     assert any("provenance.md does not match" in p for p in checks.check_all(book_copy))
+
+
+def test_display_settings_need_a_sync_not_a_rerun(book_copy):
+    """Showing a hidden cell changes how the page shows it, not what it computes: the check asks
+    for `make sync` (not a rerun), and after the sync the chapter is fresh again."""
+    name = CHAPTERS[0]
+    md = book_copy / "notebooks" / f"{name}.md"
+    md.write_text(md.read_text().replace("remove_code_outputs: true", "remove_code_outputs: false", 1))
+    problems = checks.check_all(book_copy)
+    assert any(p.startswith(name) and "how the code cells are shown" in p and "make sync" in p for p in problems), problems
+    assert not any("not produced by its current code" in p for p in problems), problems
+    assert checks.sync(book_copy) == [book_copy / "notebooks" / f"{name}.ipynb"]
+    assert checks.check_all(book_copy) == []
+
+
+def _setup_kind(source: str) -> str | None:
+    """What makes a code cell setup: the Colab install, imports only, the run's start or end, glue only."""
+    import ast
+
+    if "google.colab" in source:
+        return "Colab install"
+    if "provenance.start(" in source or source.strip().startswith("provenance.finish("):
+        return "provenance"
+    body = ast.parse(source).body
+
+    def kind(stmt):
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            return "imports"
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            return {"glue": "glue", "plotting.set_style": "imports", "jax.config.update": "imports"}.get(
+                ast.unparse(stmt.value.func))
+        if isinstance(stmt, ast.For) and all(kind(s) == "glue" for s in stmt.body):
+            return "glue"
+        return None
+
+    kinds = {kind(s) for s in body}
+    return next(iter(kinds)) if body and len(kinds) == 1 and None not in kinds else \
+        ("imports" if body and kinds == {"imports", "glue"} else None)
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_chapters_hide_their_setup(name):
+    """A rendered chapter opens with its claim: the Colab install, the imports, the parameters,
+    the run's start and end and the glue-only cells are still run (and in the .ipynb) but hidden
+    from the page (MyST-NB's ``remove_code_source`` and ``remove_code_outputs``)."""
+    nb = sources.read_text_notebook(ROOT / "notebooks" / f"{name}.md")
+    shown = []
+    for cell, display in zip([c for c in nb.cells if c.cell_type == "code"], sources.display_settings(nb)):
+        what = "parameters" if "parameters" in cell.metadata.get("tags", []) else _setup_kind(cell.source)
+        hidden = display.get("remove_code_source") and display.get("remove_code_outputs")
+        if what and not hidden:
+            shown.append(f"{what}: {cell.source.strip().splitlines()[0]}")
+    assert not shown, f"{name} shows setup cells: {shown}"
+
+
+@pytest.mark.slow
+def test_full_run_pins_the_colab_install_to_its_commit(monkeypatch, tmp_path):
+    """A full run sets ``install_ref`` to the commit it runs from, so the committed notebook's Colab
+    cell installs the library that produced its outputs; papermill's injected cell is hidden."""
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "book").mkdir()
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "smoke.yaml").write_text("tiny: {n: 2}\n")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n- file: notebooks/tiny\n")
+    header = "---\nkernelspec:\n  display_name: Python 3\n  language: python\n  name: python3\n---\n\n# Tiny\n\n"
+    cells = ['---\ntags: [parameters]\n---\ninstall_ref = "main"\nn = 1',
+             "from gmlm_lib.book import provenance\nrun = provenance.start(dict(install_ref=install_ref, n=n))\n"
+             "print('installs', install_ref)",
+             "provenance.finish(run);"]
+    (tmp_path / "notebooks" / "tiny.md").write_text(header + "\n\n".join(f"```{{code-cell}} ipython3\n{c}\n```" for c in cells))
+    monkeypatch.setattr(provenance, "git_commit", lambda: "a" * 40)
+    meta = runner.run_notebook("tiny", "full", root=tmp_path)
+    nb = nbformat.read(tmp_path / "notebooks" / "tiny.ipynb", as_version=4)
+    assert meta["provenance"]["parameters"] == {"install_ref": "a" * 40, "n": 1}
+    printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    assert f"installs {'a' * 40}" in printed
+    injected = [c for c in nb.cells if sources.INJECTED_TAG in c.metadata.get("tags", [])]
+    assert len(injected) == 1 and injected[0].metadata[sources.DISPLAY_KEY] == {
+        "remove_code_source": True, "remove_code_outputs": True}
+    # a value given on the command line wins, and a smoke run injects nothing
+    runner.run_notebook("tiny", "full", {"install_ref": "v1"}, root=tmp_path)
+    assert "installs v1" in "".join(o.get("text", "") for c in nbformat.read(tmp_path / "notebooks" / "tiny.ipynb",
+                                                                        as_version=4).cells for o in c.get("outputs", []))
+    assert runner.run_notebook("tiny", "smoke", root=tmp_path)["provenance"]["parameters"]["install_ref"] == "main"

@@ -3,7 +3,8 @@
 A chapter fails the check when
 
 - its ``.ipynb`` is missing, or was not produced by a ``full`` run of the runner;
-- its ``.md`` and ``.ipynb`` disagree in any code cell (source or tags) or markdown cell;
+- its ``.md`` and ``.ipynb`` disagree in any code cell (source or tags), in how a code cell is
+  shown (its ``mystnb`` metadata: captions, hidden cells) or in any markdown cell;
 - the code that produced the ``.ipynb``'s outputs (the SHA-256 stored at run time) is not
   the code the ``.ipynb`` now holds: a code cell was edited without rerunning;
 - its full run does not name one clean commit: the sources had uncommitted changes when it
@@ -37,6 +38,9 @@ def check_pair(md: Path, ipynb: Path) -> list[str]:
     problems = []
     if sources.code_cells(text) != sources.code_cells(nb):
         problems.append(f"{name}: the code cells of {md.name} and {ipynb.name} differ; rerun `make full NB={name}`.")
+    if sources.display_settings(text) != sources.display_settings(nb):
+        problems.append(f"{name}: how the code cells are shown (mystnb metadata: captions, hidden cells) differs "
+                        f"between {md.name} and {ipynb.name}; run `make sync`.")
     if sources.markdown_cells(text) != sources.markdown_cells(nb):
         problems.append(f"{name}: the markdown cells of {md.name} and {ipynb.name} differ; run `make sync`.")
     meta = nb.metadata.get("gmlm")
@@ -129,7 +133,8 @@ def check_all(root: Path) -> list[str]:
 
 
 def sync(root: Path) -> list[Path]:
-    """Copy markdown edits from each ``.md`` into its ``.ipynb``, keeping outputs and metadata.
+    """Copy markdown edits and display settings (``mystnb`` cell metadata) from each ``.md`` into its
+    ``.ipynb``, keeping outputs and the run's metadata.
 
     Code cells are taken from the ``.md`` too; if they changed, the freshness check will
     (rightly) report the outputs as stale until the chapter is rerun.

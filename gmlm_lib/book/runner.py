@@ -10,7 +10,9 @@
 A chapter must be listed in ``_toc.yml``; a parameter name that is not in the notebook's
 ``parameters`` cell, or a value not of its default's type, is an error before any cell runs. The executed
 notebook's metadata ``gmlm`` holds the provenance record, the profile, the total wall time
-and the SHA-256 of the code that ran (the freshness key, see :mod:`gmlm_lib.book.checks`).
+and the SHA-256 of the code that ran (the freshness key, see :mod:`gmlm_lib.book.checks`). A full
+run sets a chapter's ``install_ref`` parameter, if it has one, to the commit it runs from (see
+:mod:`gmlm_lib.book.sources`).
 The kernel's ``TMPDIR`` is a folder removed when the run ends, failed or not, so the temporary
 run folders of a chapter run with ``run_root = ""`` (as the smoke profile does) never outlive it.
 """
@@ -140,6 +142,9 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
         raise ValueError(f"a full run of {name!r} must start from committed sources, but {', '.join(provenance.SOURCES)} "
                          "have uncommitted changes (`git status`); commit them first: the committed outputs must name "
                          "a commit that reproduces them.")
+    if profile == "full" and sources.INSTALL_REF in params and sources.INSTALL_REF not in inject:
+        # the Colab install cell of the committed notebook installs the commit that made its outputs
+        inject[sources.INSTALL_REF] = params[sources.INSTALL_REF] = provenance.git_commit()
     out = output_path(root, name, profile)
     out.parent.mkdir(parents=True, exist_ok=True)
     failed = root / "_build" / "failed" / f"{profile}-{name}.ipynb"
@@ -179,6 +184,9 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
                                    f"{out} is unchanged.")
         record = json.loads(rec_path.read_text())
         executed = nbformat.read(executed_path, as_version=4)
+        for cell in executed.cells:  # papermill's cell of injected parameters is setup too: not shown
+            if sources.INJECTED_TAG in cell.metadata.get("tags", []):
+                cell.metadata[sources.DISPLAY_KEY] = {"remove_code_source": True, "remove_code_outputs": True}
         meta = {
             "profile": profile,
             "provenance": record,

@@ -3,6 +3,16 @@
 A chapter is a pair ``notebooks/NAME.md`` (MyST markdown, the source you edit) and
 ``notebooks/NAME.ipynb`` (the outputs of its last full run). The chapters are the
 ``notebooks/...`` entries of ``_toc.yml``.
+
+What a code cell *does* is its source and its tags (``parameters`` among them): together they are
+the freshness key (:func:`code_hash`). How the book *shows* a cell is its ``mystnb`` metadata
+(MyST-NB's cell-level settings: ``remove_code_source``/``remove_code_outputs`` for setup and glue
+cells, a figure's ``caption`` and ``name``): it is left out of the key, so hiding a cell or
+rewording a caption needs ``make sync``, not a rerun, and the check compares it separately.
+
+A full run injects ``install_ref`` (:data:`INSTALL_REF`), the commit it ran from, into a chapter
+that defines that parameter: its Colab install cell then installs the library that produced the
+outputs the reader sees, not whatever ``main`` holds later.
 """
 
 from __future__ import annotations
@@ -17,6 +27,8 @@ import yaml
 
 INJECTED_TAG = "injected-parameters"  # papermill's tag for the cell it adds
 PARAMETERS_TAG = "parameters"
+INSTALL_REF = "install_ref"  # the parameter a full run sets to its commit (the Colab install pins it)
+DISPLAY_KEY = "mystnb"  # cell metadata that says how a cell is shown, not what it does
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -62,6 +74,13 @@ def code_cells(nb) -> list[dict]:
             continue
         cells.append({"source": cell.source.rstrip(), "tags": sorted(tags)})
     return cells
+
+
+def display_settings(nb) -> list[dict]:
+    """The ``mystnb`` cell metadata of the notebook's own code cells, in order: how the book shows
+    each cell (hidden source or outputs, a figure's caption). Not part of :func:`code_hash`."""
+    return [cell.get("metadata", {}).get(DISPLAY_KEY, {}) for cell in nb.cells
+            if cell.cell_type == "code" and INJECTED_TAG not in cell.get("metadata", {}).get("tags", [])]
 
 
 def markdown_cells(nb) -> list[str]:
