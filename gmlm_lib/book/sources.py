@@ -28,6 +28,22 @@ import yaml
 INJECTED_TAG = "injected-parameters"  # papermill's tag for the cell it adds
 PARAMETERS_TAG = "parameters"
 INSTALL_REF = "install_ref"  # the parameter a full run sets to its commit (the Colab install pins it)
+COLAB_INSTALL_CELL = """\
+# On Colab (TPU or GPU) this installs gmlm_lib at `install_ref`, the commit whose full run made the
+# outputs shown here, keeping Colab's own jax and jaxlib; elsewhere it does nothing.
+import sys
+
+if "google.colab" in sys.modules:
+    import os
+    import subprocess
+    from importlib.metadata import version
+
+    repository = os.environ.get("GMLM_REPOSITORY", "https://github.com/gmlm-book/gmlm-book")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"gmlm-book @ git+{repository}@{install_ref}",
+                    f"jax=={version('jax')}", f"jaxlib=={version('jaxlib')}"], check=True)"""
+"""The Colab cell of every chapter, right after its parameters cell (it reads ``install_ref``). Pinning
+``jax`` and ``jaxlib`` to the installed versions makes pip pick versions of flax, optax and orbax that
+work with Colab's accelerator-enabled jax instead of replacing it."""
 DISPLAY_KEY = "mystnb"  # cell metadata that says how a cell is shown, not what it does
 
 
