@@ -207,9 +207,32 @@ def test_every_chapter_is_runnable_by_the_book_rules(name):
     first_md = next(c for c in nb.cells if c.cell_type == "markdown")
     assert badge in first_md.source and "](../book/_static/colab-badge.svg)" in first_md.source  # self-hosted
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert 'if "google.colab" in sys.modules:' in code[0].source
+    colab = next(i for i, c in enumerate(code) if 'if "google.colab" in sys.modules:' in c.source)
+    assert not any("gmlm_lib" in c.source for c in code[:colab]), "gmlm_lib is imported before the Colab cell installs it"
     assert "provenance.start(" in "".join(c.source for c in code)
     assert code[-1].source.strip().startswith("provenance.finish(run")
+
+
+# Chapters whose Colab cell still installs the newest `main`: each is pinned (sources.COLAB_INSTALL_CELL)
+# when its code is next changed, since that needs its full rerun anyway.
+UNPINNED = {"adaptive_masking", "conditionals_to_joint", "efficiency_is_mixing", "gmlm_ising_testbed",
+            "kgibbs_vs_parallel", "masking_more", "one_parallel_step", "padir", "stutter", "ablations"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
+    strict=True, reason="its Colab cell still installs main: pinned at its next full run")) if n in UNPINNED else n
+    for n in CHAPTERS])
+def test_colab_cell_installs_the_commit_of_the_outputs(name):
+    """Right after the parameters cell, the Colab cell installs gmlm-book at ``install_ref`` (a full
+    run sets it to its commit: the committed outputs name the code that made them), keeping Colab's jax."""
+    nb = sources.read_text_notebook(ROOT / "notebooks" / f"{name}.md")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "parameters" in code[0].metadata.get("tags", []) and sources.INSTALL_REF in sources.parameters_cell(nb)
+    assert code[1].source.strip() == sources.COLAB_INSTALL_CELL.strip()
+    ipynb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    injected = next(c.source for c in ipynb.cells if sources.INJECTED_TAG in c.metadata.get("tags", []))
+    commit = ipynb.metadata["gmlm"]["provenance"]["gmlm_lib_commit"]
+    assert f'{sources.INSTALL_REF} = "{commit}"' in injected
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
