@@ -497,7 +497,8 @@ def test_display_settings_need_a_sync_not_a_rerun(book_copy):
 
 
 def _setup_kind(source: str) -> str | None:
-    """What makes a code cell setup: the Colab install, imports only, the run's start or end, glue only."""
+    """What makes a code cell setup: the Colab install, the run's start or end, or only imports,
+    parameter range checks (``require``) and glue calls."""
     import ast
 
     if "google.colab" in source:
@@ -510,15 +511,16 @@ def _setup_kind(source: str) -> str | None:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             return "imports"
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-            return {"glue": "glue", "plotting.set_style": "imports", "jax.config.update": "imports"}.get(
-                ast.unparse(stmt.value.func))
-        if isinstance(stmt, ast.For) and all(kind(s) == "glue" for s in stmt.body):
-            return "glue"
+            return {"glue": "glue", "require": "range checks", "plotting.set_style": "imports",
+                    "jax.config.update": "imports"}.get(ast.unparse(stmt.value.func))
+        if isinstance(stmt, ast.For) and len({kind(s) for s in stmt.body}) == 1:
+            return kind(stmt.body[0])
         return None
 
     kinds = {kind(s) for s in body}
-    return next(iter(kinds)) if body and len(kinds) == 1 and None not in kinds else \
-        ("imports" if body and kinds == {"imports", "glue"} else None)
+    if not body or None in kinds:
+        return None
+    return " and ".join(sorted(kinds))
 
 
 @pytest.mark.parametrize("name", CHAPTERS)

@@ -37,6 +37,9 @@ def test_colab_install_cell_installs_the_run_commit_and_keeps_colab_jax(tmp_path
     venv = tmp_path / "colab"
     _run([sys.executable, "-m", "venv", str(venv)])
     py = str(venv / "bin" / "python")
+    import pip  # Colab's pip is recent; the one venv bundles may be too old to parse a git+file URL with a commit
+
+    _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"pip=={pip.__version__}"])
     _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *_pinned(COLAB_SET)])
     versions = "from importlib.metadata import version; print(version('jax'), version('jaxlib'))"
     before = _run([py, "-c", versions]).split()

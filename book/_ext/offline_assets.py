@@ -5,6 +5,10 @@ licence copied beside it), not from a CDN: the TeX-to-HTML bundle, its fonts and
 extensions it loads on demand are copied into the build's ``_static/mathjax/`` and
 ``mathjax_path`` points there (``_config.yml``). The "Open in Colab" badge is the book's own
 ``book/_static/colab-badge.svg``, not an image hot-linked from Colab.
+
+It also drops repeated scripts from each page: Jupyter Book 1.x registers sphinx-thebe's and
+sphinx-togglebutton's inline configuration twice, and the second ``const THEBE_JS_URL`` is a
+JavaScript error on every page (the browser check in ``tests/test_browser.py`` reports it).
 """
 
 from __future__ import annotations
@@ -42,7 +46,21 @@ def _copy_mathjax(app, exception):
     shutil.copy2(src / "LICENSE", dest / "LICENSE")
 
 
+def _unique_scripts(app, pagename, templatename, context, doctree):
+    scripts = context.get("script_files")
+    if not scripts:
+        return
+    seen, unique = set(), []
+    for js in scripts:
+        key = (getattr(js, "filename", str(js)), tuple(sorted(getattr(js, "attributes", {}).items())))
+        if key not in seen:
+            seen.add(key)
+            unique.append(js)
+    context["script_files"] = unique
+
+
 def setup(app):
     mathjax_source()  # fail at the start of a build, not after it
     app.connect("build-finished", _copy_mathjax)
+    app.connect("html-page-context", _unique_scripts)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -191,20 +191,25 @@ def page(root: Path) -> str:
         "reproduces it. The page is generated from tags in the docstrings, the tests and the chapters",
         "(`gmlm_lib.book.labels`; `make check` fails when it is out of date), so a row cannot name code or a test",
         "that no longer exists. Titles quote the paper; where the book does not treat a label, the last column",
-        "says why.",
+        "says why. Figure and table labels are the paper's; each is reproduced in the chapter named beside it.",
         "",
     ]
     for kind, plural in KINDS.items():
         rows = [k for k in PAPER_LABELS if k.startswith(kind + " ")]
-        lines += [f"## {plural}", "", "| Label | In the paper | Library | Tests | In the book |", "| --- | --- | --- | --- | --- |"]
+        # two narrow views of one index (a five-column table is wider than the page's column):
+        # where each result is in the book, then the code and the tests behind it
+        lines += [f"## {plural}", "", "| Label | In the paper | In the book |", "| --- | --- | --- |"]
         for label in rows:
-            code = "<br>".join(f"`{n}`" for n in lib.get(label, [])) or "—"
-            checks = "<br>".join(f"`{t}`" for t in tests.get(label, [])) or "—"
             where = "<br>".join(dict.fromkeys(_where(*w) for w in book.get(label, [])))
             if label in NOT_TREATED:
                 where = (where + "<br>" if where else "") + f"not treated: {NOT_TREATED[label]}"
-            cells = [label, PAPER_LABELS[label], code, checks, where or "—"]
+            cells = [label, PAPER_LABELS[label], where or "—"]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        lines += ["", f"Code and tests of the {plural.lower()}:", ""]
+        for label in rows:
+            code = ", ".join(f"`{n}`" for n in lib.get(label, [])) or "none"
+            checks = ", ".join(f"`{t}`" for t in tests.get(label, [])) or "none"
+            lines.append(f"- **{label}**: library {code}; tests {checks}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

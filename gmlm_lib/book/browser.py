@@ -1,0 +1,143 @@
+"""The built book as a reader sees it: every page loaded in headless Chromium, offline.
+
+:func:`check_book` opens each HTML page of a build (``file://``, with every network request sent
+to an unreachable proxy, so a page that needs the network shows it), waits for MathJax, and
+reports what a reader would see as broken:
+
+- untypeset TeX: ``\\(``, ``\\[`` or ``$$`` left in the page's text outside code, math that MathJax
+  did not render, or a MathJax error box;
+- a broken image (not loaded, or zero width);
+- a table wider than the content column;
+- a "What we verified" box taller than one 1400 x 900 screen;
+- a JavaScript error or a failed request in the browser's console.
+
+It saves a screenshot of each page (the first screen, 1400 x 900) for review. It drives Debian's
+``chromium`` and ``chromedriver`` through Selenium, which is imported only here; Selenium is told
+where the driver is, so it never downloads one.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+WINDOW = (1400, 900)  # the screen a "What we verified" box must fit
+SKIP = ("genindex.html", "search.html", "py-modindex.html")  # Sphinx's generated index pages
+
+_PAGE_SCRIPT = r"""
+const done = arguments[arguments.length - 1];
+const ready = (window.MathJax && MathJax.startup && MathJax.startup.promise) || Promise.resolve();
+const timeout = new Promise(r => setTimeout(() => r("timeout"), 20000));
+Promise.race([ready.then(() => "ok", e => "error: " + e), timeout]).then(state => {
+  const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
+  const column = article.getBoundingClientRect().width;
+  const clone = article.cloneNode(true);
+  clone.querySelectorAll("pre, code, script, style, mjx-container, .highlight").forEach(e => e.remove());
+  const text = clone.textContent;
+  const tex = [];
+  for (const m of ["\\(", "\\[", "$$"]) { if (text.includes(m)) tex.push(m); }
+  const mathSpans = article.querySelectorAll("span.math, div.math").length;
+  const rendered = article.querySelectorAll("mjx-container").length;
+  const images = Array.from(document.images)
+    .filter(i => !i.complete || i.naturalWidth === 0)
+    .map(i => i.getAttribute("src"));
+  const tables = Array.from(article.querySelectorAll("table"))
+    .map(t => ({width: Math.round(t.getBoundingClientRect().width), text: t.innerText.slice(0, 60)}))
+    .filter(t => t.width > column + 1);
+  const boxes = Array.from(article.querySelectorAll(".admonition"))
+    .filter(b => (b.querySelector(".admonition-title") || {}).textContent === "What we verified")
+    .map(b => Math.round(b.getBoundingClientRect().height));
+  done({state, column: Math.round(column), tex, mathSpans, rendered,
+        mathErrors: document.querySelectorAll("mjx-merror").length, images, tables, boxes});
+});
+"""
+
+
+@dataclass
+class PageReport:
+    """What one page showed: ``problems`` is empty when a reader sees nothing broken."""
+
+    page: str
+    problems: list[str] = field(default_factory=list)
+    screenshot: Path | None = None
+
+
+def find_browser() -> tuple[str, str]:
+    """Paths of ``chromium`` and ``chromedriver``; ``FileNotFoundError`` with the install command."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not (browser and driver):
+        raise FileNotFoundError("the browser check needs Chromium and its driver: `apt-get install chromium "
+                                "chromium-driver` (Debian's packages; .ci/run installs them in CI).")
+    return browser, driver
+
+
+def open_browser():
+    """Headless Chromium at :data:`WINDOW`, offline: every request goes to an unreachable proxy."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    browser, driver = find_browser()
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = browser
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                f"--window-size={WINDOW[0]},{WINDOW[1]}", "--hide-scrollbars",
+                "--allow-file-access-from-files", "--proxy-server=http://127.0.0.1:9",
+                "--proxy-bypass-list=<-loopback>", "--no-first-run", "--disable-extensions"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(service=Service(executable_path=driver), options=opts)
+    drv.set_script_timeout(60)
+    drv.set_page_load_timeout(60)
+    return drv
+
+
+def check_page(drv, path: Path, html_root: Path, screenshots: Path | None = None) -> PageReport:
+    """Load ``path`` (a page of the build under ``html_root``) and report what is broken."""
+    name = path.relative_to(html_root).as_posix()
+    drv.get_log("browser")  # drop what earlier pages logged
+    drv.get(path.resolve().as_uri())
+    seen = drv.execute_async_script(_PAGE_SCRIPT)
+    report = PageReport(name)
+    p = report.problems
+    if seen["state"] != "ok":
+        p.append(f"MathJax did not finish typesetting ({seen['state']})")
+    if seen["tex"]:
+        p.append(f"untypeset TeX in the text: {', '.join(seen['tex'])}")
+    if seen["mathSpans"] and not seen["rendered"]:
+        p.append(f"{seen['mathSpans']} formulas and none rendered by MathJax")
+    if seen["mathErrors"]:
+        p.append(f"{seen['mathErrors']} MathJax error(s)")
+    p += [f"broken image: {src}" for src in seen["images"]]
+    p += [f"table {t['width']} px wide in a {seen['column']} px column: {t['text']!r}" for t in seen["tables"]]
+    p += [f"'What we verified' box is {h} px tall, more than the {WINDOW[1]} px screen" for h in seen["boxes"]
+          if h > WINDOW[1]]
+    for entry in drv.get_log("browser"):
+        if entry.get("level") == "SEVERE":
+            p.append(f"console: {entry.get('message', '')[:200]}")
+    if screenshots is not None:
+        shot = screenshots / (name.replace("/", "__").removesuffix(".html") + ".png")
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        drv.save_screenshot(str(shot))
+        report.screenshot = shot
+    return report
+
+
+def book_pages(html_root: Path) -> list[Path]:
+    """The reader-facing pages of a build: every ``.html`` except Sphinx's index and search pages
+    and the build's own folders (``_static``, ``_sources``, ...)."""
+    return sorted(p for p in html_root.rglob("*.html")
+                  if p.name not in SKIP and not any(part.startswith("_") for part in p.relative_to(html_root).parts))
+
+
+def check_book(html_root: Path, screenshots: Path | None = None) -> list[PageReport]:
+    """Every page of the build at ``html_root`` through :func:`check_page`, in one browser."""
+    html_root = Path(html_root)
+    if not (html_root / "index.html").is_file():
+        raise FileNotFoundError(f"no built book at {html_root} (no index.html); run `make book` first.")
+    drv = open_browser()
+    try:
+        return [check_page(drv, page, html_root, screenshots) for page in book_pages(html_root)]
+    finally:
+        drv.quit()
