@@ -46,3 +46,18 @@ X64_MODULES = {"test_errors", "test_fisher_markov", "test_ising", "test_mple", "
 def _x64_for_exact_numerics(request):
     with jax.enable_x64(request.module.__name__.rsplit(".", 1)[-1] in X64_MODULES):
         yield
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def built_book():
+    """The README's build of the book (``make book``: warnings are errors, nitpicky), run once per
+    test session into ``_build/``: the strict-build test checks its output, the browser test reads it."""
+    import subprocess
+
+    cmd = [str(pathlib.Path(sys.executable).with_name("jupyter-book")), "build", str(ROOT), "--all", "--warningiserror",
+           "--nitpick", "--keep-going"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    return proc, ROOT / "_build" / "html"

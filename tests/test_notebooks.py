@@ -1,8 +1,6 @@
 """Smoke execution of every chapter in _toc.yml through papermill, and the strict book build."""
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -32,14 +30,11 @@ def test_smoke_run(name):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_strict_book_build(tmp_path):
+def test_strict_book_build(built_book):
     """The README's build with warnings as errors and nitpicky mode; the chapter page shows
     theorem boxes, rendered equations and figures."""
-    out = ROOT / "_build"
-    cmd = [str(Path(sys.executable).with_name("jupyter-book")), "build", str(ROOT), "--all", "--warningiserror", "--nitpick", "--keep-going"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    proc, html = built_book
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    html = out / "html"
     assert (html / "index.html").is_file()
     for name in sources.toc_notebooks(ROOT):
         page = (html / "notebooks" / f"{name}.html").read_text()

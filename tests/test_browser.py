@@ -1,0 +1,78 @@
+"""The built book in a real browser (headless Chromium, network unused): what a reader sees.
+
+CI installs Debian's ``chromium`` and ``chromium-driver`` (.ci/run); elsewhere the tests are skipped,
+with the install command, when the browser is missing.
+"""
+
+import os
+import re
+import shutil
+
+import pytest
+
+from gmlm_lib.book import browser, sources
+
+from conftest import ROOT
+
+
+def _need_browser():
+    try:
+        browser.find_browser()
+    except FileNotFoundError as err:
+        if os.environ.get("CI"):
+            raise  # CI must run the browser check: .ci/run installs the browser
+        pytest.skip(str(err))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_every_page_reads_in_a_browser(built_book):
+    """Every page of the build: MathJax typeset everything (no TeX left, no error), every image
+    loads, no table is wider than the content column, every "What we verified" box fits a
+    1400 x 900 screen, and the console holds no error; a screenshot of each page is saved under
+    ``_build/screenshots/`` for review."""
+    _need_browser()
+    proc, html = built_book
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    shots = ROOT / "_build" / "screenshots"
+    shutil.rmtree(shots, ignore_errors=True)
+    reports = browser.check_book(html, shots)
+    pages = {r.page for r in reports}
+    assert {f"notebooks/{name}.html" for name in sources.toc_notebooks(ROOT)} <= pages
+    broken = {r.page: r.problems for r in reports if r.problems}
+    assert not broken, "\n".join(f"{page}: {'; '.join(p)}" for page, p in broken.items())
+    assert all(r.screenshot.is_file() and r.screenshot.stat().st_size > 10_000 for r in reports)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
+    """The check fails a page without MathJax (raw TeX), with a broken image link, and with a
+    table wider than the column; the unchanged page passes."""
+    _need_browser()
+    proc, html = built_book
+    assert proc.returncode == 0
+    site = tmp_path / "html"
+    shutil.copytree(html, site)
+    page = site / "notebooks" / f"{sources.toc_notebooks(ROOT)[0]}.html"
+    text = page.read_text()
+    assert "mathjax/tex-chtml.js" in text and "</article>" in text
+    variants = {
+        "as built": text,
+        "no MathJax": re.sub(r'<script[^>]*mathjax/tex-chtml\.js[^>]*></script>', "", text),
+        "broken image": text.replace("</article>", '<img src="no-such-figure.png" alt="gone"></article>', 1),
+        "wide table": text.replace("</article>", "<table><tr>" + "<td>1234567.891</td>" * 60 + "</tr></table></article>", 1),
+    }
+    drv = browser.open_browser()
+    try:
+        found = {}
+        for name, body in variants.items():
+            probe = page.with_name(f"probe-{name.replace(' ', '-')}.html")
+            probe.write_text(body)
+            found[name] = browser.check_page(drv, probe, site).problems
+    finally:
+        drv.quit()
+    assert found["as built"] == [], found["as built"]
+    assert any("untypeset TeX" in p or "none rendered" in p for p in found["no MathJax"]), found["no MathJax"]
+    assert any(p.startswith("broken image: no-such-figure.png") for p in found["broken image"]), found["broken image"]
+    assert any(p.startswith("table ") and "px wide" in p for p in found["wide table"]), found["wide table"]
