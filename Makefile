@@ -6,6 +6,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 NB     ?=
 ARGS   ?=
+# pytest workers (pytest-xdist): one per core of the 2-core machines the book is built for; the
+# strict build and the browser tests share one worker (xdist_group "book"), so the book is built once
+WORKERS ?= 2
 # Multi30k for the translation chapters: a copy beside the project (as in CI) when there is one;
 # otherwise the loader downloads it (see data/README.md).
 ifneq ($(wildcard ../shared/data/multi30k/train.en.gz),)
@@ -29,10 +32,10 @@ book: install
 	@echo "book: $(CURDIR)/_build/html/index.html"
 
 test: install
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup $(ARGS)
 
 test-fast: install
-	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup -m "not slow" $(ARGS)
 
 smoke: install
 	$(BIN)/python -m gmlm_lib.book run smoke $(if $(NB),$(NB),--all)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import settings
 
 # CI runs the property tests on a fixed, reproducible set of examples; locally they explore.
-settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None)  # two test workers share the cores
 if os.environ.get("CI"):
     settings.load_profile("ci")
 

@@ -26,6 +26,7 @@ def _need_browser():
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.xdist_group("book")
 def test_every_page_reads_in_a_browser(built_book):
     """Every page of the build: MathJax typeset everything (no TeX left, no error), every image
     loads, no table is wider than the content column, every "What we verified" box fits a
@@ -46,6 +47,7 @@ def test_every_page_reads_in_a_browser(built_book):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.xdist_group("book")
 def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     """The check fails a page without MathJax (raw TeX), with a broken image link, and with a
     table wider than the column; the unchanged page passes."""

@@ -1,6 +1,8 @@
 """Smoke execution of every chapter in _toc.yml through papermill, and the strict book build."""
 
+import os
 import re
+import resource
 from pathlib import Path
 
 import nbformat
@@ -17,19 +19,30 @@ SMOKE_BUDGET_S = 120  # each chapter's smoke profile, on 2 CPU cores
 @pytest.mark.parametrize("name", sources.toc_notebooks(ROOT))
 def test_smoke_run(name):
     """The chapter runs without a cell error in the smoke profile, within the budget, and
-    ends with its provenance line; the record lands in the notebook's metadata."""
+    ends with its provenance line; the record lands in the notebook's metadata.
+
+    The budget is 2 minutes on 2 CPU cores. CI runs the tests on two workers (pytest-xdist), so a
+    chapter's wall time there depends on what the other worker runs beside it: the check is on
+    the CPU time of the chapter's kernel (at most 2 x 120 core-seconds) and, when the suite runs
+    alone in one process, on the wall time too."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     meta = runner.run_notebook(name, "smoke", root=ROOT)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     nb = nbformat.read(runner.output_path(ROOT, name, "smoke"), as_version=4)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
     assert meta["profile"] == "smoke" and meta["code_sha256"] == sources.code_hash(nb)
     last = "".join(o.get("text", "") for o in nb.cells[-1].get("outputs", []))
     assert last.startswith("Provenance: profile smoke;"), last
-    assert meta["total_wall_time_s"] <= SMOKE_BUDGET_S, f"{name} smoke run took {meta['total_wall_time_s']} s"
+    assert 0 < cpu_s <= 2 * SMOKE_BUDGET_S, f"{name} smoke run used {cpu_s:.0f} s of CPU (its kernel)"
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        assert meta["total_wall_time_s"] <= SMOKE_BUDGET_S, f"{name} smoke run took {meta['total_wall_time_s']} s"
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.xdist_group("book")  # one worker builds the book once for this test and the browser tests
 def test_strict_book_build(built_book):
     """The README's build with warnings as errors and nitpicky mode; the chapter page shows
     theorem boxes, rendered equations and figures."""

@@ -150,6 +150,13 @@ def sync(root: Path) -> list[Path]:
         new = jupytext.combine.combine_inputs_with_outputs(sources.read_text_notebook(md), old, fmt="md:myst")
         new.metadata.pop("jupytext", None)
         new.metadata["gmlm"] = old.metadata.get("gmlm", {})
+        # papermill's cell of injected parameters (the full run's install_ref among them) is not in
+        # the .md: put it back where the run had it, right after the parameters cell
+        injected = [c for c in old.cells if sources.INJECTED_TAG in c.metadata.get("tags", [])]
+        if injected:
+            at = next((i + 1 for i, c in enumerate(new.cells)
+                       if sources.PARAMETERS_TAG in c.metadata.get("tags", [])), 0)
+            new.cells[at:at] = injected
         # keep what the run recorded per cell (papermill timings) where the cell is unchanged
         previous = {(c.cell_type, c.source): c.metadata for c in old.cells}
         for cell in new.cells:
