@@ -52,15 +52,18 @@ def _unique_scripts(app, pagename, templatename, context, doctree):
         return
     seen, unique = set(), []
     for js in scripts:
-        key = (getattr(js, "filename", str(js)), tuple(sorted(getattr(js, "attributes", {}).items())))
+        attributes = getattr(js, "attributes", {})
+        key = (getattr(js, "filename", str(js)) or "", attributes.get("body"), attributes.get("src"))  # None and "" alike
         if key not in seen:
             seen.add(key)
             unique.append(js)
-    context["script_files"] = unique
+    scripts[:] = unique  # the builder's own list: pages rendered later start from it too
 
 
 def setup(app):
     mathjax_source()  # fail at the start of a build, not after it
     app.connect("build-finished", _copy_mathjax)
-    app.connect("html-page-context", _unique_scripts)
+    # early: the event stops at the first handler that returns a template (sphinx-book-theme's does);
+    # the scripts are all registered before any page is written
+    app.connect("html-page-context", _unique_scripts, priority=100)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

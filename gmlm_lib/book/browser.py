@@ -74,7 +74,7 @@ def find_browser() -> tuple[str, str]:
 
 
 def open_browser():
-    """Headless Chromium at :data:`WINDOW`, offline: every request goes to an unreachable proxy."""
+    """Headless Chromium at ``WINDOW``, offline: every request goes to an unreachable proxy."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -10,7 +10,7 @@ the freshness key (:func:`code_hash`). How the book *shows* a cell is its ``myst
 cells, a figure's ``caption`` and ``name``): it is left out of the key, so hiding a cell or
 rewording a caption needs ``make sync``, not a rerun, and the check compares it separately.
 
-A full run injects ``install_ref`` (:data:`INSTALL_REF`), the commit it ran from, into a chapter
+A full run injects ``install_ref`` (``INSTALL_REF``), the commit it ran from, into a chapter
 that defines that parameter: its Colab install cell then installs the library that produced the
 outputs the reader sees, not whatever ``main`` holds later.
 """

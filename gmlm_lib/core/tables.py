@@ -16,15 +16,13 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int = 3, missing: str = 
             index_digits: int | None = None):
     """``table`` as a ``Styler`` for display.
 
-    Args:
-      table: the values; a Series is shown as a one-column table.
-      digits: decimals of every float cell not named in ``formats``.
-      missing: the word shown for NaN, None and infinite cells; say why they are missing
-        (``"not reached"``, ``"no finite minimiser"``, ``"baseline"``), a dash only when nothing is to say.
-      formats: ``{column: format string or callable}`` for columns shown otherwise.
-      index_digits: decimals of a float index (the default: as many as its values need, at most ``digits``).
-
-    A plain 0..N index is hidden; any other index is kept (it names the rows).
+    ``table`` is a DataFrame, or a Series shown as a one-column table. ``digits`` is the number of
+    decimals of every float cell that ``formats`` (``{column: format string or callable}``) does
+    not name. ``missing`` is the word shown for NaN, None and infinite cells: say why they are
+    missing ("not reached", "no finite minimiser", "baseline"); a dash only when there is nothing
+    to say. ``index_digits`` is the number of decimals of a float index (by default as many as its
+    values need, at most ``digits``). A plain 0..N index is hidden; any other index is kept, since
+    it names the rows.
     """
     if isinstance(table, pd.Series):
         table = table.to_frame()
