@@ -1,6 +1,7 @@
 """The Colab path, exercised here: a chapter's install cell run as Colab runs it, in a fresh
 virtual environment that holds only what a Colab runtime brings (jax, numpy, pandas, matplotlib)."""
 
+import os
 import re
 import subprocess
 import sys
@@ -49,8 +50,8 @@ def test_colab_install_cell_installs_the_run_commit_and_keeps_colab_jax(tmp_path
         install_ref = {commit!r}
         exec({sources.COLAB_INSTALL_CELL!r})
     """)
-    _run([py, "-c", cell], env={"GMLM_REPOSITORY": f"file://{ROOT}", "PATH": str(venv / "bin"),
-                               "HOME": str(tmp_path)}, cwd=tmp_path)
+    path = os.pathsep.join([str(venv / "bin"), os.environ.get("PATH", "")])  # the venv first, git from the system
+    _run([py, "-c", cell], env={"GMLM_REPOSITORY": f"file://{ROOT}", "PATH": path, "HOME": str(tmp_path)}, cwd=tmp_path)
     imports = textwrap.dedent("""
         import importlib, pkgutil, gmlm_lib
         names = [m.name for m in pkgutil.walk_packages(gmlm_lib.__path__, "gmlm_lib.")]
