@@ -41,9 +41,12 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int = 3, missing: str = 
         styler = styler.format(fmt, subset=[column], na_rep=missing)
     if isinstance(shown.index, pd.RangeIndex) and shown.index.name is None:
         styler = styler.hide(axis="index")
-    elif shown.index.nlevels == 1 and pd.api.types.is_float_dtype(shown.index):
-        places = index_digits if index_digits is not None else _places(shown.index, digits)
-        styler = styler.format_index(precision=places)
+    else:
+        for level in range(shown.index.nlevels):  # a float level prints with the decimals it needs
+            values = shown.index.get_level_values(level)
+            if pd.api.types.is_float_dtype(values):
+                places = index_digits if index_digits is not None else _places(values, digits)
+                styler = styler.format_index(precision=places, level=level)
     return styler
 
 
