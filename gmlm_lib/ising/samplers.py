@@ -463,8 +463,6 @@ def use_cpu_cores_as_devices(count: int | None = None) -> int:
     it already has succeeds); accelerators (GPU, TPU) are not affected. Returns the number of
     CPU devices.
     """
-    import os
-
     count = len(os.sched_getaffinity(0)) if count is None else int(count)
     if count < 1:
         raise ValueError(f"count must be >= 1 CPU device; got {count}.")
