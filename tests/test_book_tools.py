@@ -560,8 +560,7 @@ def test_full_run_pins_the_colab_install_to_its_commit(monkeypatch, tmp_path):
     printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     assert f"installs {'a' * 40}" in printed
     injected = [c for c in nb.cells if sources.INJECTED_TAG in c.metadata.get("tags", [])]
-    assert len(injected) == 1 and injected[0].metadata[sources.DISPLAY_KEY] == {
-        "remove_code_source": True, "remove_code_outputs": True}
+    assert len(injected) == 1 and injected[0].metadata[sources.DISPLAY_KEY] == sources.HIDDEN
     # a value given on the command line wins, and a smoke run injects nothing
     runner.run_notebook("tiny", "full", {"install_ref": "v1"}, root=tmp_path)
     assert "installs v1" in "".join(o.get("text", "") for c in nbformat.read(tmp_path / "notebooks" / "tiny.ipynb",

@@ -152,7 +152,7 @@ def sync(root: Path) -> list[Path]:
         new.metadata["gmlm"] = old.metadata.get("gmlm", {})
         # papermill's cell of injected parameters (the full run's install_ref among them) is not in
         # the .md: put it back where the run had it, right after the parameters cell
-        injected = [c for c in old.cells if sources.INJECTED_TAG in c.metadata.get("tags", [])]
+        injected = [c for c in old.cells if sources.injected(c)]
         if injected:
             at = next((i + 1 for i, c in enumerate(new.cells)
                        if sources.PARAMETERS_TAG in c.metadata.get("tags", [])), 0)

@@ -185,8 +185,8 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
         record = json.loads(rec_path.read_text())
         executed = nbformat.read(executed_path, as_version=4)
         for cell in executed.cells:  # papermill's cell of injected parameters is setup too: not shown
-            if sources.INJECTED_TAG in cell.metadata.get("tags", []):
-                cell.metadata[sources.DISPLAY_KEY] = {"remove_code_source": True, "remove_code_outputs": True}
+            if sources.injected(cell):
+                cell.metadata[sources.DISPLAY_KEY] = dict(sources.HIDDEN)
         meta = {
             "profile": profile,
             "provenance": record,

@@ -45,6 +45,12 @@ if "google.colab" in sys.modules:
 ``jax`` and ``jaxlib`` to the installed versions makes pip pick versions of flax, optax and orbax that
 work with Colab's accelerator-enabled jax instead of replacing it."""
 DISPLAY_KEY = "mystnb"  # cell metadata that says how a cell is shown, not what it does
+HIDDEN = {"remove_code_source": True, "remove_code_outputs": True}  # the display setting of a setup cell
+
+
+def injected(cell) -> bool:
+    """True for papermill's cell of injected parameters (not in the .md, not part of the freshness key)."""
+    return INJECTED_TAG in cell.get("metadata", {}).get("tags", [])
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -86,7 +92,7 @@ def code_cells(nb) -> list[dict]:
     cells = []
     for cell in nb.cells:
         tags = list(cell.get("metadata", {}).get("tags", []))
-        if cell.cell_type != "code" or INJECTED_TAG in tags:
+        if cell.cell_type != "code" or injected(cell):
             continue
         cells.append({"source": cell.source.rstrip(), "tags": sorted(tags)})
     return cells
@@ -96,7 +102,7 @@ def display_settings(nb) -> list[dict]:
     """The ``mystnb`` cell metadata of the notebook's own code cells, in order: how the book shows
     each cell (hidden source or outputs, a figure's caption). Not part of :func:`code_hash`."""
     return [cell.get("metadata", {}).get(DISPLAY_KEY, {}) for cell in nb.cells
-            if cell.cell_type == "code" and INJECTED_TAG not in cell.get("metadata", {}).get("tags", [])]
+            if cell.cell_type == "code" and not injected(cell)]
 
 
 def markdown_cells(nb) -> list[str]:
