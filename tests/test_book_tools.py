@@ -483,6 +483,24 @@ def test_provenance_page_lists_the_artifacts_a_run_used(book_copy):
     assert any("provenance.md does not match" in p for p in checks.check_all(book_copy))
 
 
+def test_the_book_rerun_time_counts_each_reused_artifact_once(book_copy):
+    """The total on the provenance page is every chapter's wall time plus each reused artifact once
+    (the AR teacher several chapters load was trained once), graded against the 3-hour budget."""
+    def total(page):
+        return float(re.search(r"costs their sum, ([0-9.]+) h of wall time", page).group(1))
+
+    teacher = dict(updates=2800, wall_s=3600.0 * 2, commits=["a" * 40], hardware=["1 x cpu (cpu, 2 CPU cores)"])
+    before = total(checks.provenance_page(book_copy))
+    for name in CHAPTERS[:2]:
+        ipynb = book_copy / "notebooks" / f"{name}.ipynb"
+        nb = nbformat.read(ipynb, as_version=4)
+        nb.metadata["gmlm"]["provenance"]["artifacts"] = {"AR teacher": teacher}
+        nbformat.write(nb, ipynb)
+    page = checks.provenance_page(book_copy)
+    assert total(page) == pytest.approx(before + 2.0, abs=0.01)
+    assert ("within" if total(page) <= checks.BOOK_RERUN_BUDGET_H else "over") + " the 3-hour budget" in page
+
+
 def test_display_settings_need_a_sync_not_a_rerun(book_copy):
     """Showing a hidden cell changes how the page shows it, not what it computes: the check asks
     for `make sync` (not a rerun), and after the sync the chapter is fresh again."""

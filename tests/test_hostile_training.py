@@ -91,6 +91,60 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(damage, tmp_
     assert resumed.final_loss == whole.final_loss
 
 
+def _die_during_save(folder, point):
+    """Train the six-step run and SIGKILL this process during the save of checkpoint 4: with its
+    files written but before Orbax renames the temporary folder into place ("before the rename"), or
+    after the rename but before its digest is recorded ("before the digest")."""
+    import os
+    import signal
+
+    from orbax.checkpoint._src.path import atomicity
+
+    def die():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if point == "before the rename":
+        finalize = atomicity.AtomicRenameTemporaryPath.finalize
+
+        async def finalize_or_die(self, *args, **kwargs):
+            if self.get_final().name == "4":
+                die()
+            return await finalize(self, *args, **kwargs)
+
+        atomicity.AtomicRenameTemporaryPath.finalize = finalize_or_die
+    else:
+        digest, calls = training._digest, []
+
+        def digest_or_die(state):
+            calls.append(1)
+            if len(calls) == 2:  # the save of step 4 (checkpoint_every = 2)
+                die()
+            return digest(state)
+
+        training._digest = digest_or_die
+    training.train(_cfg(), _batcher(), pathlib.Path(folder), progress=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["before the rename", "before the digest"])
+def test_a_run_killed_during_a_checkpoint_save_resumes_exactly(point, tmp_path):
+    """A real SIGKILL in the middle of saving checkpoint 4: the resumed run ends bit-identical to an
+    uninterrupted one, with each step logged once."""
+    ctx = multiprocessing.get_context("spawn")
+    child = ctx.Process(target=_die_during_save, args=(str(tmp_path / "run"), point))
+    child.start()
+    child.join(180)
+    assert child.exitcode == -9, child.exitcode  # it died by the signal, not by finishing
+    record = tmp_path / "run" / "run.json"
+    assert not record.exists() or json.loads(record.read_text())["final_loss"] is None
+    whole = training.train(_cfg(), _batcher(), tmp_path / "whole", progress=False)
+    resumed = training.train(_cfg(), _batcher(), tmp_path / "run", progress=False)
+    assert resumed.final_loss == whole.final_loss
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 7))
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["4", "6"]
+
+
 def test_a_torn_metrics_line_is_dropped_with_a_warning(tmp_path):
     cfg, batcher = _cfg(), _batcher()
 
