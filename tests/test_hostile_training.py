@@ -71,13 +71,18 @@ def _truncate(folder: pathlib.Path, step: int):
             p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
 
 
+@pytest.fixture(scope="module")
+def uninterrupted_loss(tmp_path_factory):
+    """The final loss of the six-step run trained in one go, for the kill and damage tests to match."""
+    return training.train(_cfg(), _batcher(), tmp_path_factory.mktemp("whole") / "run", progress=False).final_loss
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", [_flip_bytes, _truncate], ids=["bytes flipped", "truncated"])
-def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(damage, tmp_path):
+def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(damage, tmp_path, uninterrupted_loss):
     """The run is killed after step 4 (checkpoints 2 and 4), checkpoint 4 is damaged: resuming warns,
     falls back to checkpoint 2 and still ends exactly where an uninterrupted run ends."""
     cfg, batcher = _cfg(), _batcher()
-    whole = training.train(cfg, batcher, tmp_path / "whole", progress=False)
 
     def kill(step, loss):
         if step == 5:
@@ -88,7 +93,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(damage, tmp_
     damage(tmp_path / "run", 4)
     with pytest.warns(UserWarning, match=r"checkpoint of step 4 is damaged .*falling back to step 2"):
         resumed = training.train(cfg, batcher, tmp_path / "run", progress=False)
-    assert resumed.final_loss == whole.final_loss
+    assert resumed.final_loss == uninterrupted_loss
 
 
 def _die_during_save(folder, point):
@@ -127,7 +132,7 @@ def _die_during_save(folder, point):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["before the rename", "before the digest"])
-def test_a_run_killed_during_a_checkpoint_save_resumes_exactly(point, tmp_path):
+def test_a_run_killed_during_a_checkpoint_save_resumes_exactly(point, tmp_path, uninterrupted_loss):
     """A real SIGKILL in the middle of saving checkpoint 4: the resumed run ends bit-identical to an
     uninterrupted one, with each step logged once."""
     ctx = multiprocessing.get_context("spawn")
@@ -137,9 +142,8 @@ def test_a_run_killed_during_a_checkpoint_save_resumes_exactly(point, tmp_path):
     assert child.exitcode == -9, child.exitcode  # it died by the signal, not by finishing
     record = tmp_path / "run" / "run.json"
     assert not record.exists() or json.loads(record.read_text())["final_loss"] is None
-    whole = training.train(_cfg(), _batcher(), tmp_path / "whole", progress=False)
     resumed = training.train(_cfg(), _batcher(), tmp_path / "run", progress=False)
-    assert resumed.final_loss == whole.final_loss
+    assert resumed.final_loss == uninterrupted_loss
     steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 7))
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["4", "6"]
