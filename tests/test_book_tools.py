@@ -577,7 +577,7 @@ def test_full_run_pins_the_colab_install_to_its_commit(monkeypatch, tmp_path):
     assert meta["provenance"]["parameters"] == {"install_ref": "a" * 40, "n": 1}
     printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
     assert f"installs {'a' * 40}" in printed
-    injected = [c for c in nb.cells if sources.INJECTED_TAG in c.metadata.get("tags", [])]
+    injected = [c for c in nb.cells if sources.injected(c)]
     assert len(injected) == 1 and injected[0].metadata[sources.DISPLAY_KEY] == sources.HIDDEN
     # a value given on the command line wins, and a smoke run injects nothing
     runner.run_notebook("tiny", "full", {"install_ref": "v1"}, root=tmp_path)

@@ -16,7 +16,7 @@ from conftest import ROOT
 
 
 # Problems known on pages whose chapters wait for the translation retrain (their new code is on the
-# branch retrain-translation, see dev/pending/): page -> the start of the problem's description.
+# branch retrain-next, merged after its full runs): page -> the start of the problem's description.
 KNOWN = {
     "notebooks/stutter.html": "table ",  # the AUROC table, 12 columns; a row a statistic in the new code
 }

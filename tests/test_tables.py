@@ -1,5 +1,7 @@
 """The book's table style: what a reader sees in each cell and index."""
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,10 +10,7 @@ from gmlm_lib.core.tables import present
 
 
 def _cells(styler):
-    html = styler.to_html()
-    import re
-
-    return re.findall(r'<t[hd][^>]*>([^<]*)</t[hd]>', html)
+    return re.findall(r"<t[hd][^>]*>([^<]*)</t[hd]>", styler.to_html())
 
 
 def test_missing_values_are_words_and_a_bare_index_is_hidden():

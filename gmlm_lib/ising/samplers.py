@@ -456,8 +456,8 @@ def use_cpu_cores_as_devices(count: int | None = None) -> int:
     many CPU devices, so that :func:`run_chains` shards its chains over them.
 
     XLA runs the k-Gibbs steps (row gathers and reductions, no dense product) mostly on one core
-    of a CPU device; as two devices, two cores share the chains (4-Gibbs at n = 1024 with 1000
-    chains on 2 cores: 1.2-1.6x more updates per second, at n = 64 2.3-2.5x). Dense products (the
+    of a CPU device; as several devices, the cores share the chains (``gmlm_lib.ising.bench.throughput``
+    measures the gain on a given machine). Dense products (the
     independent parallel sampler) already use every core either way. Call it right after
     ``import jax``, before JAX computes anything (once JAX runs, only a call asking for the count
     it already has succeeds); accelerators (GPU, TPU) are not affected. Returns the number of
