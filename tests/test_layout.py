@@ -131,24 +131,16 @@ def test_packages_list_their_modules():
             assert getattr(module, name) is not None
 
 
-LEGACY_USERS = {"padir", "stutter", "ablations"}  # committed runs that predate the packages
-
-
-def test_legacy_flat_names_only_in_the_translation_chapters_awaiting_a_rerun():
-    """``gmlm_lib.LEGACY_NAMES`` keeps the committed translation chapters' imports working until they
-    are retrained; nothing else may use the flat names, and the list shrinks as chapters are rerun."""
-    flat = set(gmlm_lib.LEGACY_NAMES)
-    users = set()
+def test_no_flat_module_names():
+    """The library is imported by package (``from gmlm_lib.mt import training``), never by the
+    flat names it had before it was split: ``gmlm_lib`` itself exports nothing else."""
     for path in [*ROOT.glob("notebooks/*.md"), *ROOT.glob("tests/*.py"), *ROOT.glob("benchmarks/*.py"), *MODULES]:
-        text = path.read_text()
-        for line in text.splitlines():
-            if line.startswith("from gmlm_lib import") or line.startswith("    from gmlm_lib import"):
+        for line in path.read_text().splitlines():
+            if line.strip().startswith("from gmlm_lib import"):
                 names = {n.strip().split(" as ")[0] for n in line.split("import", 1)[1].strip(" ()").split(",")}
-                if names & flat:
-                    users.add(path.stem)
-    assert users <= LEGACY_USERS
-    for name, target in gmlm_lib.LEGACY_NAMES.items():
-        assert getattr(gmlm_lib, name).__name__ == target
+                assert names <= {"ising", "mt", "book", "core"}, (path.name, line)
+    with pytest.raises(AttributeError):
+        gmlm_lib.training  # noqa: B018
 
 
 IMPORT_ORDER_SCRIPT = r"""

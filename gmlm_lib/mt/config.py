@@ -54,10 +54,10 @@ class Experiment:
     layers: int = 3
     d_ff: int = 1024
     dropout: float = 0.1
-    dropout_rng: str = "threefry"
+    dropout_rng: str = "hash"
     batch_tokens: int = 2048
     ar_steps: int = 2800
-    padir_steps: int = 1600
+    padir_steps: int = 2000
     padir_init: str = "teacher"
     learning_rate: float = 0.002
     warmup: int = 100
@@ -66,7 +66,7 @@ class Experiment:
     unmasking_rate: float = 0.3
     stages: int = 2
     compute_dtype: str = "float32"
-    train_buckets: tuple[int, ...] = (16, 24, 32, 48, 64)
+    train_buckets: tuple[int, ...] = (10, 12, 14, 16, 18, 20, 24, 28, 32, 40, 48, 64)
     decode_buckets: tuple[int, ...] = (16, 32, 64)
     beam: int = 4
     distill_beam: int = 2
