@@ -56,8 +56,8 @@ class Experiment:
     dropout: float = 0.1
     dropout_rng: str = "hash"
     batch_tokens: int = 2048
-    ar_steps: int = 2800
-    padir_steps: int = 2000
+    ar_steps: int = 1200
+    padir_steps: int = 500
     padir_init: str = "teacher"
     learning_rate: float = 0.002
     warmup: int = 100
@@ -74,8 +74,8 @@ class Experiment:
     eval_steps: tuple[int, ...] = (4, 10)
     eval_hyps: int = 3
     latency_steps: tuple[int, ...] = (1, 2, 4, 10)
-    latency_hyps: tuple[int, ...] = (1, 3, 5)
-    latency_sentences: int = 400
+    latency_hyps: tuple[int, ...] = (1, 3)
+    latency_sentences: int = 150
     throughput_batch: int = 64
     checkpoint_every: int = 200
     run_root: str = "runs/padir"
