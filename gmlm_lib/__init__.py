@@ -17,16 +17,15 @@ import importlib as _importlib
 
 __version__ = "0.1.0"
 
-#: The flat module names of the library before it was split into packages, still used by the
-#: committed runs of the translation chapters (padir, stutter, ablations), whose code cells must
-#: stay as they ran until those chapters are retrained. Each name resolves to its new home on
-#: first access; ``tests/test_layout.py`` fails if any other chapter, module or test uses them.
+#: The flat module names of the library before it was split into packages that the committed run of
+#: the ablations chapter still imports; its code cells must stay as they ran until it is rerun on the
+#: retrained PaDIR models. Each name resolves to its new home on first access;
+#: ``tests/test_layout.py`` fails if any other chapter, module or test uses them.
 LEGACY_NAMES = {
-    **{name: f"gmlm_lib.mt.{name}" for name in ("batching", "corpus", "decode_costs", "decoding", "experiment",
-                                                  "seq2seq", "stutter_analysis", "training", "translate", "vocab")},
+    **{name: f"gmlm_lib.mt.{name}" for name in ("batching", "corpus", "decoding", "experiment", "training",
+                                                  "translate")},
     "mt_metrics": "gmlm_lib.mt.metrics",
     "plotting": "gmlm_lib.core.plotting",
-    "bench": "gmlm_lib.core.timing",
 }
 
 

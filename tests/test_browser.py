@@ -16,10 +16,8 @@ from conftest import ROOT
 
 
 # Problems known on pages whose chapters wait for the translation retrain (their new code is on the
-# branch retrain-next, merged after its full runs): page -> the start of the problem's description.
-KNOWN = {
-    "notebooks/stutter.html": "table ",  # the AUROC table, 12 columns; a row a statistic in the new code
-}
+# branch retrain, merged after its full runs): page -> the start of the problem's description.
+KNOWN: dict[str, str] = {}
 
 
 def _need_browser():

@@ -29,6 +29,7 @@ from pathlib import Path
 import nbformat
 
 from gmlm_lib.book import provenance, sources
+from gmlm_lib.core import settings
 
 PROFILES = ("smoke", "full")
 
@@ -52,46 +53,20 @@ def _environ(**values: str):
 
 
 def _typed(name: str, param: str, default, value, origin: str):
-    """``value`` checked against the type of the parameter's default (and converted where that is
-    lossless: an int for a float, YAML 1.1's ``1e-3`` string for a float, a tuple for a list); a
-    ``TypeError`` naming the parameter, the expected type and the origin otherwise."""
-    def bad(kind):
-        return TypeError(f"parameter {param!r} of notebook {name!r} from {origin} must be {kind} (its default is "
-                         f"{default!r}); got {value!r} ({type(value).__name__}).")
-    if default is None:
+    """``value`` checked against the type of the parameter's default and converted where that is
+    lossless (:func:`gmlm_lib.core.settings.coerce`: an int for a float, YAML 1.1's ``1e-3`` string
+    for a float, a tuple for a list, item by item); a ``TypeError`` naming the parameter (and the item),
+    the expected type and the origin otherwise. A default of another type (``None``) takes any value."""
+    kind = type(default)
+    if kind not in settings.KINDS:
         return value
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise bad("true or false")
-        return value
-    if isinstance(default, int):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad("an integer")
-        return value
-    if isinstance(default, float):
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                raise bad("a number") from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad("a number")
-        return float(value)
-    if isinstance(default, str):
-        if not isinstance(value, str):
-            raise bad("a string")
-        return value
-    if isinstance(default, (list, tuple)):
-        if not isinstance(value, (list, tuple)):
-            raise bad("a list")
-        if default and not isinstance(default[0], (list, tuple, dict)):
-            value = [_typed(name, f"{param}[{i}]", default[0], v, origin) for i, v in enumerate(value)]
-        return list(value) if isinstance(default, list) else tuple(value)
-    if isinstance(default, dict):
-        if not isinstance(value, dict):
-            raise bad("a mapping")
-        return value
-    return value
+    first = default[0] if isinstance(default, (list, tuple)) and default else None
+    item = type(first) if type(first) in settings.KINDS and not isinstance(first, (list, tuple, dict)) else None
+    try:
+        return settings.coerce(value, kind, item)
+    except settings.SettingError as err:
+        raise TypeError(f"parameter {param + err.path!r} of notebook {name!r} from {origin} must be {err.expected} "
+                        f"(its default is {default!r}); got {err.value!r} ({type(err.value).__name__}).") from None
 
 
 def resolve_parameters(root: Path, name: str, profile: str, overrides: dict | None = None) -> tuple[dict, dict]:

@@ -19,6 +19,7 @@ import pathlib
 import typing
 from typing import Any
 
+from gmlm_lib.core import settings
 from gmlm_lib.mt import seq2seq, training
 
 __all__ = ["Experiment", "FIELDS", "PRESETS", "get", "from_yaml"]
@@ -54,10 +55,10 @@ class Experiment:
     layers: int = 3
     d_ff: int = 1024
     dropout: float = 0.1
-    dropout_rng: str = "threefry"
+    dropout_rng: str = "hash"
     batch_tokens: int = 2048
-    ar_steps: int = 2800
-    padir_steps: int = 1600
+    ar_steps: int = 1200
+    padir_steps: int = 500
     padir_init: str = "teacher"
     learning_rate: float = 0.002
     warmup: int = 100
@@ -66,7 +67,7 @@ class Experiment:
     unmasking_rate: float = 0.3
     stages: int = 2
     compute_dtype: str = "float32"
-    train_buckets: tuple[int, ...] = (16, 24, 32, 48, 64)
+    train_buckets: tuple[int, ...] = (10, 12, 14, 16, 18, 20, 24, 28, 32, 40, 48, 64)
     decode_buckets: tuple[int, ...] = (16, 32, 64)
     beam: int = 4
     distill_beam: int = 2
@@ -74,8 +75,8 @@ class Experiment:
     eval_steps: tuple[int, ...] = (4, 10)
     eval_hyps: int = 3
     latency_steps: tuple[int, ...] = (1, 2, 4, 10)
-    latency_hyps: tuple[int, ...] = (1, 3, 5)
-    latency_sentences: int = 400
+    latency_hyps: tuple[int, ...] = (1, 3)
+    latency_sentences: int = 150
     throughput_batch: int = 64
     checkpoint_every: int = 200
     run_root: str = "runs/padir"
@@ -152,29 +153,17 @@ _HINTS = typing.get_type_hints(Experiment)
 
 
 def _coerce(name: str, value, source: str):
-    """``value`` as the type of field ``name`` (lists become tuples; an int is a valid float; YAML's
-    ``1e-3``, which YAML 1.1 reads as a string, becomes a float), else a ``TypeError`` naming it."""
+    """``value`` as the type of field ``name``, by the rules of :func:`gmlm_lib.core.settings.coerce`
+    (lists become tuples; an int is a valid float; YAML 1.1's ``1e-3`` string becomes a float), else a
+    ``TypeError`` naming the field (and the item), the expected type and ``source``."""
     hint = _HINTS[name]
-    where = f" in {source}" if source else ""
-    if typing.get_origin(hint) is tuple:
-        item = typing.get_args(hint)[0]
-        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-            raise TypeError(f"{name}{where} must be a list of {item.__name__}; got {value!r}.")
-        return tuple(_coerce_scalar(name, item, v, where) for v in value)
-    return _coerce_scalar(name, hint, value, where)
-
-
-def _coerce_scalar(name: str, kind: type, value, where: str):
-    if kind is float and isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise TypeError(f"{name}{where} must be {kind.__name__}; got {value!r} ({type(value).__name__}).")
-    return value
+    kind, item = (tuple, typing.get_args(hint)[0]) if typing.get_origin(hint) is tuple else (hint, None)
+    try:
+        return settings.coerce(value, kind, item)
+    except settings.SettingError as err:
+        where = f" in {source}" if source else ""
+        raise TypeError(f"{name}{err.path}{where} must be {err.expected}; got {err.value!r} "
+                        f"({type(err.value).__name__}).") from None
 
 
 def get(preset: str = "multi30k_cpu", overrides: dict | None = None, *, source: str = "") -> Experiment:
