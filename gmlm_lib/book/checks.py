@@ -67,6 +67,11 @@ def check_pair(md: Path, ipynb: Path) -> list[str]:
     return problems
 
 
+def _minute(stamp: str) -> str:
+    """An ISO time stamp in UTC as ``YYYY-MM-DD HH:MM`` (the table's column stays narrow)."""
+    return stamp[:16].replace("T", " ") if stamp.endswith("+00:00") else stamp
+
+
 def provenance_page(root: Path) -> str:
     """The text of ``book/provenance.md``, generated from every chapter's metadata."""
     lines = [
@@ -93,7 +98,7 @@ def provenance_page(root: Path) -> str:
             f"| {{doc}}`../notebooks/{name}` | {meta.get('profile', 'not run')} | {meta.get('total_wall_time_s', '')} | "
             f"`{provenance.short_commit(rec.get('gmlm_lib_commit', ''))}` | {rec.get('jax_version', '')} | "
             f"{rec.get('backend', '')} ({rec.get('device_count', '')} x {rec.get('device_kind', '')}) | "
-            f"{rec.get('cpu_model', 'not recorded')} | {rec.get('started_at', '')} |"
+            f"{rec.get('cpu_model', 'not recorded')} | {_minute(rec.get('started_at', ''))} |"
         )
         for art, a in rec.get("artifacts", {}).items():
             # an artifact several chapters reused (the AR teacher) was made once
