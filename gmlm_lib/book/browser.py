@@ -28,7 +28,7 @@ SKIP = ("genindex.html", "search.html", "py-modindex.html")  # Sphinx's generate
 _PAGE_SCRIPT = r"""
 const done = arguments[arguments.length - 1];
 const ready = (window.MathJax && MathJax.startup && MathJax.startup.promise) || Promise.resolve();
-const timeout = new Promise(r => setTimeout(() => r("timeout"), 20000));
+const timeout = new Promise(r => setTimeout(() => r("timeout"), 90000));
 Promise.race([ready.then(() => "ok", e => "error: " + e), timeout]).then(state => {
   const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
   const column = article.getBoundingClientRect().width;
@@ -88,7 +88,7 @@ def open_browser():
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     drv = webdriver.Chrome(service=Service(executable_path=driver), options=opts)
-    drv.set_script_timeout(60)
+    drv.set_script_timeout(240)  # a loaded 2-core CI machine can stall a long page past a minute
     drv.set_page_load_timeout(60)
     return drv
 
