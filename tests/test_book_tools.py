@@ -217,7 +217,7 @@ def test_every_chapter_is_runnable_by_the_book_rules(name):
 
 # Chapters whose Colab cell still installs the newest `main`: each is pinned (sources.COLAB_INSTALL_CELL)
 # when its code is next changed, since that needs its full rerun anyway.
-UNPINNED = {"ablations"}  # not yet rerun on the retrained PaDIR models (its run predates the pinned cell)
+UNPINNED: set[str] = set()  # every chapter pinned once the retrain branch is run
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(

@@ -131,25 +131,16 @@ def test_packages_list_their_modules():
             assert getattr(module, name) is not None
 
 
-LEGACY_USERS = {"ablations"}  # its committed run predates the packages; it goes when the chapter is rerun
-
-
-def test_legacy_flat_names_only_in_the_chapter_awaiting_a_rerun():
-    """``gmlm_lib.LEGACY_NAMES`` keeps the committed ablations chapter's imports working until it is
-    rerun; nothing else may use the flat names: the library is imported by package
-    (``from gmlm_lib.mt import training``)."""
-    flat = set(gmlm_lib.LEGACY_NAMES)
-    users = set()
+def test_no_flat_module_names():
+    """The library is imported by package (``from gmlm_lib.mt import training``), never by the
+    flat names it had before it was split: ``gmlm_lib`` itself exports nothing else."""
     for path in [*ROOT.glob("notebooks/*.md"), *ROOT.glob("tests/*.py"), *ROOT.glob("benchmarks/*.py"), *MODULES]:
         for line in path.read_text().splitlines():
             if line.strip().startswith("from gmlm_lib import"):
                 names = {n.strip().split(" as ")[0] for n in line.split("import", 1)[1].strip(" ()").split(",")}
-                assert names <= {"ising", "mt", "book", "core"} | flat, (path.name, line)
-                if names & flat:
-                    users.add(path.stem)
-    assert users == LEGACY_USERS
-    for name, target in gmlm_lib.LEGACY_NAMES.items():
-        assert getattr(gmlm_lib, name).__name__ == target
+                assert names <= {"ising", "mt", "book", "core"}, (path.name, line)
+    with pytest.raises(AttributeError):
+        gmlm_lib.training  # noqa: B018
 
 
 IMPORT_ORDER_SCRIPT = r"""
