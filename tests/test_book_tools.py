@@ -501,6 +501,29 @@ def test_the_book_rerun_time_counts_each_reused_artifact_once(book_copy):
     assert ("within" if total(page) <= checks.BOOK_RERUN_BUDGET_H else "over") + " the 3-hour budget" in page
 
 
+def test_the_book_rerun_time_does_not_count_what_a_run_made_itself(book_copy):
+    """A model a chapter trained in its own run (at the run's commit) is inside that chapter's wall
+    time: it is listed as made there and adds nothing, not even when a later chapter reuses it."""
+    def total(page):
+        return float(re.search(r"costs their sum, ([0-9.]+) h of wall time", page).group(1))
+
+    before = total(checks.provenance_page(book_copy))
+    first, second = (book_copy / "notebooks" / f"{name}.ipynb" for name in CHAPTERS[:2])
+    nb = nbformat.read(first, as_version=4)
+    own = nb.metadata["gmlm"]["provenance"]["gmlm_lib_commit"]
+    teacher = dict(updates=1200, wall_s=3600.0, commits=[own], hardware=["1 x cpu (cpu, 2 CPU cores)"])
+    nb.metadata["gmlm"]["provenance"]["artifacts"] = {"AR teacher": teacher}
+    nbformat.write(nb, first)
+    nb = nbformat.read(second, as_version=4)
+    nb.metadata["gmlm"]["provenance"]["gmlm_lib_commit"] = "b" * 40
+    nb.metadata["gmlm"]["provenance"]["artifacts"] = {"AR teacher": teacher}
+    nbformat.write(nb, second)
+    page = checks.provenance_page(book_copy)
+    assert total(page) == pytest.approx(before, abs=0.01)
+    assert f"| {{doc}}`../notebooks/{CHAPTERS[0]}` | AR teacher | made in this run |" in page
+    assert f"| {{doc}}`../notebooks/{CHAPTERS[1]}` | AR teacher | reused |" in page
+
+
 def test_display_settings_need_a_sync_not_a_rerun(book_copy):
     """Showing a hidden cell changes how the page shows it, not what it computes: the check asks
     for `make sync` (not a rerun), and after the sync the chapter is fresh again."""

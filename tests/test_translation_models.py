@@ -318,6 +318,18 @@ def test_jitted_hashes_a_graphdef_once_and_shares_equal_ones():
                               decoding.ar_greedy(g2, p2, src, sm, max_len=16))
 
 
+def test_clear_compiled_drops_the_decoders_and_they_compile_again_to_the_same_result():
+    m = tiny(True)
+    g, p = nnx.split(m)
+    src, sm = ids(7, (2, 8)), jnp.ones((2, 8), bool)
+    first = np.asarray(decoding.ar_greedy(g, p, src, sm, max_len=16))
+    f = decoding.jitted(decoding._ar_greedy, g, max_len=16)
+    assert decoding.clear_compiled() >= 1
+    assert decoding._COMPILED == {} and decoding.clear_compiled() == 0
+    assert decoding.jitted(decoding._ar_greedy, g, max_len=16) is not f
+    np.testing.assert_array_equal(decoding.ar_greedy(g, p, src, sm, max_len=16), first)
+
+
 def test_unit_costs_and_the_speedup_bound():
     ar, pd_ = tiny(True), tiny(False)
     rows = decode_costs.unit_costs(ar, pd_, widths=(8, 16), hyps=(1, 2), min_time=0.02)

@@ -62,6 +62,22 @@ def jitted(fn, graphdef, **static):
     return f
 
 
+def clear_compiled() -> int:
+    """Drop every compiled decoder (this module's and JAX's caches); returns how many were held.
+
+    Why: each static setting (strategy, T, thresholds), input width and batch shape is its own
+    executable, and on the CPU backend every executable keeps its machine code in memory mappings
+    of its own. A sweep over many settings (a frontier of strategies x passes x buckets, then the
+    batch-1 programs of each for timing) can reach the kernel's limit on mappings per process
+    (``vm.max_map_count``, 65,530 by default), where LLVM fails with "Cannot allocate memory" and
+    the process dies. Clearing between the phases of such a sweep keeps only one phase's programs
+    alive; the next call of a setting compiles it again."""
+    held = len(_COMPILED)
+    _COMPILED.clear()
+    jax.clear_caches()
+    return held
+
+
 def _length_penalty(length, alpha):
     """GNMT length penalty ``((5 + |y|) / 6) ** alpha``."""
     return ((5.0 + length) / 6.0) ** alpha
