@@ -27,6 +27,10 @@ def test_float_index_levels_print_with_the_decimals_they_need():
     multi = pd.DataFrame({"v": [1.0, 2.0]}, index=pd.MultiIndex.from_tuples([(2.0, "a"), (1.5, "b")], names=["J", "s"]))
     cells = _cells(present(multi))
     assert {"2.0", "1.5"} <= set(cells) and "2.000000" not in cells
+    pivot = pd.DataFrame([[1.0, 2.0]], index=pd.Index([0.3], name="confidence"),
+                         columns=pd.Index([0.8, 0.95], name="dependency"))
+    cells = _cells(present(pivot))
+    assert {"0.3", "0.80", "0.95"} <= set(cells) and "0.800000" not in cells
 
 
 def test_formats_and_bad_arguments():

@@ -20,9 +20,9 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int = 3, missing: str = 
     decimals of every float cell that ``formats`` (``{column: format string or callable}``) does
     not name. ``missing`` is the word shown for NaN, None and infinite cells: say why they are
     missing ("not reached", "no finite minimiser", "baseline"); a dash only when there is nothing
-    to say. ``index_digits`` is the number of decimals of a float index (by default as many as its
-    values need, at most ``digits``). A plain 0..N index is hidden; any other index is kept, since
-    it names the rows.
+    to say. ``index_digits`` is the number of decimals of a float index and of float column labels
+    (by default as many as their values need, at most ``digits``). A plain 0..N index is hidden;
+    any other index is kept, since it names the rows.
     """
     if isinstance(table, pd.Series):
         table = table.to_frame()
@@ -47,6 +47,11 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int = 3, missing: str = 
             if pd.api.types.is_float_dtype(values):
                 places = index_digits if index_digits is not None else _places(values, digits)
                 styler = styler.format_index(precision=places, level=level)
+    for level in range(shown.columns.nlevels):  # float column labels too (a pivot over a threshold)
+        values = shown.columns.get_level_values(level)
+        if pd.api.types.is_float_dtype(values):
+            places = index_digits if index_digits is not None else _places(values, digits)
+            styler = styler.format_index(precision=places, axis="columns", level=level)
     return styler
 
 
