@@ -478,7 +478,7 @@ def test_provenance_page_lists_the_artifacts_a_run_used(book_copy):
     nbformat.write(nb, ipynb)
     page = checks.provenance_page(book_copy)
     assert "## Trained models and other artifacts the runs used" in page
-    assert (f"| {{doc}}`../notebooks/{name}` | AR teacher | 2800 | 2364.0 | `{'a' * 12}`, `{'b' * 12}-dirty` | "
+    assert (f"| {{doc}}`../notebooks/{name}` | AR teacher | reused | 2800 | 2364.0 | `{'a' * 12}`, `{'b' * 12}-dirty` | "
             "1 x cpu (cpu, 2 CPU cores) |") in page
     assert any("provenance.md does not match" in p for p in checks.check_all(book_copy))
 
