@@ -217,7 +217,7 @@ def test_every_chapter_is_runnable_by_the_book_rules(name):
 
 # Chapters whose Colab cell still installs the newest `main`: each is pinned (sources.COLAB_INSTALL_CELL)
 # when its code is next changed, since that needs its full rerun anyway.
-UNPINNED: set[str] = set()  # every chapter pinned once the retrain branch is run
+UNPINNED: set[str] = set()  # every chapter is pinned; a new chapter starts pinned
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(

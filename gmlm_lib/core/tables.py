@@ -39,19 +39,17 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int = 3, missing: str = 
             raise KeyError(f"formats names column {column!r}, which the table does not have; its columns: "
                            f"{list(shown.columns)}.")
         styler = styler.format(fmt, subset=[column], na_rep=missing)
-    if isinstance(shown.index, pd.RangeIndex) and shown.index.name is None:
+    bare = isinstance(shown.index, pd.RangeIndex) and shown.index.name is None
+    if bare:
         styler = styler.hide(axis="index")
-    else:
-        for level in range(shown.index.nlevels):  # a float level prints with the decimals it needs
-            values = shown.index.get_level_values(level)
+    for axis, labels in (("index", shown.index), ("columns", shown.columns)):
+        if axis == "index" and bare:
+            continue
+        for level in range(labels.nlevels):  # a float level prints with the decimals it needs
+            values = labels.get_level_values(level)
             if pd.api.types.is_float_dtype(values):
                 places = index_digits if index_digits is not None else _places(values, digits)
-                styler = styler.format_index(precision=places, level=level)
-    for level in range(shown.columns.nlevels):  # float column labels too (a pivot over a threshold)
-        values = shown.columns.get_level_values(level)
-        if pd.api.types.is_float_dtype(values):
-            places = index_digits if index_digits is not None else _places(values, digits)
-            styler = styler.format_index(precision=places, axis="columns", level=level)
+                styler = styler.format_index(precision=places, axis=axis, level=level)
     return styler
 
 
