@@ -74,3 +74,51 @@ def test_bad_parameter_files_name_the_setting_and_file(tmp_path, text, error, wo
 def test_bad_kind_is_named():
     with pytest.raises(ValueError, match="kind"):
         config.get().train_config("bert", vocab=100)
+
+
+@pytest.mark.parametrize("backend, preset", [("cpu", "multi30k_cpu"), ("gpu", "multi30k_gpu"),
+                                             ("tpu", "multi30k_gpu"), ("cuda", "multi30k_gpu")])
+def test_auto_picks_the_preset_of_the_backend(backend, preset):
+    assert config.resolve("auto", backend=backend) == preset
+    assert config.resolve("multi30k_tiny", backend="gpu") == "multi30k_tiny"  # a named preset stays itself
+
+
+def test_auto_here_is_the_backend_of_this_process():
+    import jax
+
+    want = "multi30k_gpu" if jax.default_backend() in ("gpu", "tpu") else "multi30k_cpu"
+    assert config.get("auto") == config.get(want)
+
+
+@pytest.mark.parametrize("bad", ["gpu", "", None, 3])
+def test_an_unknown_preset_lists_the_presets(bad):
+    with pytest.raises(ValueError, match="multi30k_gpu") as info:
+        config.resolve(bad)
+    assert "auto" in str(info.value)
+
+
+@pytest.mark.parametrize("name", sorted(config.PRESETS))
+def test_every_preset_builds_both_models(name):
+    exp = config.get(name)
+    for kind in ("ar", "padir"):
+        cfg = exp.train_config(kind, vocab=exp.vocab_size)
+        assert max(cfg.buckets) <= cfg.model.max_len
+
+
+def test_gpu_preset_is_the_literature_recipe_in_bfloat16():
+    """The recipe of issue 45: 4 + 4 layers, dropout 0.3, label smoothing 0.1, bf16, whole test set timed."""
+    gpu = config.get("multi30k_gpu")
+    model = gpu.model_config(gpu.vocab_size, causal=True)
+    assert (model.enc_layers, model.dec_layers, model.d_model, model.d_ff, model.dropout, model.dtype) == \
+        (4, 4, 256, 1024, 0.3, "bfloat16")
+    assert gpu.label_smoothing == 0.1 and gpu.latency_sentences == 0 and gpu.padir_init == "teacher"
+    assert gpu.ar_steps * gpu.batch_tokens > config.get().ar_steps * config.get().batch_tokens  # more data seen
+
+
+def test_from_parameters_lets_set_values_win_and_none_take_the_preset():
+    exp = config.from_parameters("multi30k_gpu", dict(ar_steps=None, padir_steps=777, analysed="padir_raw"))
+    assert exp.ar_steps == config.get("multi30k_gpu").ar_steps and exp.padir_steps == 777
+    with pytest.raises(TypeError, match="padir_steps.*the parameters cell"):
+        config.from_parameters("multi30k_cpu", dict(padir_steps="many"))
+    with pytest.raises(TypeError, match="dict"):
+        config.from_parameters("multi30k_cpu", [("ar_steps", 3)])

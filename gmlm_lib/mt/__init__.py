@@ -12,6 +12,7 @@ One topic a module, imported on first use (``from gmlm_lib.mt import training``)
 - :mod:`~gmlm_lib.mt.translate`: translation of text, latency and throughput.
 - :mod:`~gmlm_lib.mt.metrics`: SacreBLEU, chrF, stutter (the one stutter rule), paired bootstrap.
 - :mod:`~gmlm_lib.mt.experiment`: run folders of a PaDIR experiment, distillation, smoke stand-ins.
+- :mod:`~gmlm_lib.mt.pipeline`: the whole experiment, data to trained models, as one resumable pipeline.
 - :mod:`~gmlm_lib.mt.stutter_analysis`: attention statistics of adjacent positions [Section 3.4].
 - :mod:`~gmlm_lib.mt.decode_costs`: what a PaDIR pass costs against a cached AR step.
 
@@ -22,5 +23,5 @@ float32 whatever else the program imported.
 from gmlm_lib.core.lazy import attach as _attach
 
 __all__ = ["config", "corpus", "vocab", "batching", "seq2seq", "training", "decoding", "reductions", "translate",
-           "metrics", "experiment", "stutter_analysis", "decode_costs"]
+           "metrics", "experiment", "pipeline", "stutter_analysis", "decode_costs"]
 __getattr__, __dir__ = _attach(__name__, tuple(__all__))

@@ -3,9 +3,10 @@
 The PaDIR chapter (``notebooks/padir.md``) leaves in ``<run_root>/<src>-<tgt>/``: ``spm.model``
 (the joint vocabulary), ``ar/`` (the AR teacher), ``distilled.<tgt>.gz`` (the teacher's beam
 outputs on the training set, one a line), ``padir_raw/`` and ``padir_distilled/`` (training run
-folders, see :mod:`gmlm_lib.mt.training`). :func:`open_run` loads them; :func:`tiny_run` trains a
-few-step stand-in with the same layout, for smoke runs and tests. :func:`distil` writes (or
-reuses) the distilled training set with a record of how and where it was decoded.
+folders, see :mod:`gmlm_lib.mt.training`). :mod:`gmlm_lib.mt.pipeline` makes one; :func:`open_run`
+loads it; :func:`tiny_run` has the pipeline train a few-step stand-in with the same layout, for smoke
+runs and tests. :func:`distil` writes (or reuses) the distilled training set with a record of how and
+where it was decoded.
 """
 
 from __future__ import annotations
@@ -17,11 +18,10 @@ import os
 import pathlib
 import time
 
-import jax
 
 from gmlm_lib.core import records
 from gmlm_lib.core.progress import bar as progress_bar
-from gmlm_lib.mt import batching, corpus, seq2seq, training, translate
+from gmlm_lib.mt import corpus, seq2seq, training, translate
 from gmlm_lib.mt import vocab as V
 
 #: The trained models of a run folder, by subfolder name.
@@ -130,40 +130,19 @@ def distil(translator: translate.Translator, sources: list[str], method: transla
     return Distilled(lines, record, reused=False)
 
 
-def tiny_run(root: str | pathlib.Path, pairs: corpus.Parallel, *, vocab_size: int = 2000, d_model: int = 64,
-             heads: int = 4, layers: int = 1, d_ff: int = 128, steps: int = 8, batch_tokens: int = 1024,
-             buckets=(64,), seed: int = 0, padir_init: str = "random", progress: bool = False) -> RunFolder:
-    """Train a stand-in for the PaDIR chapter's run folder in ``root``: vocabulary, AR teacher,
-    greedy distillation of ``pairs``, PaDIR on raw and on distilled targets, ``steps`` updates each,
+def tiny_run(root: str | pathlib.Path, pairs: corpus.Parallel, *, steps: int = 8, seed: int = 0,
+             padir_init: str = "random", progress: bool = False, **overrides) -> RunFolder:
+    """A stand-in for the PaDIR chapter's run folder in ``root``, trained on ``pairs`` by the one
+    pipeline (:func:`gmlm_lib.mt.pipeline.build`) with the ``"multi30k_tiny"`` preset: vocabulary,
+    AR teacher, greedy distillation, PaDIR on raw and on distilled targets, ``steps`` updates each,
     started as ``padir_init`` says ("random", or "teacher": from the AR stand-in, as the PaDIR
-    chapter's default does). Only for smoke runs and tests: the models are barely trained."""
+    chapter's default does). ``overrides``: other settings of :class:`~gmlm_lib.mt.config.Experiment`.
+    Only for smoke runs and tests: the models are barely trained."""
+    from gmlm_lib.mt import config, pipeline
+
     if padir_init not in ("teacher", "random"):
         raise ValueError(f"tiny_run(padir_init=...) must be 'teacher' or 'random'; got {padir_init!r}.")
-    root = pathlib.Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    if (root / "spm.model").exists():
-        vocab = V.Vocab.load(root / "spm.model")
-    else:
-        vocab = V.train(pairs.src + pairs.tgt, vocab_size)
-        vocab.save(root / "spm.model")
-    multiple = len(jax.devices())
-
-    def run(kind, name, targets, teacher=None):
-        model = seq2seq.ModelConfig(vocab=vocab.size, causal=kind == "ar", d_model=d_model, heads=heads,
-                                    enc_layers=layers, dec_layers=layers, d_ff=d_ff, max_len=max(buckets), dropout=0.1)
-        cfg = training.TrainConfig(kind=kind, model=model, steps=steps, batch_tokens=batch_tokens, warmup=min(2, steps - 1),
-                                   learning_rate=2e-3, seed=seed, checkpoint_every=steps, log_every=1,
-                                   buckets=tuple(buckets), init="teacher" if teacher is not None else "random")
-        data = batching.Batcher(vocab.encode(pairs.src), vocab.encode(targets), batch_tokens, seed=seed,
-                                buckets=tuple(buckets), multiple=multiple)
-        return training.train(cfg, data, root / name, progress=progress, teacher=teacher)
-
-    ar = run("ar", "ar", pairs.tgt)
-    tr = translate.Translator(ar.model, vocab, buckets=(max(buckets),), seed=seed)
-    # a sentence the barely trained teacher leaves empty keeps its human target
-    distilled = distil(tr, pairs.src, translate.Method("greedy"), root / "distilled.tgt.gz", fallback=pairs.tgt,
-                       progress=progress)
-    teacher = ar.model if padir_init == "teacher" else None
-    run("padir", "padir_raw", pairs.tgt, teacher)
-    run("padir", "padir_distilled", distilled.lines, teacher)
-    return open_run(root)
+    exp = config.get("multi30k_tiny", dict(overrides, ar_steps=steps, padir_steps=steps, checkpoint_every=steps,
+                                           warmup=min(2, steps - 1), seed=seed, padir_init=padir_init,
+                                           train_sentences=len(pairs)))
+    return pipeline.build(exp, root, data=pipeline.Data(pairs, pairs.take(1)), progress=progress)

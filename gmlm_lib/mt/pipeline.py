@@ -1,0 +1,163 @@
+"""The translation experiment as one pipeline, as Flax examples/wmt's ``train_and_evaluate``: from an
+:class:`~gmlm_lib.mt.config.Experiment` to a complete run folder.
+
+The steps, each a function the PaDIR chapter calls in turn to show its result, and each resuming
+what a previous call left in the run folder (``<run_root>/<src>-<tgt>/``, laid out as
+:mod:`gmlm_lib.mt.experiment` describes):
+
+1. :func:`load_data`: the training and test pairs (Multi30k, or two aligned files each);
+2. :func:`vocabulary`: the joint SentencePiece model, trained once and kept as ``spm.model``;
+3. :func:`train_teacher`: the AR teacher in ``ar/``;
+4. :func:`distil_training_set`: the teacher's outputs on the training set [App. L.1.2];
+5. :func:`train_padir`: PaDIR on raw (``padir_raw/``) and on distilled targets (``padir_distilled/``).
+
+:func:`build` runs them all; :func:`ensure` opens a run folder that is complete and builds the one
+that is not, so a chapter that reuses the PaDIR chapter's models opens on a fresh runtime (a
+Colab session) as well as beside a finished run. The smoke stand-in of the chapters and tests is
+the same pipeline with the ``"multi30k_tiny"`` preset (:func:`gmlm_lib.mt.experiment.tiny_run`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import tempfile
+
+import jax
+
+from gmlm_lib.mt import batching, config, corpus, experiment, training, translate
+from gmlm_lib.mt import vocab as V
+
+__all__ = ["Data", "run_folder", "load_data", "vocabulary", "batcher", "train_teacher", "distil_training_set",
+           "train_padir", "build", "ensure"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Data:
+    """The ``train`` and ``test`` pairs of an experiment (already cut to ``train_sentences`` and
+    ``test_sentences``)."""
+
+    train: corpus.Parallel
+    test: corpus.Parallel
+
+
+def run_folder(exp: config.Experiment, root: str | pathlib.Path | None = None) -> pathlib.Path:
+    """Where the run folder of ``exp`` lives: ``root`` if given, else ``<run_root>/<src>-<tgt>``; an
+    empty ``run_root`` is a fresh temporary folder (removed with the process's ``TMPDIR`` in a book run)."""
+    if root is not None:
+        return pathlib.Path(root)
+    base = pathlib.Path(exp.run_root) if exp.run_root else pathlib.Path(tempfile.mkdtemp(prefix="padir-"))
+    return base / f"{exp.src_lang}-{exp.tgt_lang}"
+
+
+def load_data(exp: config.Experiment) -> Data:
+    """The experiment's training and test pairs: ``train_files``/``test_files`` when set (any aligned
+    pair of files, e.g. WMT14), else Multi30k's ``train`` and ``test_2016_flickr`` splits from
+    ``data_dir`` (empty: ``GMLM_MULTI30K_DIR``, else the download cache)."""
+    if exp.train_files:
+        train, test = corpus.load_parallel(*exp.train_files), corpus.load_parallel(*exp.test_files)
+    else:
+        where = exp.data_dir or None
+        train = corpus.multi30k("train", exp.src_lang, exp.tgt_lang, root=where)
+        test = corpus.multi30k("test_2016_flickr", exp.src_lang, exp.tgt_lang, root=where)
+    if exp.train_sentences:
+        train = train.take(exp.train_sentences)
+    if exp.test_sentences:
+        test = test.take(exp.test_sentences)
+    return Data(train, test)
+
+
+def vocabulary(exp: config.Experiment, train: corpus.Parallel, root: str | pathlib.Path) -> V.Vocab:
+    """The joint vocabulary of ``vocab_size`` pieces, trained on both sides of ``train`` and saved as
+    ``root/spm.model``; a run folder that has one keeps it (a resumed run keeps its ids)."""
+    path = pathlib.Path(root) / "spm.model"
+    if path.exists():
+        return V.Vocab.load(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    vocab = V.train(train.src + train.tgt, exp.vocab_size)
+    vocab.save(path)
+    return vocab
+
+
+def batcher(exp: config.Experiment, vocab: V.Vocab, src: list[str], tgt: list[str]) -> batching.Batcher:
+    """Length-bucketed batches of ``batch_tokens`` padded target tokens from the texts ``src``/``tgt``,
+    their size a multiple of the device count (data parallelism over ``jax.devices()``)."""
+    return batching.Batcher(vocab.encode(src), vocab.encode(tgt), exp.batch_tokens, seed=exp.seed,
+                            buckets=tuple(exp.train_buckets), multiple=len(jax.devices()))
+
+
+def train_teacher(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel, root: str | pathlib.Path, *,
+                  progress: bool = True) -> training.Result:
+    """The AR teacher, ``ar_steps`` updates on the human targets, in ``root/ar`` (resumed or reused)."""
+    data = batcher(exp, vocab, train.src, train.tgt)
+    return training.train(exp.train_config("ar", vocab.size), data, pathlib.Path(root) / "ar", progress=progress)
+
+
+def distil_training_set(exp: config.Experiment, vocab: V.Vocab, teacher, train: corpus.Parallel,
+                        root: str | pathlib.Path, *, progress: bool = True) -> experiment.Distilled:
+    """Sequence-level distillation [App. L.1.2]: the teacher decodes the training sources with beam
+    ``distill_beam`` (greedy when it is 1) into ``root/distilled.<tgt>.gz``, reused when present
+    (:func:`gmlm_lib.mt.experiment.distil`). A sentence a barely trained teacher leaves empty keeps
+    its human target."""
+    translator = translate.Translator(teacher, vocab, buckets=exp.decode_buckets, seed=exp.seed)
+    method = (translate.Method("greedy") if exp.distill_beam == 1 else
+              translate.Method("beam", beam=exp.distill_beam, alpha=exp.length_penalty))
+    return experiment.distil(translator, train.src, method, pathlib.Path(root) / f"distilled.{exp.tgt_lang}.gz",
+                             fallback=train.tgt, progress=progress)
+
+
+def train_padir(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel, targets: list[str],
+                root: str | pathlib.Path, name: str, *, teacher=None, progress: bool = True) -> training.Result:
+    """A PaDIR model, ``padir_steps`` updates on ``train.src`` -> ``targets`` (the human targets for
+    ``name = "raw"``, the teacher's for ``"distilled"``), in ``root/padir_<name>``; started from the
+    AR ``teacher`` when ``padir_init = "teacher"`` (then required), from random weights otherwise."""
+    if name not in ("raw", "distilled"):
+        raise ValueError(f"train_padir(name=...) must be 'raw' or 'distilled'; got {name!r}.")
+    if exp.padir_init == "teacher" and teacher is None:
+        raise ValueError("train_padir: padir_init = 'teacher' starts PaDIR from the AR teacher; pass teacher=<the "
+                         "AR model> (train_teacher(...).model), or set padir_init = 'random'.")
+    data = batcher(exp, vocab, train.src, targets)
+    start = teacher if exp.padir_init == "teacher" else None
+    return training.train(exp.train_config("padir", vocab.size), data, pathlib.Path(root) / f"padir_{name}",
+                          teacher=start, progress=progress)
+
+
+def build(exp: config.Experiment, root: str | pathlib.Path | None = None, *, data: Data | None = None,
+          progress: bool = True) -> experiment.RunFolder:
+    """Every step in turn, into ``root`` (default :func:`run_folder`), and the finished folder opened.
+    Each step resumes or reuses what the folder holds, so a killed call is continued by calling it
+    again. ``data``: the pairs to use instead of :func:`load_data`'s (tests, stand-ins)."""
+    root = run_folder(exp, root)
+    root.mkdir(parents=True, exist_ok=True)
+    data = load_data(exp) if data is None else data
+    vocab = vocabulary(exp, data.train, root)
+    teacher = train_teacher(exp, vocab, data.train, root, progress=progress)
+    distilled = distil_training_set(exp, vocab, teacher.model, data.train, root, progress=progress)
+    for name, targets in (("raw", data.train.tgt), ("distilled", distilled.lines)):
+        train_padir(exp, vocab, data.train, targets, root, name, teacher=teacher.model, progress=progress)
+    return experiment.open_run(root)
+
+
+def complete(root: str | pathlib.Path) -> bool:
+    """Whether the run folder ``root`` holds every part :func:`build` makes (vocabulary, the three
+    trained models with their records, the distilled training set)."""
+    root = pathlib.Path(root)
+    if not (root / "spm.model").is_file() or not any(root.glob("distilled.*.gz")):
+        return False
+    for name in experiment.MODELS:
+        ckpt = root / name / "checkpoints"
+        if not (root / name / "run.json").is_file() or not ckpt.is_dir() or not any(ckpt.iterdir()):
+            return False
+    return True
+
+
+def ensure(root: str | pathlib.Path, exp: config.Experiment, *, data: Data | None = None,
+           progress: bool = True) -> experiment.RunFolder:
+    """The run folder ``root`` opened when :func:`complete`, else built (or finished) there by
+    :func:`build` with ``exp``: a chapter that reuses the PaDIR chapter's models runs on a fresh
+    runtime too, training them first. A folder built with another experiment is refused by the
+    trainer, naming the file that disagrees. ``data``: as for :func:`build`."""
+    root = pathlib.Path(root)
+    if complete(root):
+        return experiment.open_run(root)
+    return build(exp, root, data=data, progress=progress)
