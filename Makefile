@@ -15,7 +15,7 @@ ifneq ($(wildcard ../shared/data/multi30k/train.en.gz),)
 export GMLM_MULTI30K_DIR ?= $(abspath ../shared/data/multi30k)
 endif
 
-.PHONY: install book test test-fast smoke full check sync provenance labels clean
+.PHONY: install book test test-fast smoke full check sync provenance labels clean gpu-wheels gpu-run gpu-promote test-newest
 
 $(BIN)/.installed: requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -57,3 +57,63 @@ labels: install
 
 clean:
 	rm -rf _build
+
+# The library's unit tests (translation and Ising) on Python 3.12 with the newest JAX, Flax, Optax and Orbax
+# the package index offers (pyproject.toml's loose bounds, nothing pinned): Colab and the lent GPU machine
+# run newer versions than requirements.txt pins. CI runs it (.ci/run).
+PYTHON_NEWEST ?= python3.12
+VENV_NEWEST   ?= .venv-newest
+NEWEST_TESTS  ?= tests/test_translation_models.py tests/test_translation_data.py tests/test_mt_config.py \
+                 tests/test_experiment.py tests/test_stutter_analysis.py tests/test_hostile_training.py \
+                 tests/test_ising.py tests/test_samplers.py tests/test_mple.py tests/test_fisher_markov.py \
+                 tests/test_parallel_limits.py tests/test_dependency_aware.py tests/test_hostile_ising.py
+
+test-newest:
+	@command -v $(PYTHON_NEWEST) >/dev/null || { echo "error: $(PYTHON_NEWEST) not found; set PYTHON_NEWEST=/path/to/python3.12" >&2; exit 1; }
+	rm -rf $(VENV_NEWEST)
+	$(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
+	$(VENV_NEWEST)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_NEWEST)/bin/python -m pip install --quiet --upgrade -e ".[test]"
+	$(VENV_NEWEST)/bin/python -c "import sys, jax, flax, optax, orbax.checkpoint as o; print('newest: Python', sys.version.split()[0], '| jax', jax.__version__, '| flax', flax.__version__, '| optax', optax.__version__, '| orbax', o.__version__)"
+	$(VENV_NEWEST)/bin/python -m pytest -n $(WORKERS) -m "not slow" -p no:cacheprovider $(NEWEST_TESTS)
+
+# --- the translation chapters on a GPU machine without network, git or notebook tooling (issue 45) ---
+# Here, with a network:  make gpu-wheels      (the notebook tooling as Python 3.12 wheels, into .whl/)
+# There:  make gpu-run OUT=dir COMMIT=$$(git rev-parse HEAD) DATA=folder-of-multi30k [GPU_PYTHON=python3]
+# runs padir, stutter, dependency_decoding and ablations in the full profile with the machine's own
+# JAX and Flax (a chapter staged in staged/NAME.md runs instead of notebooks/NAME.md), and leaves the
+# executed notebooks, provenance.md, the run records and log.txt in OUT. The commit must be that of the
+# clean tree that was copied there. GPU_PROFILE=smoke rehearses it (tests/test_gpu_run.py runs it on
+# the CPU at smoke size). Back here: make gpu-promote FROM=OUT (staged sources and notebooks into the
+# book, checked), then make check and commit.
+WHEELS      ?= .whl
+GPU_PYTHON  ?= python3
+GPU_PROFILE ?= full
+GPU_SITE    ?= /tmp/gmlm-site
+GPU_ARGS    ?=
+PLATFORMS   := $(foreach n,2_28 2_27 2_17 2014 1,--platform $(if $(filter 2014 1,$(n)),manylinux$(n),manylinux_$(n))_x86_64)
+
+gpu-wheels:
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found" >&2; exit 1; }
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  $(PLATFORMS) -d $(WHEELS) -r requirements-gpu.txt
+	@echo "gpu-wheels: $$(ls $(WHEELS)/*.whl | wc -l) wheels in $(WHEELS)/ ($$(du -sh $(WHEELS) | cut -f1))"
+
+gpu-promote: install
+	@test -d "$(FROM)" || { echo "error: gpu-promote needs FROM=the folder gpu-run filled (OUT)" >&2; exit 2; }
+	$(BIN)/python -m gmlm_lib.book promote "$(FROM)"
+
+gpu-run:
+	@test -n "$(OUT)" || { echo "error: gpu-run needs OUT=folder (the executed notebooks and log go there)" >&2; exit 2; }
+	@test -n "$(COMMIT)" || { echo "error: gpu-run needs COMMIT=\$$(git rev-parse HEAD) of the clean tree copied here" >&2; exit 2; }
+	@test -f "$(DATA)/train.en.gz" || { echo "error: gpu-run needs DATA=folder holding Multi30k (train.en.gz, ...); got '$(DATA)'" >&2; exit 2; }
+	@mkdir -p "$(OUT)"; site=""; \
+	if [ -d "$(WHEELS)" ] && ls $(WHEELS)/*.whl >/dev/null 2>&1; then \
+	  echo "gpu-run: installing $$(ls $(WHEELS)/*.whl | wc -l) wheels from $(WHEELS)/ into $(GPU_SITE)"; \
+	  $(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+	    --target $(GPU_SITE) $(WHEELS)/*.whl || exit 1; \
+	  site=":$(GPU_SITE)"; export PATH="$(GPU_SITE)/bin:$$PATH"; \
+	fi; \
+	PYTHONPATH="$(CURDIR)$$site$${PYTHONPATH:+:$$PYTHONPATH}" GMLM_COMMIT=$(COMMIT) \
+	  GMLM_MULTI30K_DIR=$(abspath $(DATA)) PYTHONUNBUFFERED=1 \
+	  $(GPU_PYTHON) -m gmlm_lib.book batch $(GPU_PROFILE) $(GPU_ARGS) --out "$(OUT)" $(if $(wildcard staged/*.md),--staged staged)

@@ -17,14 +17,20 @@ def _plain(v):
     return tuple(v) if isinstance(v, list) else v
 
 
-def test_defaults_are_the_padir_chapters_full_run():
-    """Every chapter parameter that is a setting of the experiment has the preset's value."""
-    params = sources.parameters_cell(sources.read_text_notebook(ROOT / "notebooks" / "padir.md"))
+@pytest.mark.parametrize("md", [p for p in (ROOT / "notebooks" / "padir.md", ROOT / "staged" / "padir.md")
+                                if p.is_file()], ids=lambda p: p.parent.name)
+def test_defaults_are_the_padir_chapters_full_run(md):
+    """Every chapter parameter that is a setting of the experiment has the CPU preset's value, or is
+    None (the preset's value, with ``preset = "auto"``); a chapter with a ``preset`` names every setting."""
+    params = sources.parameters_cell(sources.read_text_notebook(md))
     fields = {f.name for f in dataclasses.fields(config.Experiment)}
     shared = fields & set(params)
     assert len(shared) >= 30
+    if "preset" in params:
+        assert params["preset"] == "auto" and shared == fields
     default = config.get()
-    assert {k: _plain(params[k]) for k in shared} == {k: getattr(default, k) for k in shared}
+    assert {k: _plain(params[k]) for k in shared if params[k] is not None} == \
+        {k: getattr(default, k) for k in shared if params[k] is not None}
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "params" / "padir").glob("*.yaml")), ids=lambda p: p.name)
@@ -122,3 +128,11 @@ def test_from_parameters_lets_set_values_win_and_none_take_the_preset():
         config.from_parameters("multi30k_cpu", dict(padir_steps="many"))
     with pytest.raises(TypeError, match="dict"):
         config.from_parameters("multi30k_cpu", [("ar_steps", 3)])
+
+
+def test_deep_shallow_baseline_is_the_teacher_with_one_decoder_layer():
+    exp = config.get("multi30k_gpu")
+    teacher, shallow = exp.train_config("ar", 100), exp.train_config("ar_shallow", 100)
+    assert shallow.kind == "ar" and shallow.model.dec_layers == 1 and shallow.model.causal
+    assert shallow.model.enc_layers == teacher.model.enc_layers == 4
+    assert shallow.replace(dec_layers=teacher.model.dec_layers) == teacher  # nothing else differs

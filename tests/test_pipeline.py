@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gmlm_lib.mt import config, corpus, experiment, pipeline
+from gmlm_lib.mt import config, corpus, experiment, pipeline, translate
 
 pytestmark = pytest.mark.slow
 
@@ -21,11 +21,16 @@ TINY = config.get("multi30k_tiny", dict(ar_steps=3, padir_steps=3, checkpoint_ev
 def test_build_makes_every_part_then_reuses_them(tmp_path):
     root = tmp_path / "en-de"
     assert not pipeline.complete(root)
-    folder = pipeline.build(TINY, root, data=pipeline.Data(PAIRS, PAIRS.take(4)), progress=False)
-    assert sorted(folder.models) == sorted(experiment.MODELS) and len(folder.distilled) == len(PAIRS)
+    folder = pipeline.build(TINY, root, data=pipeline.Data(PAIRS, PAIRS.take(4)), shallow=True, progress=False)
+    assert sorted(folder.models) == sorted(experiment.MODELS + ("ar_shallow",)) and len(folder.distilled) == len(PAIRS)
     assert pipeline.complete(root)
     steps = {name: rec["steps"] for name, rec in folder.records.items()}
-    assert steps == {"ar": 3, "padir_raw": 3, "padir_distilled": 3}
+    assert steps == {"ar": 3, "padir_raw": 3, "padir_distilled": 3, "ar_shallow": 3}
+    shallow, teacher = folder.models["ar_shallow"][1].cfg, folder.models["ar"][1].cfg
+    assert (shallow.dec_layers, shallow.enc_layers, shallow.causal) == (1, teacher.enc_layers, True)
+    out = translate.Translator(folder.models["ar_shallow"][1], folder.vocab, buckets=(64,)).translate(
+        PAIRS.src[:2], translate.Method("greedy"), batch_size=2)
+    assert len(out) == 2 and all(isinstance(line, str) for line in out)
     assert folder.records["padir_raw"]["init"]["start"] == "teacher"
     record = json.loads((root / "distilled.json").read_text())
     assert record["method"]["kind"] == "greedy"  # distill_beam = 1 in the tiny preset

@@ -185,6 +185,12 @@ def test_bleu_and_chrf_equal_sacrebleu_called_directly():
     assert mt_metrics.bleu(refs, refs).score == pytest.approx(100.0)
     with pytest.raises(ValueError, match="aligned"):
         mt_metrics.bleu(hyps, refs[:2])
+    # lowercased: case no longer counts, and the signature says so
+    lc = mt_metrics.bleu([h.upper() for h in hyps], refs, lowercase=True)
+    assert lc.score == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs], lowercase=True).score, abs=1e-12)
+    assert "case:lc" in lc.signature and lc.score > mt_metrics.bleu([h.upper() for h in hyps], refs).score
+    with pytest.raises(TypeError, match="lowercase"):
+        mt_metrics.bleu(hyps, refs, lowercase="yes")
 
 
 def test_stutter_rate_on_hand_made_examples():

@@ -1,16 +1,19 @@
-"""Command line for the book: ``python -m gmlm_lib.book {run,check,sync,provenance,labels}``.
+"""Command line for the book: ``python -m gmlm_lib.book {run,batch,promote,check,sync,provenance,labels}``.
 
 Examples::
 
     python -m gmlm_lib.book run smoke --all
     python -m gmlm_lib.book run full gmlm_ising_testbed -p repeats 200 -p num_samples 4000
     python -m gmlm_lib.book check
+    python -m gmlm_lib.book batch full padir stutter dependency_decoding ablations --out gpu-out --staged staged
+    python -m gmlm_lib.book promote gpu-out
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -33,6 +36,17 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--all", action="store_true", help="every chapter in _toc.yml")
     run.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                      help="override a parameter (value parsed as YAML); repeatable")
+    batch = sub.add_parser("batch", help="run chapters in order, gathering notebooks, records and a log in --out "
+                           "(make gpu-run)")
+    batch.add_argument("profile", choices=runner.PROFILES)
+    batch.add_argument("notebooks", nargs="*", help="chapter names, in order (default: the translation chapters)")
+    batch.add_argument("--out", required=True, help="folder for the executed notebooks, records and log.txt")
+    batch.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                       help="override a parameter of every chapter that has it (value parsed as YAML); repeatable")
+    batch.add_argument("--staged", help="folder of staged chapter sources (NAME.md) run instead of notebooks/NAME.md")
+    promote = sub.add_parser("promote", help="take a batch's executed notebooks (make gpu-run's OUT) into the book, "
+                             "with their staged sources")
+    promote.add_argument("results", help="the folder holding the executed NAME.ipynb files")
     sub.add_parser("check", help="fail if a chapter's .md and .ipynb disagree or its outputs are stale")
     sub.add_parser("sync", help="copy markdown edits from .md into .ipynb, keeping outputs")
     sub.add_parser("provenance", help="regenerate book/provenance.md from the notebooks' metadata")
@@ -49,6 +63,15 @@ def main(argv: list[str] | None = None) -> int:
             meta = runner.run_notebook(name, args.profile, overrides, root=root)
             print(f"{name}: {args.profile} run finished in {meta['total_wall_time_s']:.1f} s "
                   f"-> {runner.output_path(root, name, args.profile).relative_to(root)}")
+        return 0
+    if args.command == "batch":
+        overrides = {k: _parse_value(v) for k, v in args.parameter}
+        return runner.run_batch(args.notebooks or list(runner.TRANSLATION_CHAPTERS), args.profile,
+                                Path(args.out), overrides, root=root,
+                                staged=Path(args.staged).resolve() if args.staged else None)
+    if args.command == "promote":
+        for name in runner.promote(root, Path(args.results)):
+            print(f"promoted {name}: notebooks/{name}.md and notebooks/{name}.ipynb")
         return 0
     if args.command == "check":
         problems = checks.check_all(root)

@@ -1,9 +1,12 @@
 """Numbers that a chapter's text quotes: ``glue(name, value)`` stores them in the cell's
 output so that the book's markdown can show them (``{glue:text}`name:.3g```); the text never
 holds a number typed by hand. Outside a Jupyter Book kernel (e.g. on Colab without
-``myst-nb``) it does nothing."""
+``myst-nb``) it does nothing; inside a run of the book's runner it needs ``myst-nb``, since the
+committed notebook must carry every glued value."""
 
 from __future__ import annotations
+
+import os
 
 
 def glue(name: str, value, display: bool = False) -> None:
@@ -12,5 +15,9 @@ def glue(name: str, value, display: bool = False) -> None:
     try:
         from myst_nb import glue as _glue
     except ImportError:
+        if os.environ.get("GMLM_PROFILE") in ("smoke", "full"):  # a run of the book: its text needs the value
+            raise ImportError(f"glue({name!r}): myst-nb is not installed, so the value would be lost and the "
+                              "book's text would show nothing; install it (requirements.txt, or the wheels of "
+                              "`make gpu-wheels` on a machine without a network).") from None
         return
     _glue(name, value, display=display)

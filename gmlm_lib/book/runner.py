@@ -69,23 +69,46 @@ def _typed(name: str, param: str, default, value, origin: str):
                         f"(its default is {default!r}); got {err.value!r} ({type(err.value).__name__}).") from None
 
 
-def resolve_parameters(root: Path, name: str, profile: str, overrides: dict | None = None) -> tuple[dict, dict]:
+def chapter_source(root: Path, name: str, staged: Path | None = None) -> Path:
+    """The MyST source a run of chapter ``name`` executes: ``staged/NAME.md`` when a folder of staged
+    chapters is given and holds one (the next version of a chapter, waiting for the run that will
+    produce its outputs, see :func:`run_batch`), else ``notebooks/NAME.md``."""
+    if staged is not None and (Path(staged) / f"{name}.md").is_file():
+        return Path(staged) / f"{name}.md"
+    return root / "notebooks" / f"{name}.md"
+
+
+def _smoke_layer(root: Path, name: str, source: Path) -> tuple[str, dict]:
+    """The smoke overrides of chapter ``name``: its entry in ``smoke.yaml`` beside a staged source when
+    that file has one (a staged chapter may have new parameters), else its entry in ``params/smoke.yaml``."""
+    staged_yaml = source.parent / "smoke.yaml"
+    if source.parent != root / "notebooks" and staged_yaml.is_file():
+        import yaml
+
+        staged_layer = (yaml.safe_load(staged_yaml.read_text()) or {}).get(name)
+        if staged_layer is not None:
+            return str(staged_yaml.relative_to(root) if staged_yaml.is_relative_to(root) else staged_yaml), staged_layer
+    return "params/smoke.yaml", sources.smoke_overrides(root).get(name) or {}
+
+
+def resolve_parameters(root: Path, name: str, profile: str, overrides: dict | None = None, *,
+                       staged: Path | None = None) -> tuple[dict, dict]:
     """``(all parameters, the ones to inject)`` for a run of ``name`` in ``profile``: every override
     must name a parameter of the chapter's ``parameters`` cell and have its default's type
-    (``_typed``), checked before any cell runs."""
+    (``_typed``), checked before any cell runs. ``staged``: see :func:`chapter_source`."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}; got {profile!r}.")
     chapters = sources.toc_notebooks(root)
     if name not in chapters:
         raise FileNotFoundError(f"{name!r} is not a chapter of the book; the chapters (_toc.yml) are: "
                                 f"{', '.join(chapters) or 'none'}.")
-    md = root / "notebooks" / f"{name}.md"
+    md = chapter_source(root, name, staged)
     if not md.is_file():
         raise FileNotFoundError(f"no notebook source {md}; the chapters are: {', '.join(chapters)}.")
     defaults = sources.parameters_cell(sources.read_text_notebook(md))
     layers = []
     if profile == "smoke":
-        layers.append(("params/smoke.yaml", sources.smoke_overrides(root).get(name) or {}))
+        layers.append(_smoke_layer(root, name, md))
     layers.append(("the command line", dict(overrides or {})))
     inject = {}
     for origin, layer in layers:
@@ -107,12 +130,15 @@ def output_path(root: Path, name: str, profile: str) -> Path:
     return root / "_build" / "smoke" / f"{name}.ipynb"
 
 
-def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = None, root: Path | None = None) -> dict:
-    """Execute chapter ``name`` through papermill. Returns its ``metadata.gmlm`` record."""
+def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = None, root: Path | None = None, *,
+                 staged: Path | None = None) -> dict:
+    """Execute chapter ``name`` through papermill. Returns its ``metadata.gmlm`` record. ``staged``: a
+    folder whose ``NAME.md``, if present, is executed instead of ``notebooks/NAME.md``
+    (:func:`chapter_source`)."""
     import papermill
 
     root = root or sources.find_root()
-    params, inject = resolve_parameters(root, name, profile, overrides)
+    params, inject = resolve_parameters(root, name, profile, overrides, staged=staged)
     if profile == "full" and provenance.git_commit().endswith("-dirty"):
         raise ValueError(f"a full run of {name!r} must start from committed sources, but {', '.join(provenance.SOURCES)} "
                          "have uncommitted changes (`git status`); commit them first: the committed outputs must name "
@@ -126,7 +152,7 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
     with tempfile.TemporaryDirectory() as tmp:
         executed_path = Path(tmp) / "executed.ipynb"
         src = Path(tmp) / f"{name}.ipynb"
-        nb = sources.read_text_notebook(root / "notebooks" / f"{name}.md")
+        nb = sources.read_text_notebook(chapter_source(root, name, staged))
         nb.metadata.pop("jupytext", None)
         nbformat.write(nb, src)
         rec_path = Path(tmp) / "provenance.json"
@@ -177,3 +203,155 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
 
         checks.write_provenance_page(root)
     return meta
+
+
+#: The translation chapters, in the order a run must take them (the later ones reuse the PaDIR chapter's
+#: run folder): what ``make gpu-run`` executes on an accelerator.
+TRANSLATION_CHAPTERS = ("padir", "stutter", "dependency_decoding", "ablations")
+RECORD_FILES = ("run.json", "config.json", "data.json", "metrics.jsonl", "distilled.json", "checkpoint_digests.json")
+
+
+def _records_archive(root: Path, out: Path) -> Path | None:
+    """``out/run-records.tar.gz``: the small records of every run folder under ``root/runs`` (configs,
+    run records, metrics, data fingerprints; no checkpoints), so a run on a lent machine leaves its
+    training curves and provenance behind; ``None`` when there is no run folder."""
+    import tarfile
+
+    runs = root / "runs"
+    files = sorted(p for p in runs.rglob("*") if p.is_file() and p.name in RECORD_FILES) if runs.is_dir() else []
+    if not files:
+        return None
+    path = out / "run-records.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for f in files:
+            tar.add(f, arcname=str(f.relative_to(root)))
+    return path
+
+
+def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None = None,
+              root: Path | None = None, *, staged: Path | None = None) -> int:
+    """Run chapters ``names`` in order in ``profile`` and gather what a reader of the run needs in the
+    folder ``out``: each executed notebook, ``provenance.md`` (full profile), the small records of the
+    run folders (:func:`_records_archive`) and ``log.txt`` (each chapter's start, wall time and
+    outcome). The first chapter that fails stops the batch (the later ones reuse its models); its
+    executed notebook, with the traceback, goes to ``out`` too. Returns 0 when every chapter ran, else 1.
+    This is ``make gpu-run``: on a lent GPU machine ``out`` is what comes back.
+
+    ``staged`` (``make gpu-run`` passes ``staged/`` when it exists): chapters found there run instead
+    of their ``notebooks/`` version. A chapter whose code changes must be rerun in full, and the
+    translation chapters' full run needs an accelerator: their next version waits in ``staged/``,
+    smoke-tested in CI, until a GPU run executes it; ``make gpu-promote`` then moves the staged
+    sources and the run's notebooks into ``notebooks/`` together."""
+    import shutil
+    import sys
+    from datetime import datetime, timezone
+
+    root = root or sources.find_root()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    chapters = sources.toc_notebooks(root)
+    unknown = [n for n in names if n not in chapters]
+    if unknown or not names:
+        raise ValueError(f"run_batch: unknown chapter(s) {unknown}; the chapters are {chapters}." if unknown else
+                         "run_batch: name at least one chapter.")
+    overrides = dict(overrides or {})
+    own = {}  # every chapter's share of the overrides, checked (names, types) before anything runs
+    for name in names:
+        params = sources.parameters_cell(sources.read_text_notebook(chapter_source(root, name, staged)))
+        own[name] = {k: v for k, v in overrides.items() if k in params}
+        resolve_parameters(root, name, profile, own[name], staged=staged)
+    unused = sorted(set(overrides) - {k for mine in own.values() for k in mine})
+    if unused:
+        raise KeyError(f"run_batch: parameter(s) {unused} belong to none of the chapters {names}.")
+    log_path = out / "log.txt"
+
+    def log(line: str) -> None:
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        print(f"[{stamp}] {line}", flush=True)
+        with log_path.open("a") as f:
+            f.write(f"[{stamp}] {line}\n")
+
+    from gmlm_lib.core import records
+
+    env = records.environment()
+    log(f"batch of {len(names)} chapter(s), profile {profile}, commit {records.git_commit()}, "
+        f"{records.hardware_summary(env)}, JAX {env['jax_version']}, Python {env['python']}")
+    status = 0
+    t_all = time.perf_counter()
+    for name in names:
+        mine = own[name]
+        source = chapter_source(root, name, staged)
+        log(f"{name}: started from {source.relative_to(root) if source.is_relative_to(root) else source}"
+            + (f" with {mine}" if mine else ""))
+        t0 = time.perf_counter()
+        try:
+            meta = run_notebook(name, profile, mine, root=root, staged=staged)
+        except Exception as err:  # the batch reports every failure, then stops
+            log(f"{name}: FAILED after {time.perf_counter() - t0:.1f} s: {type(err).__name__}: {err}")
+            failed = root / "_build" / "failed" / f"{profile}-{name}.ipynb"
+            if failed.is_file():
+                shutil.copy2(failed, out / failed.name)
+            status = 1
+            break
+        shutil.copy2(output_path(root, name, profile), out / f"{name}.ipynb")
+        log(f"{name}: finished in {meta['total_wall_time_s']:.1f} s")
+    if profile == "full" and (root / "book" / "provenance.md").is_file():
+        shutil.copy2(root / "book" / "provenance.md", out / "provenance.md")
+    archive = _records_archive(root, out)
+    log(f"batch {'finished' if status == 0 else 'stopped'} after {time.perf_counter() - t_all:.1f} s"
+        + (f"; run records in {archive.name}" if archive else ""))
+    sys.stdout.flush()
+    return status
+
+
+STAGED = "staged"  # the folder of staged chapter sources (run_batch)
+
+
+def promote(root: Path, results: Path) -> list[str]:
+    """Take a batch's executed notebooks from ``results`` (what ``make gpu-run`` left in OUT) into the
+    book: for each ``results/NAME.ipynb`` of a chapter, its source (``staged/NAME.md`` when staged,
+    else ``notebooks/NAME.md``) must be the one that ran (same code cells), the run a full one whose
+    outputs its code produced; then the staged source moves to ``notebooks/NAME.md`` and the notebook
+    to ``notebooks/NAME.ipynb``, and ``book/provenance.md`` is regenerated. Nothing is moved unless
+    every notebook passes. Returns the chapters promoted; smoke overrides left in ``staged/smoke.yaml``
+    for them are named in a ``ValueError`` (move them into ``params/smoke.yaml`` first)."""
+    import shutil
+
+    results = Path(results)
+    staged = root / STAGED
+    chapters = sources.toc_notebooks(root)
+    found = sorted(p for p in results.glob("*.ipynb") if p.stem in chapters)
+    if not found:
+        raise FileNotFoundError(f"promote: no executed chapter (NAME.ipynb of a chapter in _toc.yml) in {results}.")
+    plan = []
+    for nb_path in found:
+        name = nb_path.stem
+        md = chapter_source(root, name, staged if staged.is_dir() else None)
+        nb = nbformat.read(nb_path, as_version=4)
+        meta = nb.metadata.get("gmlm", {})
+        if meta.get("profile") != "full" or meta.get("code_sha256") != sources.code_hash(nb):
+            raise ValueError(f"promote: {nb_path} is not a full run whose outputs its code produced "
+                             f"(profile {meta.get('profile')!r}); run `make gpu-run` again.")
+        if sources.code_cells(sources.read_text_notebook(md)) != sources.code_cells(nb):
+            raise ValueError(f"promote: the code of {nb_path} is not that of {md.relative_to(root)}: the run was "
+                             "made from other sources; run it again from this tree.")
+        plan.append((name, md, nb_path))
+    leftover = staged / "smoke.yaml"
+    if leftover.is_file():
+        import yaml
+
+        pending = sorted(set(yaml.safe_load(leftover.read_text()) or {}) & {name for name, _, _ in plan})
+        if pending:
+            raise ValueError(f"promote: {leftover.relative_to(root)} holds smoke overrides of {pending}; move them "
+                             "into params/smoke.yaml (replacing those chapters' entries), then promote again.")
+    for name, md, nb_path in plan:
+        if md.parent == staged:
+            shutil.copy2(md, root / "notebooks" / f"{name}.md")
+            md.unlink()
+        shutil.copy2(nb_path, root / "notebooks" / f"{name}.ipynb")
+    if staged.is_dir() and not any(staged.iterdir()):
+        staged.rmdir()
+    from gmlm_lib.book import checks
+
+    checks.write_provenance_page(root)
+    return [name for name, _, _ in plan]

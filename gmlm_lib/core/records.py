@@ -13,11 +13,26 @@ from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[2]
 SOURCES = ("gmlm_lib", "notebooks/*.md", "params", "pyproject.toml")  # what a -dirty commit mark looks at
+ENV_COMMIT = "GMLM_COMMIT"  # the commit of a copy of the sources without git metadata (``make gpu-run COMMIT=...``)
+
+
+def passed_commit() -> str | None:
+    """The commit passed in ``$GMLM_COMMIT`` (40 hexadecimal digits), or ``None`` when it is unset; any
+    other value is a ``ValueError`` naming the variable: a record must never name a commit that is
+    not one."""
+    value = os.environ.get(ENV_COMMIT)
+    if value is None or value == "":
+        return None
+    if len(value) != 40 or any(c not in "0123456789abcdef" for c in value):
+        raise ValueError(f"{ENV_COMMIT} = {value!r} is not a commit: pass the 40 hex digits of `git rev-parse HEAD` "
+                         "of the clean tree that was copied here.")
+    return value
 
 
 def git_commit(path: Path = _PACKAGE_DIR) -> str:
     """Commit of the gmlm_lib source: ``git rev-parse HEAD`` (with ``-dirty`` when the library
-    or notebook sources differ from it), else the commit pip recorded for a VCS install,
+    or notebook sources differ from it); in a copy without git metadata (the GPU machine) the commit
+    passed in ``$GMLM_COMMIT`` (:func:`passed_commit`); else the commit pip recorded for a VCS install,
     else ``"unknown"``."""
     try:
         top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path, capture_output=True, text=True, check=True).stdout.strip()
@@ -29,6 +44,9 @@ def git_commit(path: Path = _PACKAGE_DIR) -> str:
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         pass
+    passed = passed_commit()
+    if passed is not None:
+        return passed
     try:
         direct = json.loads(_metadata.distribution("gmlm-book").read_text("direct_url.json") or "{}")
         return direct.get("vcs_info", {}).get("commit_id", "unknown")

@@ -26,8 +26,11 @@ from gmlm_lib.mt import vocab as V
 
 #: The trained models of a run folder, by subfolder name.
 MODELS = ("ar", "padir_raw", "padir_distilled")
+#: Models a run folder may hold besides :data:`MODELS` (loaded when present): the deep-shallow AR baseline.
+OPTIONAL = ("ar_shallow",)
 #: How the book names each model of a run folder (the PaDIR chapter's tables and the provenance page).
-LABELS = {"ar": "AR teacher", "padir_raw": "PaDIR raw", "padir_distilled": "PaDIR distilled"}
+LABELS = {"ar": "AR teacher", "padir_raw": "PaDIR raw", "padir_distilled": "PaDIR distilled",
+          "ar_shallow": "AR deep-shallow"}
 
 
 @dataclasses.dataclass
@@ -50,11 +53,12 @@ def open_run(root: str | pathlib.Path, need=MODELS) -> RunFolder:
            "<folder> (it writes <folder>/<src>-<tgt>/), then pass that folder here")
     if not (root / "spm.model").is_file():
         raise FileNotFoundError(f"run folder {str(root)!r} has no spm.model; {how}.")
-    unknown = set(need) - set(MODELS) - {"distilled"}
+    unknown = set(need) - set(MODELS + OPTIONAL) - {"distilled"}
     if unknown:
-        raise ValueError(f"open_run(need=...): unknown part(s) {sorted(unknown)}; choose from {MODELS + ('distilled',)}.")
+        raise ValueError(f"open_run(need=...): unknown part(s) {sorted(unknown)}; choose from "
+                         f"{MODELS + OPTIONAL + ('distilled',)}.")
     models, records = {}, {}
-    for name in MODELS:
+    for name in MODELS + OPTIONAL:
         ckpt = root / name / "checkpoints"
         if not ckpt.is_dir() or not any(ckpt.iterdir()):
             if name in need:

@@ -27,10 +27,14 @@ def _check(hyps, refs):
         raise ValueError("hyps is empty.")
 
 
-def bleu(hyps: list[str], refs: list[str], *, tokenize: str = "13a") -> Score:
-    """Corpus BLEU (SacreBLEU defaults, one reference) and its signature [Tables 1-3]."""
+def bleu(hyps: list[str], refs: list[str], *, tokenize: str = "13a", lowercase: bool = False) -> Score:
+    """Corpus BLEU (SacreBLEU defaults, one reference) and its signature [Tables 1-3]. ``lowercase``:
+    case-insensitive BLEU (the signature says ``case:lc``), as the Multi30k literature reports it; the
+    book's headline is cased."""
     _check(hyps, refs)
-    metric = sacrebleu.metrics.BLEU(tokenize=tokenize)
+    if not isinstance(lowercase, bool):
+        raise TypeError(f"bleu(lowercase=...) must be True or False; got {lowercase!r}.")
+    metric = sacrebleu.metrics.BLEU(tokenize=tokenize, lowercase=lowercase)
     return Score(metric.corpus_score(hyps, [refs]).score, str(metric.get_signature()))
 
 

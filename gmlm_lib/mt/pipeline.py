@@ -9,7 +9,8 @@ what a previous call left in the run folder (``<run_root>/<src>-<tgt>/``, laid o
 2. :func:`vocabulary`: the joint SentencePiece model, trained once and kept as ``spm.model``;
 3. :func:`train_teacher`: the AR teacher in ``ar/``;
 4. :func:`distil_training_set`: the teacher's outputs on the training set [App. L.1.2];
-5. :func:`train_padir`: PaDIR on raw (``padir_raw/``) and on distilled targets (``padir_distilled/``).
+5. :func:`train_padir`: PaDIR on raw (``padir_raw/``) and on distilled targets (``padir_distilled/``);
+6. :func:`train_shallow` (with ``shallow=True``): the deep-shallow AR baseline in ``ar_shallow/``.
 
 :func:`build` runs them all; :func:`ensure` opens a run folder that is complete and builds the one
 that is not, so a chapter that reuses the PaDIR chapter's models opens on a fresh runtime (a
@@ -28,8 +29,8 @@ import jax
 from gmlm_lib.mt import batching, config, corpus, experiment, training, translate
 from gmlm_lib.mt import vocab as V
 
-__all__ = ["Data", "run_folder", "load_data", "vocabulary", "batcher", "train_teacher", "distil_training_set",
-           "train_padir", "build", "ensure"]
+__all__ = ["Data", "run_folder", "load_data", "vocabulary", "batcher", "train_teacher", "train_shallow",
+           "distil_training_set", "train_padir", "build", "complete", "ensure"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +94,16 @@ def train_teacher(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel
     return training.train(exp.train_config("ar", vocab.size), data, pathlib.Path(root) / "ar", progress=progress)
 
 
+def train_shallow(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel, root: str | pathlib.Path, *,
+                  progress: bool = True) -> training.Result:
+    """The deep-shallow AR baseline (Kasai et al., 2021: the teacher's encoder with a one-layer decoder,
+    trained like the teacher, ``exp.train_config("ar_shallow", ...)``) in ``root/ar_shallow``: the
+    AR model to beat at batch 1, since its cached steps are the cheapest an AR decoder can take."""
+    data = batcher(exp, vocab, train.src, train.tgt)
+    return training.train(exp.train_config("ar_shallow", vocab.size), data, pathlib.Path(root) / "ar_shallow",
+                          progress=progress)
+
+
 def distil_training_set(exp: config.Experiment, vocab: V.Vocab, teacher, train: corpus.Parallel,
                         root: str | pathlib.Path, *, progress: bool = True) -> experiment.Distilled:
     """Sequence-level distillation [App. L.1.2]: the teacher decodes the training sources with beam
@@ -123,10 +134,11 @@ def train_padir(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel, 
 
 
 def build(exp: config.Experiment, root: str | pathlib.Path | None = None, *, data: Data | None = None,
-          progress: bool = True) -> experiment.RunFolder:
+          shallow: bool = False, progress: bool = True) -> experiment.RunFolder:
     """Every step in turn, into ``root`` (default :func:`run_folder`), and the finished folder opened.
     Each step resumes or reuses what the folder holds, so a killed call is continued by calling it
-    again. ``data``: the pairs to use instead of :func:`load_data`'s (tests, stand-ins)."""
+    again. ``data``: the pairs to use instead of :func:`load_data`'s (tests, stand-ins); ``shallow``:
+    train the deep-shallow AR baseline too (:func:`train_shallow`)."""
     root = run_folder(exp, root)
     root.mkdir(parents=True, exist_ok=True)
     data = load_data(exp) if data is None else data
@@ -135,6 +147,8 @@ def build(exp: config.Experiment, root: str | pathlib.Path | None = None, *, dat
     distilled = distil_training_set(exp, vocab, teacher.model, data.train, root, progress=progress)
     for name, targets in (("raw", data.train.tgt), ("distilled", distilled.lines)):
         train_padir(exp, vocab, data.train, targets, root, name, teacher=teacher.model, progress=progress)
+    if shallow:
+        train_shallow(exp, vocab, data.train, root, progress=progress)
     return experiment.open_run(root)
 
 

@@ -1,0 +1,103 @@
+"""The PaDIR chapter's verdicts (``notebooks/padir.md``) [Sections 3.2-3.3, Appendix L].
+
+:func:`findings` turns the chapter's quality, speed and cost tables into every number and word its
+box glues, graded against :data:`TARGETS` by :func:`gmlm_lib.book.findings.grade`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from gmlm_lib.book.findings.rules import grade
+
+TARGETS = dict(
+    beam_bleu_lc=39.0,  # AR beam, lowercased BLEU: the published Transformer-tiny on this test set reaches 41.0
+    gap_greedy=1.0,  # distilled PaDIR at T = 4 at most this many (cased) BLEU below AR greedy
+    median_speedup=2.0,  # batch-1 speed-up of PaDIR T = 4, #hyp = 1 over AR greedy; the paper: more than 2x
+    p99_speedup=3.0,  # the same at the 99th percentile (the paper: more than 5x on TPU v3, WMT)
+    latency_vs_bound=0.9,  # measured speed-up over the one the unit costs allow
+    budget_min=120.0,  # training and distillation, minutes
+)
+"""The targets the chapter's box grades: ``*_speedup``, ``beam_bleu_lc`` and ``latency_vs_bound`` are
+floors, ``gap_greedy`` and ``budget_min`` ceilings."""
+
+PARITY = 0.05
+"""A speed-up within this fraction of 1 (0.95x to 1.05x) is reported as parity, neither faster nor slower."""
+
+
+def _one(frame: pd.DataFrame, what: str, **match) -> pd.Series:
+    rows = frame
+    for column, value in match.items():
+        rows = rows[rows[column] == value]
+    if len(rows) != 1:
+        raise ValueError(f"findings: {what}: expected one row with {match}, found {len(rows)}.")
+    return rows.iloc[0]
+
+
+def speed_word(speedup: float) -> str:
+    """How a batch-1 speed-up reads in a sentence: "faster than", "slower than" or "at parity with"
+    (within :data:`PARITY` of 1)."""
+    if not math.isfinite(speedup) or speedup <= 0:
+        raise ValueError(f"speed_word: a speed-up must be a positive number; got {speedup!r}.")
+    if abs(speedup - 1.0) <= PARITY:
+        return "at parity with"
+    return "faster than" if speedup > 1.0 else "slower than"
+
+
+def findings(quality: pd.DataFrame, speed: pd.DataFrame, cost: pd.DataFrame, *, eval_steps, eval_hyps: int,
+             beam: int, distill_s: float, latency_vs_bound: float) -> dict:
+    """Every glued value of the PaDIR chapter's box.
+
+    ``quality``: one row a (``model``, ``decoding``) with ``BLEU``, ``BLEU_lc`` and ``stutter``; the
+    models "AR", "PaDIR raw", "PaDIR distilled" (and optionally "AR deep-shallow"), the PaDIR settings
+    named ``"T=<t>, #hyp=<eval_hyps>"``. ``speed``: indexed by system label ("AR greedy",
+    "PaDIR T=4, #hyp=1", optionally "AR deep-shallow greedy") with ``median_ms`` and ``p99_ms``.
+    ``cost``: indexed by run with ``wall_min`` and ``fraction_of_peak``. The PaDIR row graded is T = 4
+    (else the first of ``eval_steps``); its speed, T = 4 with one hypothesis (else the smallest T timed)."""
+    t = 4 if 4 in eval_steps else eval_steps[0]
+    ar = _one(quality, "AR greedy", model="AR", decoding="greedy")
+    ar_beam = _one(quality, "AR beam", model="AR", decoding=f"beam {beam}")
+    dist = _one(quality, "distilled PaDIR", model="PaDIR distilled", decoding=f"T={t}, #hyp={eval_hyps}")
+    raw = _one(quality, "raw PaDIR", model="PaDIR raw", decoding=f"T={t}, #hyp={eval_hyps}")
+    longest = max(eval_steps)
+    dist_long = _one(quality, "distilled PaDIR, most passes", model="PaDIR distilled",
+                     decoding=f"T={longest}, #hyp={eval_hyps}")
+    timed = [s for s in speed.index if s.startswith("PaDIR T=") and s.endswith(", #hyp=1")]
+    if not timed:
+        raise ValueError("findings: no 'PaDIR T=<t>, #hyp=1' row in the speed table; time #hyp = 1.")
+    fast = "PaDIR T=4, #hyp=1" if "PaDIR T=4, #hyp=1" in speed.index else \
+        min(timed, key=lambda s: int(s.removeprefix("PaDIR T=").split(",")[0]))
+    greedy = speed.loc["AR greedy"]
+    median_speedup = float(greedy["median_ms"] / speed.loc[fast, "median_ms"])
+    p99_speedup = float(greedy["p99_ms"] / speed.loc[fast, "p99_ms"])
+    shallow = "AR deep-shallow greedy" in speed.index
+    deep_shallow_speedup = (float(speed.loc["AR deep-shallow greedy", "median_ms"] / speed.loc[fast, "median_ms"])
+                            if shallow else float("nan"))
+    total_min = float(cost["wall_min"].sum()) + distill_s / 60.0
+    gap_greedy = float(ar["BLEU"] - dist["BLEU"])
+    out = dict(
+        eval_T=t, eval_T_long=longest, eval_hyps=eval_hyps, beam=beam,
+        ar_bleu=float(ar["BLEU"]), ar_beam_bleu=float(ar_beam["BLEU"]), ar_beam_bleu_lc=float(ar_beam["BLEU_lc"]),
+        dist_bleu=float(dist["BLEU"]), dist_bleu_long=float(dist_long["BLEU"]), raw_bleu=float(raw["BLEU"]),
+        gap_greedy=gap_greedy, gap_beam=float(ar_beam["BLEU"] - dist["BLEU"]),
+        fast_label=fast, median_speedup=median_speedup, p99_speedup=p99_speedup,
+        speed_word=speed_word(median_speedup),
+        deep_shallow_speedup=deep_shallow_speedup,
+        deep_shallow_text=(f"{deep_shallow_speedup:.2f}x its median latency" if shallow
+                           else "not measured (no deep-shallow model in this run)"),
+        ar_stutter=float(ar["stutter"]), padir_stutter=float(dist["stutter"]),
+        stutter_compare="less" if dist["stutter"] < ar["stutter"] else "more",
+        total_min=total_min, mfu=float(cost["fraction_of_peak"].mean()), latency_vs_bound=float(latency_vs_bound),
+    )
+    out.update(
+        beam_lc_met=grade(out["ar_beam_bleu_lc"], TARGETS["beam_bleu_lc"], at_least=True),
+        gap_greedy_met=grade(gap_greedy, TARGETS["gap_greedy"], at_least=False),
+        median_target_met=grade(median_speedup, TARGETS["median_speedup"], at_least=True),
+        p99_target_met=grade(p99_speedup, TARGETS["p99_speedup"], at_least=True),
+        latency_bound_met=grade(latency_vs_bound, TARGETS["latency_vs_bound"], at_least=True),
+        budget_met="within" if grade(total_min, TARGETS["budget_min"], at_least=False) == "met" else "over",
+    )
+    out.update({f"target_{k}": v for k, v in TARGETS.items()})
+    return out

@@ -1,0 +1,102 @@
+"""The book's verdicts are decided by tested code (gmlm_lib.book.findings): one grading rule, one
+significance rule, and the PaDIR chapter's findings on small hand-made tables."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from gmlm_lib.book import findings
+from gmlm_lib.book.findings import padir
+
+
+@pytest.mark.parametrize("value, target, at_least, want", [
+    (2.001, 2.0, True, "met"), (1.999, 2.0, True, "missed"), (2.0, 2.0, True, "met"),
+    (0.999, 1.0, False, "met"), (1.001, 1.0, False, "missed"), (1.0, 1.0, False, "met"),
+])
+def test_a_target_met_or_missed_by_a_thousandth(value, target, at_least, want):
+    assert findings.grade(value, target, at_least=at_least) == want
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), None, "2.0", True])
+def test_nothing_is_graded_from_a_missing_measurement(bad):
+    with pytest.raises(ValueError, match="finite number"):
+        findings.grade(bad, 1.0, at_least=True)
+
+
+@pytest.mark.parametrize("p, want", [(0.049, True), (0.051, False), (0.05, False), (0.0, True), (1.0, False)])
+def test_one_significance_rule(p, want):
+    assert findings.significant(p) is want
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.5, float("nan")])
+def test_a_p_value_outside_its_range_is_refused(p):
+    with pytest.raises(ValueError):
+        findings.significant(p)
+
+
+def _tables(ar=30.0, dist=29.0, lc=39.0, greedy_ms=(10.0, 30.0), padir_ms=(5.0, 10.0), shallow_ms=None):
+    quality = pd.DataFrame([
+        dict(model="AR", decoding="greedy", BLEU=ar, BLEU_lc=ar + 1, stutter=0.5),
+        dict(model="AR", decoding="beam 4", BLEU=ar + 0.5, BLEU_lc=lc, stutter=0.4),
+        dict(model="PaDIR raw", decoding="T=4, #hyp=3", BLEU=dist - 2, BLEU_lc=dist - 1, stutter=1.2),
+        dict(model="PaDIR raw", decoding="T=10, #hyp=3", BLEU=dist - 1.5, BLEU_lc=dist - 0.5, stutter=1.0),
+        dict(model="PaDIR distilled", decoding="T=4, #hyp=3", BLEU=dist, BLEU_lc=dist + 1, stutter=0.3),
+        dict(model="PaDIR distilled", decoding="T=10, #hyp=3", BLEU=dist + 0.2, BLEU_lc=dist + 1.2, stutter=0.2),
+    ])
+    rows = {"AR greedy": greedy_ms, "AR beam 4": (20.0, 50.0), "PaDIR T=4, #hyp=1": padir_ms,
+            "PaDIR T=4, #hyp=3": (6.0, 12.0)}
+    if shallow_ms:
+        rows["AR deep-shallow greedy"] = shallow_ms
+    speed = pd.DataFrame([dict(system=k, median_ms=m, p99_ms=p) for k, (m, p) in rows.items()]).set_index("system")
+    cost = pd.DataFrame([dict(run="AR", wall_min=2.0, fraction_of_peak=0.2),
+                         dict(run="PaDIR raw", wall_min=1.0, fraction_of_peak=0.1)]).set_index("run")
+    return quality, speed, cost
+
+
+def _padir(**tables):
+    q, s, c = _tables(**tables)
+    return padir.findings(q, s, c, eval_steps=(4, 10), eval_hyps=3, beam=4, distill_s=60.0, latency_vs_bound=0.95)
+
+
+def test_padir_findings_on_a_hand_made_run():
+    f = _padir()
+    assert (f["ar_bleu"], f["dist_bleu"], f["dist_bleu_long"], f["raw_bleu"]) == (30.0, 29.0, 29.2, 27.0)
+    assert f["gap_greedy"] == pytest.approx(1.0) and f["gap_greedy_met"] == "met"  # exactly at the ceiling
+    assert f["ar_beam_bleu_lc"] == 39.0 and f["beam_lc_met"] == "met"
+    assert f["fast_label"] == "PaDIR T=4, #hyp=1"
+    assert (f["median_speedup"], f["p99_speedup"]) == (2.0, 3.0)
+    assert (f["median_target_met"], f["p99_target_met"]) == ("met", "met")
+    assert f["speed_word"] == "faster than" and f["stutter_compare"] == "less"
+    assert f["total_min"] == pytest.approx(4.0) and f["budget_met"] == "within" and f["mfu"] == pytest.approx(0.15)
+    assert math.isnan(f["deep_shallow_speedup"]) and f["deep_shallow_text"].startswith("not measured")
+    assert f["target_p99_speedup"] == 3.0
+
+
+def test_padir_targets_missed_by_a_thousandth():
+    f = _padir(dist=28.999, lc=38.999, greedy_ms=(9.995, 29.995))
+    assert f["gap_greedy_met"] == "missed" and f["beam_lc_met"] == "missed"
+    assert (f["median_target_met"], f["p99_target_met"]) == ("missed", "missed")
+
+
+def test_parity_is_called_parity():
+    assert padir.speed_word(1.02) == "at parity with" and padir.speed_word(0.96) == "at parity with"
+    assert padir.speed_word(1.06) == "faster than" and padir.speed_word(0.94) == "slower than"
+    assert _padir(greedy_ms=(5.1, 10.0))["speed_word"] == "at parity with"
+
+
+def test_deep_shallow_speedup_when_it_was_timed():
+    f = _padir(shallow_ms=(7.5, 15.0))
+    assert f["deep_shallow_speedup"] == pytest.approx(1.5) and f["deep_shallow_text"] == "1.50x its median latency"
+
+
+def test_a_missing_row_is_named():
+    q, s, c = _tables()
+    with pytest.raises(ValueError, match="distilled PaDIR"):
+        padir.findings(q[q.model != "PaDIR distilled"], s, c, eval_steps=(4, 10), eval_hyps=3, beam=4, distill_s=0.0,
+                       latency_vs_bound=1.0)
+    with pytest.raises(ValueError, match="#hyp=1"):
+        padir.findings(q, s.drop(index=["PaDIR T=4, #hyp=1"]), c, eval_steps=(4, 10), eval_hyps=3, beam=4,
+                       distill_s=0.0, latency_vs_bound=1.0)

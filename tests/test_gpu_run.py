@@ -1,0 +1,171 @@
+"""The GPU run's one command (``make gpu-run``), rehearsed on the CPU at smoke size: in a copy of the
+tree without git metadata, the commit passed in, the corpus passed in, the translation chapters run
+in order, and the executed notebooks, the log and the records gathered in OUT (issue 45 item 3)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from gmlm_lib.book import runner, sources
+from gmlm_lib.core import records
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+TRACKED = ("Makefile", "_toc.yml", "_config.yml", "pyproject.toml", "gmlm_lib", "notebooks", "params", "book",
+           runner.STAGED)
+
+
+def _copy_without_git(dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    for name in TRACKED:
+        src = ROOT / name
+        if not src.exists():
+            continue
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.ipynb"))
+        else:
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def _make(tree: Path, *args: str, timeout: int = 60) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("GMLM_COMMIT", "GMLM_MULTI30K_DIR")}
+    return subprocess.run(["make", "--no-print-directory", "-C", str(tree), "gpu-run", f"GPU_PYTHON={sys.executable}",
+                           "WHEELS=no-wheels-here", f"GPU_SITE={tree}/no-site", *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def _data_dir() -> Path:
+    from gmlm_lib.mt import corpus
+
+    return corpus.multi30k_dir(download_missing=True, files=[f"{s}.{l}.gz" for s in corpus.MULTI30K_SPLITS
+                                                              for l in ("en", "de")])
+
+
+@pytest.mark.parametrize("args, words", [
+    ((), ["OUT=folder"]),
+    (("OUT=x",), ["COMMIT="]),
+    (("OUT=x", f"COMMIT={COMMIT}", "DATA=/nowhere"), ["DATA=folder", "/nowhere"]),
+])
+def test_gpu_run_names_what_it_lacks(tmp_path, args, words):
+    proc = _make(ROOT, *args)
+    assert proc.returncode != 0 and all(w in proc.stderr for w in words), proc.stderr
+
+
+def test_a_passed_commit_must_be_a_commit(monkeypatch):
+    monkeypatch.setenv(records.ENV_COMMIT, "main")
+    with pytest.raises(ValueError, match="GMLM_COMMIT = 'main' is not a commit"):
+        records.passed_commit()
+    monkeypatch.setenv(records.ENV_COMMIT, COMMIT)
+    assert records.passed_commit() == COMMIT
+    monkeypatch.delenv(records.ENV_COMMIT)
+    assert records.passed_commit() is None
+
+
+def test_batch_refuses_unknown_chapters_and_parameters_before_running(tmp_path):
+    with pytest.raises(ValueError, match="unknown chapter"):
+        runner.run_batch(["padir", "nope"], "smoke", tmp_path, root=ROOT)
+    with pytest.raises(KeyError, match="none of the chapters"):
+        runner.run_batch(["stutter"], "smoke", tmp_path, {"no_such_parameter": 1}, root=ROOT)
+    with pytest.raises(TypeError, match="max_steps"):
+        runner.run_batch(["stutter"], "smoke", tmp_path, {"max_steps": "many"}, root=ROOT)
+    assert not any(tmp_path.iterdir())  # nothing ran, nothing written
+
+
+def test_glue_in_a_book_run_needs_myst_nb(monkeypatch):
+    from gmlm_lib.book import glue
+
+    monkeypatch.setitem(sys.modules, "myst_nb", None)  # import fails, as on a machine without it
+    monkeypatch.delenv("GMLM_PROFILE", raising=False)
+    assert glue.glue("x", 1.0) is None  # Colab without myst-nb: nothing to store, nothing lost
+    monkeypatch.setenv("GMLM_PROFILE", "full")
+    with pytest.raises(ImportError, match="glue\\('x'\\): myst-nb is not installed"):
+        glue.glue("x", 1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
+    """The command of the GPU run, in a copy of the tree with no .git, at smoke size: every
+    translation chapter runs in order (its staged version where there is one), names the commit
+    passed in, and lands in OUT with the log. This is also the smoke test of the translation
+    chapters that are not staged (test_notebooks.py leaves those to it)."""
+    tree = _copy_without_git(tmp_path / "tree")
+    out = tmp_path / "out"
+    proc = _make(tree, f"OUT={out}", f"COMMIT={COMMIT}", f"DATA={_data_dir()}", "GPU_PROFILE=smoke", timeout=1400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    names = list(runner.TRANSLATION_CHAPTERS)
+    assert sorted(p.name for p in out.iterdir()) == sorted([f"{n}.ipynb" for n in names] + ["log.txt"])
+    log = (out / "log.txt").read_text()
+    assert f"commit {COMMIT}" in log and "batch finished" in log
+    for name in names:  # a staged chapter ran from its staged source
+        staged = (ROOT / runner.STAGED / f"{name}.md").is_file()
+        assert f"{name}: started from {runner.STAGED if staged else 'notebooks'}/{name}.md" in log, log
+    assert [line.split("]")[1].split(":")[0].strip() for line in log.splitlines() if "finished in" in line] == names
+    for name in names:
+        nb = nbformat.read(out / f"{name}.ipynb", as_version=4)
+        errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+        assert not errors, name
+        meta = nb.metadata["gmlm"]
+        assert meta["profile"] == "smoke" and meta["code_sha256"] == sources.code_hash(nb)
+        assert meta["provenance"]["gmlm_lib_commit"] == COMMIT, name
+        assert meta["total_wall_time_s"] <= 2 * 120 * 2, f"{name} smoke run took {meta['total_wall_time_s']} s"
+        last = "".join(o.get("text", "") for o in nb.cells[-1].get("outputs", []))
+        assert last.startswith("Provenance: profile smoke;"), last
+
+
+def _fake_result(md: Path, out: Path, profile: str = "full") -> Path:
+    nb = sources.read_text_notebook(md)
+    nb.metadata.pop("jupytext", None)
+    nb.metadata["gmlm"] = dict(profile=profile, code_sha256=sources.code_hash(nb), provenance={})
+    path = out / md.name.replace(".md", ".ipynb")
+    nbformat.write(nb, path)
+    return path
+
+
+def test_promote_moves_the_staged_source_and_its_run_together(tmp_path):
+    tree = _copy_without_git(tmp_path / "tree")
+    staged = tree / runner.STAGED
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir()
+    text = (tree / "notebooks" / "stutter.md").read_text().replace("bootstrap_samples = 1000", "bootstrap_samples = 999")
+    (staged / "stutter.md").write_text(text)
+    out = tmp_path / "out"
+    out.mkdir()
+    _fake_result(tree / "notebooks" / "padir.md", out, profile="smoke")
+    with pytest.raises(ValueError, match="not a full run"):
+        runner.promote(tree, out)
+    (out / "padir.ipynb").unlink()
+    _fake_result(tree / "notebooks" / "stutter.md", out)  # made from the old source, not the staged one
+    with pytest.raises(ValueError, match="other sources"):
+        runner.promote(tree, out)
+    assert (staged / "stutter.md").read_text() == text  # a refused promotion moves nothing
+    _fake_result(staged / "stutter.md", out)
+    (staged / "smoke.yaml").write_text("stutter:\n  max_steps: 2\n")
+    with pytest.raises(ValueError, match="smoke overrides of \\['stutter'\\]"):
+        runner.promote(tree, out)
+    (staged / "smoke.yaml").unlink()
+    assert runner.promote(tree, out) == ["stutter"]
+    assert (tree / "notebooks" / "stutter.md").read_text() == text and not staged.exists()
+    assert (tree / "notebooks" / "stutter.ipynb").read_bytes() == (out / "stutter.ipynb").read_bytes()
+    with pytest.raises(FileNotFoundError, match="no executed chapter"):
+        runner.promote(tree, tmp_path / "tree" / "book")
+
+
+def test_a_staged_chapter_runs_instead_of_its_notebook_and_takes_its_own_smoke_entry(tmp_path):
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "stutter.md").write_text((ROOT / "notebooks" / "stutter.md").read_text())
+    assert runner.chapter_source(ROOT, "stutter", staged) == staged / "stutter.md"
+    assert runner.chapter_source(ROOT, "padir", staged) == ROOT / "notebooks" / "padir.md"
+    (staged / "smoke.yaml").write_text("stutter:\n  max_steps: 3\n")
+    params, inject = runner.resolve_parameters(ROOT, "stutter", "smoke", staged=staged)
+    assert inject == {"max_steps": 3}  # the staged entry replaces params/smoke.yaml's
+    params, inject = runner.resolve_parameters(ROOT, "padir", "smoke", staged=staged)
+    assert inject["ar_steps"] == sources.smoke_overrides(ROOT)["padir"]["ar_steps"]  # not staged: params/smoke.yaml
