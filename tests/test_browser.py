@@ -34,7 +34,7 @@ def _need_browser():
 @pytest.mark.xdist_group("book")
 def test_every_page_reads_in_a_browser(built_book):
     """Every page of the build: MathJax typeset everything (no TeX left, no error), every image
-    loads, no table is wider than the content column, every "What we verified" box fits a
+    loads, no table is wider than the content column, every "What this run found" box fits a
     1400 x 900 screen, and the console holds no error; a screenshot of each page is saved under
     ``_build/screenshots/`` for review."""
     _need_browser()

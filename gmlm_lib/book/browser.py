@@ -8,7 +8,7 @@ reports what a reader would see as broken:
   did not render, or a MathJax error box;
 - a broken image (not loaded, or zero width);
 - a table wider than the content column;
-- a "What we verified" box taller than one 1400 x 900 screen;
+- a "What this run found" box taller than one 1400 x 900 screen;
 - a JavaScript error or a failed request in the browser's console.
 
 It saves a screenshot of each page (the first screen, 1400 x 900) for review. It drives Debian's
@@ -22,7 +22,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-WINDOW = (1400, 900)  # the screen a "What we verified" box must fit
+WINDOW = (1400, 900)  # the screen a "What this run found" box must fit
 SKIP = ("genindex.html", "search.html", "py-modindex.html")  # Sphinx's generated index pages
 
 _PAGE_SCRIPT = r"""
@@ -46,7 +46,7 @@ Promise.race([ready.then(() => "ok", e => "error: " + e), timeout]).then(state =
     .map(t => ({width: Math.round(t.getBoundingClientRect().width), text: t.innerText.slice(0, 60)}))
     .filter(t => t.width > column + 1);
   const boxes = Array.from(article.querySelectorAll(".admonition"))
-    .filter(b => (b.querySelector(".admonition-title") || {}).textContent === "What we verified")
+    .filter(b => (b.querySelector(".admonition-title") || {}).textContent === "What this run found")
     .map(b => Math.round(b.getBoundingClientRect().height));
   done({state, column: Math.round(column), tex, mathSpans, rendered,
         mathErrors: document.querySelectorAll("mjx-merror").length, images, tables, boxes});
@@ -111,7 +111,7 @@ def check_page(drv, path: Path, html_root: Path, screenshots: Path | None = None
         p.append(f"{seen['mathErrors']} MathJax error(s)")
     p += [f"broken image: {src}" for src in seen["images"]]
     p += [f"table {t['width']} px wide in a {seen['column']} px column: {t['text']!r}" for t in seen["tables"]]
-    p += [f"'What we verified' box is {h} px tall, more than the {WINDOW[1]} px screen" for h in seen["boxes"]
+    p += [f"'What this run found' box is {h} px tall, more than the {WINDOW[1]} px screen" for h in seen["boxes"]
           if h > WINDOW[1]]
     for entry in drv.get_log("browser"):
         if entry.get("level") == "SEVERE":
