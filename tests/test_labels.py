@@ -70,3 +70,15 @@ def test_a_tag_the_paper_lacks_or_an_unexplained_gap_fails(monkeypatch):
     monkeypatch.setattr(labels, "library_tags", real_lib)
     monkeypatch.setattr(labels, "NOT_TREATED", {k: v for k, v in labels.NOT_TREATED.items() if k != "Lemma 4"})
     assert any("Lemma 4 is neither" in p for p in labels.problems(ROOT))
+
+
+def test_a_table_measured_in_another_setting_is_called_an_analogue():
+    """The translation tables run on Multi30k, not the paper's WMT: the index says analogue, never reproduced."""
+    assert labels._where("padir", "analogue", "Quality [paper Tables 1-3, on Multi30k]") == \
+        "analogue on Multi30k: {doc}`../notebooks/padir`, *Quality*"
+    assert labels._where("masking_more", "section", "Figures [paper Figures 1-2]") == \
+        "{doc}`../notebooks/masking_more`, *Figures*"
+    tags = labels.chapter_tags(ROOT)
+    for table in ("Table 1", "Table 2", "Table 3", "Table 4", "Table 5"):
+        assert any(kind == "analogue" for _, kind, _ in tags[table]), table
+    assert all(kind != "analogue" for _, kind, _ in tags["Figure 3"])

@@ -8,7 +8,8 @@ Generated, never edited by hand (``python -m gmlm_lib.book labels`` writes ``boo
 - a test checks it when its docstring carries it the same way;
 - a chapter states it in a ``prf`` box whose title carries it (the box's ``:label:`` is linked),
   and reproduces a figure or table of the paper in a section whose heading says
-  ``[paper Figure N]`` or ``[paper Table N]``.
+  ``[paper Figure N]`` or ``[paper Table N]``; ``[paper Table N, on SETTING]`` marks an analogue in
+  another setting (Multi30k in place of the paper's WMT), which the index calls so.
 
 :data:`PAPER_LABELS` is the paper's inventory (Sections 2-3 and the appendices; the extracted
 text lost the numbers of some labels, so each title quotes the paper's words); a label the book
@@ -167,16 +168,26 @@ def chapter_tags(root: Path) -> dict[str, list[tuple[str, str, str]]]:
                 out.setdefault(label, []).append((name, "prf", box.group(1) if box else ""))
         for _, heading in _HEADING.findall(text):
             for tag in _TAG.findall(heading):
-                for label in labels_in("[" + tag.replace("paper ", "") + "]") if tag.startswith("paper ") else []:
-                    out.setdefault(label, []).append((name, "section", heading.strip()))
+                if not tag.startswith("paper "):
+                    continue
+                setting = _SETTING.search(tag)  # "[paper Tables 1-3, on Multi30k]": an analogue, not the paper's setting
+                for label in labels_in("[" + _SETTING.sub("", tag).replace("paper ", "") + "]"):
+                    out.setdefault(label, []).append((name, "analogue" if setting else "section", heading.strip()))
     return out
+
+
+_SETTING = re.compile(r",\s*(on\s.+)$")
 
 
 def _where(chapter: str, kind: str, target: str) -> str:
     if kind == "prf" and target:
         return f"{{prf:ref}}`{target}` ({{doc}}`../notebooks/{chapter}`)"
-    if kind == "section":
-        return f"{{doc}}`../notebooks/{chapter}`, *{_TAG.sub('', target).strip()}*"
+    if kind in ("section", "analogue"):
+        where = f"{{doc}}`../notebooks/{chapter}`, *{_TAG.sub('', target).strip()}*"
+        if kind == "analogue":
+            setting = next(_SETTING.search(t).group(1) for t in _TAG.findall(target) if _SETTING.search(t))
+            where = f"analogue {setting}: {where}"
+        return where
     return f"{{doc}}`../notebooks/{chapter}`"
 
 
@@ -191,7 +202,9 @@ def page(root: Path) -> str:
         "reproduces it. The page is generated from tags in the docstrings, the tests and the chapters",
         "(`gmlm_lib.book.labels`; `make check` fails when it is out of date), so a row cannot name code or a test",
         "that no longer exists. Titles quote the paper; where the book does not treat a label, the last column",
-        "says why. Figure and table labels are the paper's; each is reproduced in the chapter named beside it.",
+        "says why. Figure and table labels are the paper's: the chapter named beside each reproduces it in the",
+        "paper's setting, or, where the row says *analogue*, measures the same quantity in the setting it names",
+        "(the translation tables: Multi30k en→de, not WMT).",
         "",
     ]
     for kind, plural in KINDS.items():
