@@ -2,9 +2,10 @@
 
     python benchmarks/train_step.py                        # AR and PaDIR, the PaDIR chapter's model and data
     python benchmarks/train_step.py --kinds padir --rounds 5 --json train_step.json
+    python benchmarks/train_step.py --preset multi30k_gpu       # the GPU recipe's model (bf16) on a GPU
 
-One run times one update of the PaDIR chapter's model (``gmlm_lib.mt.config.get()``, the
-``"multi30k_cpu"`` preset) on Multi30k en-de batches with each saving on and off, and prints real
+One run times one update of the PaDIR chapter's model (``--preset``, default ``"multi30k_cpu"``:
+``gmlm_lib.mt.config.get()``) on Multi30k en-de batches with each saving on and off, and prints real
 (unpadded) source and target tokens per second, and that figure per GFLOP/s of the float32 matmul
 peak measured in the same run (so machines of different speed compare). The savings:
 
@@ -37,14 +38,20 @@ FINE = (10, 12, 14, 16, 18, 20, 24, 28, 32, 40, 48, 64)
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kinds", nargs="+", choices=["ar", "padir"], default=["ar", "padir"])
+    ap.add_argument("--preset", default="multi30k_cpu", help="a preset of gmlm_lib.mt.config.PRESETS, or auto")
+    ap.add_argument("--sentences", type=int, default=0, help="training pairs used (0: all of them)")
+    ap.add_argument("--coarse", type=int, nargs="+", default=list(COARSE), help="the coarse length buckets")
+    ap.add_argument("--fine", type=int, nargs="+", default=list(FINE), help="the fine length buckets")
     ap.add_argument("--data-dir", default=os.environ.get("GMLM_MULTI30K_DIR"),
                     help="Multi30k folder (default: GMLM_MULTI30K_DIR, else the download cache)")
     ap.add_argument("--rounds", type=int, default=4, help="interleaved rounds; each setting keeps its fastest")
     ap.add_argument("--chain", type=int, default=3, help="updates timed back to back per bucket and round")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
-    if args.rounds < 1 or args.chain < 2:
-        ap.error("--rounds must be >= 1 and --chain >= 2 (a late read needs a next update)")
+    if args.rounds < 1 or args.chain < 2 or args.sentences < 0:
+        ap.error("--rounds must be >= 1, --chain >= 2 (a late read needs a next update) and --sentences >= 0")
+    if sorted(set(args.coarse)) != args.coarse or sorted(set(args.fine)) != args.fine or min(args.coarse + args.fine) < 1:
+        ap.error("--coarse and --fine must be increasing lists of lengths >= 1")
 
     import jax  # after parsing: --help does not start JAX
     from flax import nnx
@@ -54,16 +61,21 @@ def main() -> None:
     from gmlm_lib.mt import vocab as V
 
     start = time.time()
-    exp = config.get()
+    try:
+        exp = config.get(args.preset)
+    except ValueError as err:
+        ap.error(str(err))
     pairs = corpus.multi30k("train", exp.src_lang, exp.tgt_lang, root=args.data_dir)
+    if args.sentences:
+        pairs = pairs.take(args.sentences)
     vocab = V.train(pairs.src + pairs.tgt, exp.vocab_size)
     src, tgt = vocab.encode(pairs.src), vocab.encode(pairs.tgt)
-    fine = FINE
+    fine, coarse = tuple(args.fine), tuple(args.coarse)
     # the settings: (dropout rng, buckets, read every loss)
     settings = {
-        "before (all off)": ("threefry", COARSE, True),
-        "late read only": ("threefry", COARSE, False),
-        "hash dropout only": ("hash", COARSE, True),
+        "before (all off)": ("threefry", coarse, True),
+        "late read only": ("threefry", coarse, False),
+        "hash dropout only": ("hash", coarse, True),
         "fine buckets only": ("threefry", fine, True),
         "after (all on)": ("hash", fine, False),
     }
@@ -115,7 +127,7 @@ def main() -> None:
 
         best = {name: {} for name in settings}
         for r in range(args.rounds):
-            peaks.append(timing.matmul_peak(min_time=1.0))
+            peaks.append(timing.matmul_peak(min_time=min(1.0, 0.1 * args.chain), dtype=exp.compute_dtype))
             for name, (rng, buckets, every) in settings.items():
                 for bucket, unit in units[(rng, buckets)].items():
                     t = chain(unit, every)
@@ -132,7 +144,7 @@ def main() -> None:
                                 batches_per_epoch=len(batcher), epoch_s=seconds, tokens_per_s=real / seconds,
                                 step_ms={str(k): 1e3 * v for k, v in best[name].items()}))
     peak = max(peaks)
-    print(f"\nmatmul peak measured in this run: {peak / 1e9:.0f} GFLOP/s (float32, 2048 x 2048, fastest of "
+    print(f"\nmatmul peak measured in this run: {peak / 1e9:.0f} GFLOP/s ({exp.compute_dtype}, 2048 x 2048, fastest of "
           f"{len(peaks)}); {json.dumps(timing.machine())}")
     print(f"{'kind':<6}{'setting':<20}{'epoch s':>9}{'tokens/s':>10}{'per GFLOP/s':>13}{'x before':>10}")
     for r in results:

@@ -61,3 +61,26 @@ def test_sampler_throughput_reports_every_sampler(tmp_path):
         else:
             assert all(math.isnan(c) for c in ceilings)
     assert rec["commit"] == LIBRARY_COMMIT
+
+
+@pytest.mark.slow
+def test_train_step_times_every_setting_and_compares_with_before(tmp_path):
+    """benchmarks/train_step.py on the tiny preset: every saving on and off, tokens/s per GFLOP/s, x before."""
+    out = tmp_path / "train_step.json"
+    stdout = run_script("train_step.py", "--preset", "multi30k_tiny", "--sentences", "200", "--kinds", "ar",
+                        "--rounds", "1", "--chain", "2", "--coarse", "64", "--fine", "24", "64", "--json", str(out),
+                        cwd=tmp_path)
+    rec = json.loads(out.read_text())
+    settings = [r["setting"] for r in rec["results"]]
+    assert settings == ["before (all off)", "late read only", "hash dropout only", "fine buckets only", "after (all on)"]
+    for r in rec["results"]:
+        assert r["kind"] == "ar" and r["epoch_s"] > 0 and r["tokens_per_s"] > 0 and r["step_ms"]
+        assert r["tokens_per_gflop"] == pytest.approx(r["tokens_per_s"] / (rec["peak_flops"] / 1e9))
+        before = rec["results"][0]["tokens_per_s"]
+        assert r["speedup"] == pytest.approx(r["tokens_per_s"] / before)
+    assert rec["results"][3]["buckets"] == [24, 64] and rec["results"][0]["buckets"] == [64]
+    assert rec["params"]["preset"] == "multi30k_tiny"
+    assert "x before" in stdout and rec["commit"] == LIBRARY_COMMIT
+    bad = subprocess.run([sys.executable, str(BENCHMARKS / "train_step.py"), "--preset", "tpu"], capture_output=True,
+                         text=True, cwd=tmp_path, timeout=120)
+    assert bad.returncode == 2 and "preset must be" in bad.stderr

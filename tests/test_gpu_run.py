@@ -37,8 +37,9 @@ def _copy_without_git(dest: Path) -> Path:
 
 def _make(tree: Path, *args: str, timeout: int = 60) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("GMLM_COMMIT", "GMLM_MULTI30K_DIR")}
-    return subprocess.run(["make", "--no-print-directory", "-C", str(tree), "gpu-run", f"GPU_PYTHON={sys.executable}",
-                           "WHEELS=no-wheels-here", f"GPU_SITE={tree}/no-site", *args], capture_output=True, text=True, env=env, timeout=timeout)
+    cmd = ["make", "--no-print-directory", "-C", str(tree), "gpu-run", f"GPU_PYTHON={sys.executable}",
+           "WHEELS=no-wheels-here", f"GPU_SITE={tree}/no-site", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def _data_dir() -> Path:

@@ -103,8 +103,26 @@ def test_pair_floor_closed_form_and_tv_minimum():
     assert tv_min > 0.3  # a strongly coupled pair is far from every product
 
 
+def test_deterministic_transitions_are_one_parallel_step_exactly():
+    """[Proposition 3] A deterministic transition x -> f(x) is a product of point masses: the product of its
+    own site marginals is the transition itself (no KL left), so one parallel pass that predicts each site
+    of f(x) from x implements it exactly, for every map f; a transition that is not deterministic and
+    couples the sites is not a product."""
+    n = 3
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        f = rng.integers(0, 2**n, 2**n)  # any map of the 8 states to the 8 states
+        rows = jnp.asarray(np.eye(2**n)[f])  # P(y | x) = 1 when y = f(x)
+        marginals = product.site_marginals(rows)
+        assert set(np.unique(np.asarray(marginals))) <= {0.0, 1.0}
+        np.testing.assert_allclose(np.asarray(product.product_law(marginals)), np.asarray(rows), atol=1e-12)
+        np.testing.assert_allclose(np.asarray(product.kl_floor(rows)), 0.0, atol=1e-12)
+    coupled = jnp.asarray(np.tile(np.eye(2**n)[[0, 2**n - 1]].mean(0), (2**n, 1)))  # all-up or all-down, 1/2 each
+    assert float(jnp.min(product.kl_floor(coupled))) > 0.5  # (n - 1) log 2 of total correlation
+
+
 def test_parallel_decoder_shapes_and_training_step():
-    """[Propositions 3-4]"""
+    """The parallel decoder of Section 2.4.1 computes one logit vector a position and learns a copy task."""
     cfg = tr.Config(vocab=3, outputs=2, length=5, d_model=16, heads=2, layers=1, d_ff=32)
     model = tr.ParallelDecoder(cfg, rngs=nnx.Rngs(0))
     out = model(jnp.zeros((4, 5), jnp.int32))

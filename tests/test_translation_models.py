@@ -619,10 +619,11 @@ def test_optimiser_precision_and_corruption_variants_train(variant, tmp_path):
     dtype = variant.pop("model_dtype", None)
     if dtype:
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, dtype=dtype))
-    cfg = dataclasses.replace(cfg, steps=4, checkpoint_every=4, **variant)
+    cfg = dataclasses.replace(cfg, steps=8, checkpoint_every=8, log_every=1, **variant)
     res = training.train(cfg, _toy_batcher(), tmp_path / "run", progress=False)
     assert all(np.isfinite(loss) for _, loss in res.losses)
-    assert res.losses[-1][1] < res.losses[0][1] + 0.5
+    first, last = np.mean([l for _, l in res.losses[:2]]), np.mean([l for _, l in res.losses[-2:]])
+    assert last < first - 0.05, res.losses  # it learns: the loss falls, not merely stays finite
     leaves = jax.tree.leaves(nnx.state(res.model, nnx.Param))
     assert all(x.dtype == jnp.float32 for x in leaves)  # parameters stay float32 whatever the compute dtype
     if dtype:

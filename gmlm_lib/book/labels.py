@@ -170,7 +170,7 @@ def chapter_tags(root: Path) -> dict[str, list[tuple[str, str, str]]]:
             for tag in _TAG.findall(heading):
                 if not tag.startswith("paper "):
                     continue
-                setting = _SETTING.search(tag)  # "[paper Tables 1-3, on Multi30k]": an analogue, not the paper's setting
+                setting = _SETTING.search(tag)  # "[paper Tables 1-3, on Multi30k]": an analogue
                 for label in labels_in("[" + _SETTING.sub("", tag).replace("paper ", "") + "]"):
                     out.setdefault(label, []).append((name, "analogue" if setting else "section", heading.strip()))
     return out
