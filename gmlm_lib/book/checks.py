@@ -145,9 +145,14 @@ def provenance_page(root: Path) -> str:
 
 
 def write_provenance_page(root: Path) -> Path:
-    """Write :func:`provenance_page` to ``root / PROVENANCE_PAGE``; returns that path."""
+    """Write :func:`provenance_page` to ``root / PROVENANCE_PAGE``, and the landing page's results
+    overview (:func:`gmlm_lib.book.overview.write_page`), both generated from the notebooks; returns
+    the provenance page's path."""
+    from gmlm_lib.book import overview
+
     path = root / PROVENANCE_PAGE
     path.write_text(provenance_page(root))
+    overview.write_page(root)
     return path
 
 
@@ -163,7 +168,9 @@ def check_all(root: Path) -> list[str]:
     page = root / PROVENANCE_PAGE
     if not page.is_file() or page.read_text() != provenance_page(root):
         problems.append(f"{PROVENANCE_PAGE} does not match the notebooks' metadata; run `make provenance`.")
-    return problems + labels.problems(root)
+    from gmlm_lib.book import overview
+
+    return problems + overview.problems(root) + labels.problems(root)
 
 
 def sync(root: Path) -> list[Path]:

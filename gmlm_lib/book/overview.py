@@ -1,0 +1,183 @@
+"""The results overview on the book's landing page: the paper's headline claims against this book's
+runs, one row a claim, generated from the values the chapters glued in their last full runs.
+
+``book/results.md`` is written by :func:`write_page` (with the provenance page, after every full run,
+and by ``make provenance``) and included at the top of ``book/intro.md``; ``make check`` fails when it
+disagrees with the notebooks. Each row (:data:`ROWS`) names the chapter, quotes the paper's claim,
+formats the chapter's glued numbers, and takes its verdict from the chapter's own graded words or
+grades it here with :func:`gmlm_lib.book.findings.rules.grade`: **met** (the paper's claim holds in
+this run, or the book's target for it is reached), **missed**, or **not comparable** (the book's run
+is too far from the paper's setting for a verdict).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+from typing import Callable
+
+import nbformat
+
+from gmlm_lib.book import sources
+from gmlm_lib.book.findings.rules import grade
+
+PAGE = Path("book") / "results.md"
+RECORD = "application/papermill.record/text/plain"
+
+
+def glued(ipynb: Path) -> dict:
+    """The values a chapter's run glued, by name (numbers, strings; ``nan`` as a float NaN)."""
+    out = {}
+    for cell in nbformat.read(ipynb, as_version=4).cells:
+        for o in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            name = o.get("metadata", {}).get("scrapbook", {}).get("name")
+            text = o.get("data", {}).get(RECORD)
+            if name is None or text is None:
+                continue
+            try:
+                out[name] = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                out[name] = float("nan") if text == "nan" else text
+    return out
+
+
+def hardware(ipynb: Path) -> str:
+    """The run's hardware in a few words: ``2 CPU cores`` or ``1 x NVIDIA H200`` (from its provenance)."""
+    rec = nbformat.read(ipynb, as_version=4).metadata.get("gmlm", {}).get("provenance", {})
+    if rec.get("backend") == "cpu":
+        return f"{rec.get('cpu_count', '?')} CPU cores"
+    return f"{rec.get('device_count', '?')} x {rec.get('device_kind', rec.get('backend', '?'))}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One headline claim: where the book treats it, the paper's words, ours, and the verdict."""
+
+    claim: str
+    chapter: str
+    paper: str
+    ours: Callable[[dict], str]
+    verdict: Callable[[dict], str]
+
+
+def _agree(g: dict) -> int:
+    better = "the baseline's choice is better"
+    return sum(str(g.get(k, "")).startswith(better) for k in ("stage_verdict", "pos_verdict", "dist_verdict")) + \
+        (not str(g.get("unmask_verdict", "")).startswith("our numbers disagree"))
+
+
+ROWS: tuple[Row, ...] = (
+    Row("Theorem 2: masking more never hurts", "masking_more",
+        "Γ_k ⪰ Γ_{k+1} for every k (a proof)",
+        lambda g: f"smallest eigenvalue of Γ_k − Γ_{{k+1}} {g['min_lambda']:.1e} over {g['num_models']} models, exact",
+        lambda g: g["order_verdict"]),
+    Row("Theorem 3: the C_P bound", "efficiency_is_mixing",
+        "Γ_k ⪯ C_P(k) Γ_MLE (a proof)",
+        lambda g: f"largest ratio to the bound {g['max_tightness']:.6f} (at most 1 up to rounding), exact",
+        lambda g: grade(g["max_tightness"], 1.0 + 1e-9, at_least=False)),
+    Row("Figure 3: k-Gibbs against independent parallel", "kgibbs_vs_parallel",
+        "k-Gibbs with k ≥ c mixes, independent parallel is stuck (qualitative)",
+        lambda g: (f"k ≥ c: median steps / predicted scale {g['kg_ratio_lo']:.2f} to {g['kg_ratio_hi']:.2f}; "
+                   f"k < c past the budget in {g['small_k_stuck']} runs"),
+        lambda g: "not comparable"),
+    Row("PaDIR's quality (Tables 1-3)", "padir",
+        "PaDIR and AR reach similar BLEU (WMT, 67M parameters)",
+        lambda g: f"distilled PaDIR T = 4 {g['gap_greedy']:.1f} BLEU below AR greedy ({g['ar_bleu']:.1f}), Multi30k",
+        lambda g: g["gap_greedy_met"]),
+    Row("PaDIR's median batch-1 speed-up", "padir",
+        "more than 2x at T = 4 (TPU v3)",
+        lambda g: f"{g['median_speedup']:.2f}x ({g['fast_label']})",
+        lambda g: grade(g["median_speedup"], 2.0, at_least=True)),
+    Row("PaDIR's p99 batch-1 speed-up", "padir",
+        "more than 5x at T = 4 (TPU v3)",
+        lambda g: f"{g['p99_speedup']:.2f}x ({g['fast_label']})",
+        lambda g: grade(g["p99_speedup"], 5.0, at_least=True)),
+    Row("Stutter, PaDIR against AR", "padir",
+        "2 or more times as frequent for PaDIR (Section 3.2)",
+        lambda g: f"PaDIR {g['padir_stutter']:.2f}, AR greedy {g['ar_stutter']:.2f} stuttered words per 100",
+        lambda g: grade(g["padir_stutter"] / g["ar_stutter"], 2.0, at_least=True)),
+    Row("Stutter and self-attention (Tables 4-5)", "stutter",
+        "hypothesis 1 unlikely: no larger self-attention between stutter pairs",
+        lambda g: f"hypothesis 1 {g['h1']} (AUROC {g['auc_self']:.3f})",
+        lambda g: "met" if g["h1"] == "not supported" else "missed"),
+    Row("Stutter and cross-attention (Tables 4-5)", "stutter",
+        "hypothesis 2 promising: stutter pairs read more similar sources",
+        lambda g: f"hypothesis 2 {g['h2']} (TV AUROC {g['auc_tv']:.3f})",
+        lambda g: "met" if g["h2"] == "supported" else "missed"),
+    Row("Design choices (ablations)", "ablations",
+        "mask a lot, two stages, positional attention and distillation each help (500k updates)",
+        lambda g: f"{_agree(g)} of 4 choices better than their ablation, at {g['variant_steps_used']} updates",
+        lambda g: "not comparable"),
+    Row("Dependency-aware decoding (this book's rule)", "dependency_decoding",
+        "not in the paper (the book's bar: +1.0 BLEU over plain PaDIR at T = 4)",
+        lambda g: f"{g['dep_gain_bleu']:+.2f} BLEU against plain PaDIR (p = {g['dep_p_value']:.3f})",
+        lambda g: g["gain_met"]),
+)
+"""The headline claims of the overview, in the book's order."""
+
+
+def table(root: Path) -> str:
+    """The overview table (markdown) from the chapters' committed notebooks; a chapter not run yet
+    shows "not run"."""
+    lines = ["| Claim | The paper | This book's last run | Hardware | Verdict |", "| --- | --- | --- | --- | --- |"]
+    cache: dict[str, tuple[dict, str] | None] = {}
+    chapters = sources.toc_notebooks(root)
+    for row in ROWS:
+        if row.chapter not in chapters:
+            raise ValueError(f"overview row {row.claim!r} names {row.chapter!r}, which is not a chapter of _toc.yml.")
+        if row.chapter not in cache:
+            ipynb = root / "notebooks" / f"{row.chapter}.ipynb"
+            cache[row.chapter] = (glued(ipynb), hardware(ipynb)) if ipynb.is_file() else None
+        found = cache[row.chapter]
+        where = f"{{doc}}`{row.claim} <../notebooks/{row.chapter}>`"
+        if found is None:
+            lines.append(f"| {where} | {row.paper} | not run | | |")
+            continue
+        values, hw = found
+        try:
+            ours, verdict = row.ours(values), row.verdict(values)
+        except (KeyError, ValueError, ZeroDivisionError, TypeError) as err:
+            raise ValueError(f"overview row {row.claim!r}: the last run of {row.chapter} lacks a value it needs "
+                             f"({type(err).__name__}: {err}); rerun the chapter or update gmlm_lib/book/overview.py.")
+        if verdict not in ("met", "missed", "not comparable"):
+            raise ValueError(f"overview row {row.claim!r}: verdict {verdict!r} is not met, missed or not comparable.")
+        lines.append(f"| {where} | {row.paper} | {ours} | {hw} | **{verdict}** |")
+    return "\n".join(lines)
+
+
+def page(root: Path) -> str:
+    """The text of ``book/results.md`` (included at the top of the landing page)."""
+    return "\n".join([
+        "<!-- generated by `make provenance` from the chapters' last full runs (gmlm_lib/book/overview.py) -->",
+        "",
+        table(root),
+        "",
+        "*Verdict*: **met** when the paper's claim holds in the book's run (or the book's stated target for it",
+        "is reached), **missed** when it does not, **not comparable** when the run is too far from the paper's",
+        "setting to tell. The paper's figures are its own (WMT, TPU v3, 67M-parameter models); the book's are",
+        "from the runs named on the {doc}`provenance` page.",
+        "",
+    ])
+
+
+def write_page(root: Path) -> Path:
+    """Write :func:`page` to ``root / PAGE``; returns that path."""
+    path = root / PAGE
+    path.write_text(page(root))
+    return path
+
+
+def problems(root: Path) -> list[str]:
+    """``book/results.md`` missing or out of date: one message, else none."""
+    path = root / PAGE
+    try:
+        want = page(root)
+    except ValueError as err:
+        return [str(err)]
+    if not path.is_file() or path.read_text() != want:
+        return [f"{PAGE} does not match the chapters' last runs; run `make provenance`."]
+    return []
+
+
+__all__ = ["PAGE", "ROWS", "Row", "glued", "hardware", "table", "page", "write_page", "problems"]

@@ -1,0 +1,56 @@
+"""The landing page's results overview (gmlm_lib.book.overview): generated from the chapters' glued
+values, every verdict met / missed / not comparable, checked against the committed notebooks."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from gmlm_lib.book import overview, sources
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_committed_page_is_the_one_the_notebooks_give():
+    assert overview.problems(ROOT) == []
+    text = (ROOT / overview.PAGE).read_text()
+    assert text.count("\n| {doc}") == len(overview.ROWS)
+    assert "{include} results.md" in (ROOT / "book" / "intro.md").read_text()
+
+
+def test_every_row_names_a_chapter_and_every_verdict_is_one_of_three():
+    chapters = sources.toc_notebooks(ROOT)
+    for row in overview.ROWS:
+        assert row.chapter in chapters
+        values = overview.glued(ROOT / "notebooks" / f"{row.chapter}.ipynb")
+        assert row.verdict(values) in ("met", "missed", "not comparable"), row.claim
+        assert row.ours(values)
+
+
+def test_glued_values_are_read_back_as_numbers_and_text():
+    values = overview.glued(ROOT / "notebooks" / "padir.ipynb")
+    assert isinstance(values["ar_bleu"], float) and isinstance(values["gap_greedy_met"], str)
+    assert values["gap_greedy_met"] in ("met", "missed")
+    values = overview.glued(ROOT / "notebooks" / "masking_more.ipynb")
+    assert math.isnan(values["peaky_ratio_k1"])  # a glued NaN stays a NaN, never a number
+
+
+@pytest.mark.parametrize("speedup, want", [(2.0, "met"), (1.999, "missed"), (5.001, "met")])
+def test_speedup_rows_grade_the_papers_floor(speedup, want):
+    row = next(r for r in overview.ROWS if r.claim == "PaDIR's median batch-1 speed-up")
+    assert row.verdict(dict(median_speedup=speedup)) == want
+
+
+def test_stutter_row_grades_the_papers_ratio():
+    row = next(r for r in overview.ROWS if r.claim == "Stutter, PaDIR against AR")
+    assert row.verdict(dict(padir_stutter=2.0, ar_stutter=1.0)) == "met"
+    assert row.verdict(dict(padir_stutter=1.99, ar_stutter=1.0)) == "missed"
+
+
+def test_a_run_without_a_needed_value_is_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(overview, "glued", lambda path: {})
+    with pytest.raises(ValueError, match="lacks a value it needs.*min_lambda"):
+        overview.table(ROOT)
+    assert "lacks a value" in overview.problems(ROOT)[0]
