@@ -91,9 +91,48 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(damage, tmp_
     with pytest.raises(KeyboardInterrupt):
         training.train(cfg, batcher, tmp_path / "run", progress=False, on_step=kill)
     damage(tmp_path / "run", 4)
-    with pytest.warns(UserWarning, match=r"checkpoint of step 4 is damaged .*falling back to step 2"):
+    with pytest.warns(UserWarning, match=r"checkpoint of step 4 is damaged .*moved to .*checkpoints_damaged/4 "
+                                         r"\(kept, not deleted\)\. Falling back to step 2"):
         resumed = training.train(cfg, batcher, tmp_path / "run", progress=False)
     assert resumed.final_loss == uninterrupted_loss
+    assert (tmp_path / "run" / training.DAMAGED / "4").is_dir()  # kept for inspection
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", ["default", "default/manifest.ocdbt", "default/_METADATA"])
+def test_a_copied_run_missing_part_of_its_last_checkpoint_keeps_the_earlier_one(part, tmp_path, uninterrupted_loss):
+    """Issue 48: a finished run copied with part of its last checkpoint missing (an interrupted copy or
+    sync). Loading it uses the earlier checkpoint and moves nothing; training it again moves the damaged
+    one aside (never deleting a good one), resumes from the earlier checkpoint with the metrics and the
+    record cut back to it, and ends at the uninterrupted run's final loss."""
+    cfg, batcher = _cfg(), _batcher()
+    training.train(cfg, batcher, tmp_path / "whole", progress=False)
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp_path / "whole", copy)
+    target = copy / "checkpoints" / "6" / part
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    with pytest.warns(UserWarning, match=r"checkpoint of step 6 is damaged"):
+        _, model = training.load(copy)
+    assert sorted(p.name for p in (copy / "checkpoints").iterdir()) == ["4", "6"]  # load moves nothing
+    assert not (copy / training.DAMAGED).exists()
+
+    seen = {}
+
+    def watch(step, loss):
+        if "first" not in seen:
+            seen["first"] = step
+            seen["record_done"] = json.loads((copy / "run.json").read_text())["done"]
+            seen["metrics_last"] = [json.loads(x)["step"] for x in (copy / "metrics.jsonl").read_text().splitlines()][-1]
+
+    with pytest.warns(UserWarning, match=r"(?s)checkpoint of step 6 is damaged.*Falling back to step 4"):
+        resumed = training.train(cfg, batcher, copy, progress=False, on_step=watch)
+    assert seen == dict(first=5, record_done=4, metrics_last=5)  # cut back to step 4, then step 5 logged
+    assert resumed.final_loss == uninterrupted_loss
+    assert sorted(p.name for p in (copy / "checkpoints").iterdir()) == ["4", "6"]
+    assert (copy / training.DAMAGED / "6").is_dir()
+    steps = [json.loads(x)["step"] for x in (copy / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 7))
+    assert json.loads((copy / "run.json").read_text())["done"] == 6
 
 
 def _die_during_save(folder, point):

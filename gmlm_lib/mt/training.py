@@ -378,30 +378,61 @@ def _all_finite(tree) -> bool:
     return all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact))
 
 
-def _restore(manager: ocp.CheckpointManager, run_dir: pathlib.Path, target: dict, *,
-             delete_damaged: bool = True) -> tuple[int, dict | None]:
+DAMAGED = "checkpoints_damaged"  # where a damaged checkpoint is moved, kept for inspection
+
+
+def _move_aside(run_dir: pathlib.Path, step: int) -> pathlib.Path:
+    """Move checkpoint ``step`` out of ``checkpoints/`` into ``checkpoints_damaged/<step>`` (a new name
+    if that exists), so that training never reads it again and nothing is deleted; returns where it went."""
+    src = run_dir / "checkpoints" / str(step)
+    aside = run_dir / DAMAGED
+    aside.mkdir(exist_ok=True)
+    dest, n = aside / str(step), 1
+    while dest.exists():
+        dest, n = aside / f"{step}.{n}", n + 1
+    os.replace(src, dest)
+    return dest
+
+
+def _restore(make_manager: Callable[[], ocp.CheckpointManager], run_dir: pathlib.Path, target: dict, *,
+             move_damaged: bool = True) -> tuple[int, dict | None, ocp.CheckpointManager]:
     """The newest checkpoint that restores, matches the digest written with it and holds only finite
-    numbers: ``(step, state)``, or ``(0, None)`` when the folder has none. A damaged newer checkpoint
-    is reported with a warning that says so (and deleted, for training to write it again), and the
-    previous one is used."""
+    numbers: ``(step, state, manager)``, with ``(0, None, manager)`` when the folder has none. A damaged
+    newer checkpoint is reported with a warning that says so and where it went (``move_damaged``:
+    moved into ``checkpoints_damaged/``, never deleted, for training to write that step again), and
+    the previous one is tried with a fresh manager (Orbax's manager keeps what it inferred from a
+    damaged checkpoint, which would make every older one look damaged too). A checkpoint without a
+    recorded digest (a folder from before digests were written) is used with a warning that it could
+    not be verified beyond its finite numbers. ``make_manager`` opens ``run_dir/checkpoints``."""
     digests = _checkpoint_digests(run_dir)
-    for step in sorted(manager.all_steps(), reverse=True):
+    manager = make_manager()
+    skipped: set[int] = set()
+    while True:
+        candidates = sorted((s for s in manager.all_steps() if s not in skipped), reverse=True)
+        if not candidates:
+            return 0, None, manager
+        step = candidates[0]
+        want = digests.get(str(step))
         try:
             state = manager.restore(step, args=ocp.args.StandardRestore(target))
-            want = digests.get(str(step))
             problem = ("its digest differs from the one written with it" if want is not None and _digest(state) != want
                        else "it holds non-finite numbers" if not _all_finite(state) else None)
         except Exception as err:  # Orbax/TensorStore raise many kinds on a damaged file
-            problem = f"it cannot be read ({type(err).__name__}: {str(err)[:200]})"
+            problem = f"it cannot be read ({type(err).__name__}: {str(err).splitlines()[0][:160]})"
         if problem is None:
-            return step, state
-        older = [s for s in manager.all_steps() if s < step]
-        warnings.warn(f"{run_dir}: the checkpoint of step {step} is damaged ({problem}); "
-                      + (f"falling back to step {max(older)}." if older else "no older checkpoint: training restarts "
+            if want is None:
+                warnings.warn(f"{run_dir}: the checkpoint of step {step} has no recorded digest (a run folder from "
+                              "before digests were written): only its finite numbers could be checked; its config "
+                              "and data were checked against config.json and data.json.", stacklevel=3)
+            return step, state, manager
+        manager.close()
+        where = f" It was moved to {_move_aside(run_dir, step)} (kept, not deleted)." if move_damaged else ""
+        skipped.add(step)
+        older = [s for s in candidates[1:]]
+        warnings.warn(f"{run_dir}: the checkpoint of step {step} is damaged ({problem}).{where} "
+                      + (f"Falling back to step {max(older)}." if older else "No older checkpoint: training restarts "
                          "from step 0."), stacklevel=3)
-        if delete_damaged:
-            manager.delete(step)
-    return 0, None
+        manager = make_manager()
 
 
 def _checkpoint_digests(run_dir: pathlib.Path) -> dict:
@@ -482,8 +513,9 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
     ``t``, so a resumed run ends exactly where an uninterrupted one does.
 
     Nothing is silent: one process at a time trains in a folder (:class:`RunFolderBusy`); a
-    checkpoint is verified on restore against the digest written with it, and a damaged one is
-    replaced by the previous one with a warning; a non-finite loss or parameters stop the run with
+    checkpoint is verified on restore against the digest written with it, and a damaged one is moved
+    aside into ``checkpoints_damaged/`` (kept, named in a warning) and the previous one used, the
+    metrics and the record cut back to it; a non-finite loss or parameters stop the run with
     a ``FloatingPointError`` naming the step, before any checkpoint of them is written, and the
     record is never marked finished."""
     run_dir = pathlib.Path(run_dir).resolve()
@@ -503,8 +535,8 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher) ->
     m, fingerprint, teacher_fp = _open_run(cfg, batcher, run_dir, devices, teacher)
     replicated, sharded = NamedSharding(m, P()), NamedSharding(m, P("data"))
     graphdef, params, tx, opt_state, init = _initial_state(cfg, teacher, teacher_fp)
-    manager = _checkpoint_manager(run_dir, cfg)
-    start, restored = _restore(manager, run_dir, {"params": params, "opt_state": opt_state})
+    start, restored, manager = _restore(lambda: _checkpoint_manager(run_dir, cfg), run_dir,
+                                        {"params": params, "opt_state": opt_state})
     if restored is not None:
         params, opt_state = restored["params"], restored["opt_state"]
     metrics, record_path = run_dir / "metrics.jsonl", run_dir / "run.json"
@@ -519,6 +551,8 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher) ->
     _jsonl_keep(metrics, start)
     record = _RunRecord(record_path, cfg, batcher, start, init, fingerprint,
                         seq2seq.count_params(nnx.merge(graphdef, params)), prev)
+    if prev and prev.get("done", prev.get("steps")) != start:
+        record.write(start, None)  # the record names the checkpoint resumed from, not a later one that was lost
     digests = {k: v for k, v in _checkpoint_digests(run_dir).items() if int(k) <= start}
 
     step_fn = make_step(graphdef, cfg, tx)
@@ -592,8 +626,9 @@ def load(run_dir: str | pathlib.Path) -> tuple[TrainConfig, seq2seq.Seq2Seq]:
     with ocp.CheckpointManager(run_dir / "checkpoints") as manager:
         if manager.latest_step() is None:
             raise FileNotFoundError(f"no checkpoint in {run_dir / 'checkpoints'}.")
-        step, restored = _restore(manager, run_dir, {"params": params, "opt_state": tx.init(params)},
-                                  delete_damaged=False)
+    step, restored, manager = _restore(lambda: ocp.CheckpointManager(run_dir / "checkpoints"), run_dir,
+                                       {"params": params, "opt_state": tx.init(params)}, move_damaged=False)
+    manager.close()
     if restored is None:
         raise ValueError(f"every checkpoint in {run_dir / 'checkpoints'} is damaged (see the warnings); train the run "
                          "again in a fresh folder.")
