@@ -99,7 +99,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(damage, tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("part", ["default", "default/manifest.ocdbt", "default/_METADATA"])
+@pytest.mark.parametrize("part", ["default", "default/manifest.ocdbt"])
 def test_a_copied_run_missing_part_of_its_last_checkpoint_keeps_the_earlier_one(part, tmp_path, uninterrupted_loss):
     """Issue 48: a finished run copied with part of its last checkpoint missing (an interrupted copy or
     sync). Loading it uses the earlier checkpoint and moves nothing; training it again moves the damaged

@@ -16,8 +16,7 @@ SMOKE_BUDGET_S = 120  # each chapter's smoke profile, on 2 CPU cores
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", [n for n in sources.toc_notebooks(ROOT) if n not in runner.TRANSLATION_CHAPTERS
-                                  or (ROOT / runner.STAGED / f"{n}.md").is_file()])
+@pytest.mark.parametrize("name", [n for n in sources.toc_notebooks(ROOT) if n not in runner.TRANSLATION_CHAPTERS])
 def test_smoke_run(name):
     """The chapter runs without a cell error in the smoke profile, within the budget, and
     ends with its provenance line; the record lands in the notebook's metadata.
@@ -25,9 +24,10 @@ def test_smoke_run(name):
     The budget is 2 minutes on 2 CPU cores. CI runs the tests on two workers (pytest-xdist), so a
     chapter's wall time there depends on what the other worker runs beside it: the check is on
     the CPU time of the chapter's kernel (at most 2 x 120 core-seconds) and, when the suite runs
-    alone in one process, on the wall time too. A translation chapter is left to the rehearsal of
-    the GPU run's command (tests/test_gpu_run.py), which runs them in order, unless a staged version
-    of it runs there instead."""
+    alone in one process, on the wall time too. The translation chapters are left to the rehearsal
+    of the GPU run's command (tests/test_gpu_run.py), which runs them in order: their staged version
+    where there is one (the committed version is what that run replaces; its Colab cell installs the
+    commit that made its outputs), else the committed one."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     meta = runner.run_notebook(name, "smoke", root=ROOT)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -4,6 +4,7 @@ step by step, and the stand-in of smoke runs made by the same function with the 
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -18,10 +19,19 @@ TINY = config.get("multi30k_tiny", dict(ar_steps=3, padir_steps=3, checkpoint_ev
                                         padir_init="teacher"))
 
 
-def test_build_makes_every_part_then_reuses_them(tmp_path):
-    root = tmp_path / "en-de"
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One complete run folder made by build() (the deep-shallow baseline too), for the tests to copy."""
+    root = tmp_path_factory.mktemp("built") / "en-de"
     assert not pipeline.complete(root)
     folder = pipeline.build(TINY, root, data=pipeline.Data(PAIRS, PAIRS.take(4)), shallow=True, progress=False)
+    return root, folder
+
+
+def test_build_makes_every_part_then_reuses_them(built, tmp_path):
+    src, folder = built
+    root = tmp_path / "en-de"
+    shutil.copytree(src, root)
     assert sorted(folder.models) == sorted(experiment.MODELS + ("ar_shallow",)) and len(folder.distilled) == len(PAIRS)
     assert pipeline.complete(root)
     steps = {name: rec["steps"] for name, rec in folder.records.items()}
@@ -40,11 +50,14 @@ def test_build_makes_every_part_then_reuses_them(tmp_path):
     assert again.records == folder.records
 
 
-def test_ensure_finishes_a_folder_that_a_kill_left_half_made(tmp_path):
-    """A run stopped after the teacher: ensure() trains what is missing and keeps the teacher."""
+def test_ensure_finishes_a_folder_that_a_kill_left_half_made(built, tmp_path):
+    """A run stopped after the teacher and the distillation: ensure() trains what is missing and keeps
+    the teacher; other pairs for the same teacher are refused."""
+    src, folder = built
     root = tmp_path / "en-de"
-    vocab = pipeline.vocabulary(TINY, PAIRS, root)
-    teacher = pipeline.train_teacher(TINY, vocab, PAIRS, root, progress=False)
+    shutil.copytree(src, root)
+    for name in ("padir_raw", "padir_distilled", "ar_shallow"):
+        shutil.rmtree(root / name)
     assert not pipeline.complete(root)
     with pytest.raises(FileNotFoundError, match="no trained 'padir_raw'"):
         experiment.open_run(root)
@@ -52,15 +65,17 @@ def test_ensure_finishes_a_folder_that_a_kill_left_half_made(tmp_path):
     other = corpus.Parallel(PAIRS.src[::-1], PAIRS.tgt[::-1])
     with pytest.raises(ValueError, match="trained on other data"):  # other pairs for the same teacher: refused
         pipeline.build(TINY, root, data=pipeline.Data(other, other.take(4)), progress=False)
-    folder = pipeline.build(TINY, root, data=pipeline.Data(PAIRS, PAIRS.take(4)), progress=False)
+    again = pipeline.ensure(root, TINY, data=pipeline.Data(PAIRS, PAIRS.take(4)), progress=False)
     assert (root / "ar" / "run.json").stat().st_mtime_ns == stamp  # the teacher was reused, not retrained
-    assert folder.records["ar"]["final_loss"] == teacher.final_loss
+    assert again.records["ar"]["final_loss"] == folder.records["ar"]["final_loss"]
+    assert again.records["padir_raw"]["final_loss"] == folder.records["padir_raw"]["final_loss"]  # same run again
     assert pipeline.complete(root)
 
 
-def test_another_experiment_in_the_same_folder_is_refused(tmp_path):
+def test_another_experiment_in_the_same_folder_is_refused(built, tmp_path):
+    src, _ = built
     root = tmp_path / "en-de"
-    pipeline.build(TINY, root, data=pipeline.Data(PAIRS, PAIRS.take(4)), progress=False)
+    shutil.copytree(src, root)
     other = config.get("multi30k_tiny", dict(ar_steps=3, padir_steps=4, checkpoint_every=3, warmup=1, vocab_size=120,
                                              padir_init="teacher"))
     for name in ("padir_raw", "padir_distilled"):

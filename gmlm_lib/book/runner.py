@@ -232,7 +232,7 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
               root: Path | None = None, *, staged: Path | None = None) -> int:
     """Run chapters ``names`` in order in ``profile`` and gather what a reader of the run needs in the
     folder ``out``: each executed notebook, ``provenance.md`` (full profile), the small records of the
-    run folders (:func:`_records_archive`) and ``log.txt`` (each chapter's start, wall time and
+    run folders (``run-records.tar.gz``) and ``log.txt`` (each chapter's start, wall time and
     outcome). The first chapter that fails stops the batch (the later ones reuse its models); its
     executed notebook, with the traceback, goes to ``out`` too. Returns 0 when every chapter ran, else 1.
     This is ``make gpu-run``: on a lent GPU machine ``out`` is what comes back.

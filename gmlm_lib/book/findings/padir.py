@@ -1,7 +1,7 @@
 """The PaDIR chapter's verdicts (``notebooks/padir.md``) [Sections 3.2-3.3, Appendix L].
 
 :func:`findings` turns the chapter's quality, speed and cost tables into every number and word its
-box glues, graded against :data:`TARGETS` by :func:`gmlm_lib.book.findings.grade`.
+box glues, graded against :data:`TARGETS` by :func:`gmlm_lib.book.findings.rules.grade`.
 """
 
 from __future__ import annotations
