@@ -64,16 +64,15 @@ clean:
 PYTHON_NEWEST ?= python3.12
 VENV_NEWEST   ?= .venv-newest
 NEWEST_TESTS  ?= tests/test_translation_models.py tests/test_translation_data.py tests/test_mt_config.py \
-                 tests/test_experiment.py tests/test_stutter_analysis.py tests/test_hostile_training.py \
-                 tests/test_ising.py tests/test_samplers.py tests/test_mple.py tests/test_fisher_markov.py \
-                 tests/test_parallel_limits.py tests/test_dependency_aware.py tests/test_hostile_ising.py
+                 tests/test_experiment.py tests/test_ising.py tests/test_samplers.py tests/test_mple.py \
+                 tests/test_fisher_markov.py tests/test_parallel_limits.py tests/test_dependency_aware.py
 
 test-newest:
 	@command -v $(PYTHON_NEWEST) >/dev/null || { echo "error: $(PYTHON_NEWEST) not found; set PYTHON_NEWEST=/path/to/python3.12" >&2; exit 1; }
 	rm -rf $(VENV_NEWEST)
 	$(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
 	$(VENV_NEWEST)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV_NEWEST)/bin/python -m pip install --quiet --upgrade -e ".[test]"
+	$(VENV_NEWEST)/bin/python -m pip install --quiet --upgrade -e ".[test]" jupytext
 	$(VENV_NEWEST)/bin/python -c "import sys, jax, flax, optax, orbax.checkpoint as o; print('newest: Python', sys.version.split()[0], '| jax', jax.__version__, '| flax', flax.__version__, '| optax', optax.__version__, '| orbax', o.__version__)"
 	$(VENV_NEWEST)/bin/python -m pytest -n $(WORKERS) -m "not slow" -p no:cacheprovider $(NEWEST_TESTS)
 
