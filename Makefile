@@ -15,7 +15,7 @@ ifneq ($(wildcard ../shared/data/multi30k/train.en.gz),)
 export GMLM_MULTI30K_DIR ?= $(abspath ../shared/data/multi30k)
 endif
 
-.PHONY: install book test test-fast smoke full check sync provenance labels clean gpu-wheels gpu-run gpu-promote test-newest
+.PHONY: install book test test-fast smoke full check sync provenance labels clean gpu-wheels gpu-data gpu-run gpu-promote test-newest
 
 $(BIN)/.installed: requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -78,6 +78,7 @@ test-newest:
 
 # --- the translation chapters on a GPU machine without network, git or notebook tooling (issue 45) ---
 # Here, with a network:  make gpu-wheels      (the notebook tooling as Python 3.12 wheels, into .whl/)
+#                        make gpu-data        (Multi30k copied into .gpu-data/, which travels with the tree)
 # There:  make gpu-run OUT=dir COMMIT=$$(git rev-parse HEAD) DATA=folder-of-multi30k [GPU_PYTHON=python3]
 # runs padir, stutter, dependency_decoding and ablations in the full profile with the machine's own
 # JAX and Flax (a chapter staged in staged/NAME.md runs instead of notebooks/NAME.md), and leaves the
@@ -97,6 +98,11 @@ gpu-wheels:
 	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 	  $(PLATFORMS) -d $(WHEELS) -r requirements-gpu.txt
 	@echo "gpu-wheels: $$(ls $(WHEELS)/*.whl | wc -l) wheels in $(WHEELS)/ ($$(du -sh $(WHEELS) | cut -f1))"
+
+gpu-data:
+	@test -f "$(GMLM_MULTI30K_DIR)/train.en.gz" || { echo "error: gpu-data copies Multi30k from GMLM_MULTI30K_DIR (or ../shared/data/multi30k); set it" >&2; exit 2; }
+	mkdir -p .gpu-data && cp "$(GMLM_MULTI30K_DIR)"/*.gz .gpu-data/
+	@echo "gpu-data: $$(ls .gpu-data | wc -l) files in .gpu-data/ (make gpu-run DATA=.gpu-data there)"
 
 gpu-promote: install
 	@test -d "$(FROM)" || { echo "error: gpu-promote needs FROM=the folder gpu-run filled (OUT)" >&2; exit 2; }
