@@ -20,9 +20,24 @@ import yaml
 from gmlm_lib.book import checks, labels, runner, sources
 
 
-def _parse_value(text: str):
-    """A ``-p`` value is read as YAML: ``6`` is an int, ``[1, 2]`` a list, ``true`` a bool."""
-    return yaml.safe_load(text)
+def _parse_value(text: str, name: str = ""):
+    """A ``-p`` value is read as YAML: ``6`` is an int, ``[1, 2]`` a list, ``true`` a bool; text that is
+    not YAML is an error naming the parameter."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        problem = str(err).splitlines()[0]
+        raise SystemExit(f"error: -p {name} {text!r}: the value is read as YAML and this is not YAML ({problem}); "
+                         "quote a string, write a list as [1, 2].") from None
+
+
+def _overrides(pairs: list[list[str]]) -> dict:
+    """The ``-p NAME VALUE`` options as a dict; a name given twice is an error, not the last one winning."""
+    seen = [name for name, _ in pairs]
+    twice = sorted({n for n in seen if seen.count(n) > 1})
+    if twice:
+        raise SystemExit(f"error: -p {', '.join(twice)} given more than once; give each parameter once.")
+    return {name: _parse_value(value, name) for name, value in pairs}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,14 +73,14 @@ def main(argv: list[str] | None = None) -> int:
         names = sources.toc_notebooks(root) if args.all else args.notebooks
         if not names:
             parser.error("name at least one notebook, or pass --all")
-        overrides = {k: _parse_value(v) for k, v in args.parameter}
+        overrides = _overrides(args.parameter)
         for name in names:
             meta = runner.run_notebook(name, args.profile, overrides, root=root)
             print(f"{name}: {args.profile} run finished in {meta['total_wall_time_s']:.1f} s "
                   f"-> {runner.output_path(root, name, args.profile).relative_to(root)}")
         return 0
     if args.command == "batch":
-        overrides = {k: _parse_value(v) for k, v in args.parameter}
+        overrides = _overrides(args.parameter)
         return runner.run_batch(args.notebooks or list(runner.TRANSLATION_CHAPTERS), args.profile,
                                 Path(args.out), overrides, root=root,
                                 staged=Path(args.staged).resolve() if args.staged else None)

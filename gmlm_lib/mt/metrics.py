@@ -21,6 +21,11 @@ class Score:
 
 
 def _check(hyps, refs):
+    for name, value in (("hyps", hyps), ("refs", refs)):
+        if isinstance(value, str) or not all(isinstance(x, str) for x in value):
+            raise TypeError(f"{name} must be a list of strings, one sentence each; got "
+                            f"{type(value).__name__ if isinstance(value, str) else 'a list with non-strings'} "
+                            "(a single string would be scored character by character).")
     if len(hyps) != len(refs):
         raise ValueError(f"hyps and refs must be aligned; got {len(hyps)} hypotheses and {len(refs)} references.")
     if not hyps:
@@ -90,6 +95,9 @@ def paired_bootstrap(systems: list[tuple[str, list[str]]], refs: list[str], *, n
     import pandas as pd  # noqa: PLC0415
     from sacrebleu.significance import PairedTest  # noqa: PLC0415
 
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
+        raise ValueError(f"paired_bootstrap(n_samples=...) must be an integer >= 1 of resamples; got {n_samples!r} "
+                         "(sacrebleu would silently run its default of 1000 for 0).")
     for name, hyps in systems:
         _check(hyps, refs)
     test = PairedTest(systems, {"BLEU": sacrebleu.metrics.BLEU()}, [refs], test_type="bs", n_samples=n_samples)

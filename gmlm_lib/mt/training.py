@@ -78,9 +78,25 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.kind must be 'ar' or 'padir'; got {self.kind!r}.")
         if self.model.causal != (self.kind == "ar"):
             raise ValueError(f"TrainConfig.kind = {self.kind!r} needs ModelConfig.causal = {self.kind == 'ar'}.")
+        for name in ("steps", "batch_tokens", "checkpoint_every", "log_every", "stages", "warmup", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"TrainConfig.{name} must be an integer; got {value!r} ({type(value).__name__}): a "
+                                "count is never rounded silently.")
         for name in ("steps", "batch_tokens", "checkpoint_every", "log_every", "stages"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"TrainConfig.{name} must be a positive integer; got {getattr(self, name)!r}.")
+        for name, low, high in (("learning_rate", 0.0, math.inf), ("clip_norm", 0.0, math.inf)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low < value < high):
+                raise ValueError(f"TrainConfig.{name} must be a finite number > 0; got {value!r} (a negative "
+                                 f"{name} trains uphill).")
+        for name, low, high in (("weight_decay", 0.0, math.inf), ("min_lr_ratio", 0.0, 1.0),
+                                ("length_loss_weight", 0.0, math.inf)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low <= value <= high) \
+                    or not math.isfinite(value):
+                raise ValueError(f"TrainConfig.{name} must be a finite number in [{low:g}, {high:g}]; got {value!r}.")
         if not 0 <= self.warmup < self.steps:
             raise ValueError(f"TrainConfig.warmup must be in [0, steps = {self.steps}); got {self.warmup}.")
         if self.optimizer not in ("adamw", "adafactor"):

@@ -61,6 +61,10 @@ class Translator:
     """``model`` (a trained :class:`gmlm_lib.mt.seq2seq.Seq2Seq`) with its ``vocab``."""
 
     def __init__(self, model, vocab: V.Vocab, *, buckets=(16, 32, 64), seed: int = 0):
+        if vocab.size != model.cfg.vocab:
+            raise ValueError(f"Translator: the vocabulary has {vocab.size:,} pieces but the model was built for "
+                             f"{model.cfg.vocab:,} (ModelConfig.vocab); use the SentencePiece model of the run folder "
+                             "the model was trained in (its spm.model).")
         self.cfg = model.cfg
         self.graphdef, self.params = nnx.split(model)
         self.vocab = vocab

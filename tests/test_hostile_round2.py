@@ -1,0 +1,68 @@
+"""Nothing silent, round two (issue 48): values that used to be guessed or trained on are refused,
+each refusal naming the argument and the fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from gmlm_lib.mt import metrics, seq2seq, training
+
+MODEL = seq2seq.ModelConfig(vocab=40, causal=True, d_model=32, heads=4, enc_layers=1, dec_layers=1, d_ff=64, max_len=16)
+
+
+def _cfg(**kw):
+    return training.TrainConfig(**{**dict(kind="ar", model=MODEL, steps=6, warmup=1, batch_tokens=128, buckets=(8, 16)),
+                                   **kw})
+
+
+@pytest.mark.parametrize("field, value, error, words", [
+    ("learning_rate", -1e-3, ValueError, "learning_rate must be a finite number > 0"),
+    ("learning_rate", float("nan"), ValueError, "learning_rate"),
+    ("clip_norm", -1.0, ValueError, "clip_norm must be a finite number > 0"),
+    ("weight_decay", -0.1, ValueError, "weight_decay must be a finite number in"),
+    ("min_lr_ratio", 1.5, ValueError, "min_lr_ratio"),
+    ("steps", 2.5, TypeError, "steps must be an integer; got 2.5"),
+    ("batch_tokens", 2500.5, TypeError, "batch_tokens must be an integer"),
+    ("warmup", True, TypeError, "warmup must be an integer"),
+    ("seed", "0", TypeError, "seed must be an integer"),
+])
+def test_training_settings_that_would_train_wrongly_are_refused(field, value, error, words):
+    with pytest.raises(error, match=words):
+        _cfg(**{field: value})
+
+
+def test_a_string_of_references_is_not_scored_character_by_character():
+    with pytest.raises(TypeError, match="refs must be a list of strings"):
+        metrics.bleu(["ab"], "ab")
+    with pytest.raises(TypeError, match="hyps must be a list of strings"):
+        metrics.chrf([1, 2], ["a", "b"])
+
+
+@pytest.mark.parametrize("n", [0, -5, 2.5, True])
+def test_paired_bootstrap_needs_a_count_of_resamples(n):
+    with pytest.raises(ValueError, match="n_samples"):
+        metrics.paired_bootstrap([("a", ["x y"]), ("b", ["x z"])], ["x y"], n_samples=n)
+
+
+def test_a_translator_refuses_a_vocabulary_of_another_size():
+    from gmlm_lib.mt import translate
+
+    class Vocab:
+        size = 39
+
+    with pytest.raises(ValueError, match="39 pieces but the model was built for 40"):
+        translate.Translator(seq2seq.build(MODEL), Vocab())
+
+
+@pytest.mark.parametrize("args, words", [
+    (["-p", "n", "3", "-p", "n", "4"], "-p n given more than once"),
+    (["-p", "n", "[6"], "-p n '[6': the value is read as YAML"),
+])
+def test_the_command_line_refuses_ambiguous_parameters(args, words):
+    done = subprocess.run([sys.executable, "-m", "gmlm_lib.book", "run", "smoke", "gmlm_ising_testbed", *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and words in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
