@@ -69,11 +69,11 @@ def _agree(g: dict) -> int:
 
 ROWS: tuple[Row, ...] = (
     Row("Theorem 2: masking more never hurts", "masking_more",
-        "Γ_k ⪰ Γ_{k+1} for every k (a proof)",
-        lambda g: f"smallest eigenvalue of Γ_k − Γ_{{k+1}} {g['min_lambda']:.1e} over {g['num_models']} models, exact",
+        "Γₖ ⪰ Γₖ₊₁ for every k (a proof)",
+        lambda g: f"smallest eigenvalue of Γₖ − Γₖ₊₁ {g['min_lambda']:.1e} over {g['num_models']} models, exact",
         lambda g: g["order_verdict"]),
     Row("Theorem 3: the C_P bound", "efficiency_is_mixing",
-        "Γ_k ⪯ C_P(k) Γ_MLE (a proof)",
+        "Γₖ ⪯ C_P(k) Γ_MLE (a proof)",
         lambda g: f"largest ratio to the bound {g['max_tightness']:.6f} (at most 1 up to rounding), exact",
         lambda g: grade(g["max_tightness"], 1.0 + 1e-9, at_least=False)),
     Row("Figure 3: k-Gibbs against independent parallel", "kgibbs_vs_parallel",
