@@ -15,7 +15,9 @@ def glue(name: str, value, display: bool = False) -> None:
     try:
         from myst_nb import glue as _glue
     except ImportError:
-        if os.environ.get("GMLM_PROFILE") in ("smoke", "full"):  # a run of the book: its text needs the value
+        from gmlm_lib.book.provenance import ENV_PROFILE
+
+        if os.environ.get(ENV_PROFILE) in ("smoke", "full"):  # a run of the book: its text needs the value
             raise ImportError(f"glue({name!r}): myst-nb is not installed, so the value would be lost and the "
                               "book's text would show nothing; install it (requirements.txt, or the wheels of "
                               "`make gpu-wheels` on a machine without a network).") from None
