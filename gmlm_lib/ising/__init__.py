@@ -12,6 +12,7 @@ re-exported here, so ``from gmlm_lib import ising; ising.ising_model(J, h)`` wor
 - :mod:`~gmlm_lib.ising.tensorization`: block approximate tensorization [Definition 9, Theorem 4].
 - :mod:`~gmlm_lib.ising.product`: product transitions, the law of one parallel step [Propositions 3-4].
 - :mod:`~gmlm_lib.ising.samplers`: k-Gibbs, block dynamics, independent parallel; exact kernels.
+- :mod:`~gmlm_lib.ising.unmasking`: parallel unmasking rules (2025) and the exact law each samples.
 - :mod:`~gmlm_lib.ising.numpy_samplers`, :mod:`~gmlm_lib.ising.bench`: NumPy references, throughput.
 - :mod:`~gmlm_lib.ising.transformer`: a small bidirectional Transformer that learns one parallel step.
 
@@ -25,6 +26,6 @@ from gmlm_lib.ising.model import *  # noqa: F403
 from gmlm_lib.ising.model import __all__ as _model_all
 
 _SUBMODULES = ("model", "masks", "mple", "blocks", "fisher", "markov", "tensorization", "product", "samplers",
-               "numpy_samplers", "bench", "transformer")
+               "unmasking", "numpy_samplers", "bench", "transformer")
 __all__ = [*_SUBMODULES, *_model_all]
 __getattr__, __dir__ = _attach(__name__, _SUBMODULES)

@@ -1,0 +1,143 @@
+"""The verdicts of the chapter on the 2025 parallel-decoding rules (``notebooks/parallel_rules.md``),
+from its exact tables: whether Li and Cai's bound holds, how our rule compares with the best 2025
+rule at equal expected passes, and which rule is best at each budget of passes.
+
+Input tables (pandas):
+
+* ``frontier``: one row per (family, rule, parameter) with columns ``family``, ``rule``, ``param``,
+  ``passes`` (expected passes) and ``kl`` (exact KL(p || q)), from
+  :func:`gmlm_lib.ising.unmasking.exact_law`;
+* ``li_cai``: one row per (family, T) of the ``random`` rule with ``family``, ``T``, ``kl`` and
+  ``bound`` (:func:`gmlm_lib.ising.unmasking.li_cai_bound`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from gmlm_lib.book.findings.rules import grade
+from gmlm_lib.ising.unmasking import RULES_2025, envelope
+
+__all__ = ["RATIO_TARGET", "ours_vs_best", "best_by_budget", "li_cai_check", "findings"]
+
+RATIO_TARGET = 1.0
+"""Ours "at least matches" the best 2025 rule when its exact KL is at most the best one's at every
+budget of expected passes on the strong-coupling families: a ratio of at most 1."""
+
+FLOOR = 1e-12
+"""KLs at or below this are exact to rounding: two of them compare as equal."""
+
+_FRONTIER = ("family", "rule", "param", "passes", "kl")
+_LI_CAI = ("family", "T", "kl", "bound")
+
+
+def _check(table, columns, name):
+    if not isinstance(table, pd.DataFrame):
+        raise TypeError(f"{name} must be a pandas DataFrame; got {type(table).__name__}.")
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ValueError(f"{name} lacks the columns {missing}; it needs {list(columns)}.")
+    if table.empty:
+        raise ValueError(f"{name} is empty: there is nothing to judge.")
+    if table[[c for c in columns if c in ("passes", "kl", "bound")]].isna().any().any():
+        raise ValueError(f"{name} has a missing passes/kl/bound value: a verdict is never drawn from one.")
+
+
+def _budgets(budgets) -> list[float]:
+    if not budgets or any(isinstance(b, bool) or not isinstance(b, (int, float)) or not b > 0 for b in budgets):
+        raise ValueError(f"budgets must be a non-empty list of numbers of passes > 0; got {budgets!r}.")
+    return [float(b) for b in budgets]
+
+
+def ours_vs_best(frontier: pd.DataFrame, budgets, families, ours: str = "dependency") -> pd.DataFrame:
+    """For each family and budget: our rule's best KL within the budget, the best 2025 rule's
+    (over :data:`gmlm_lib.ising.unmasking.RULES_2025` and their settings), which rule that is, and the
+    ratio (ours over best; 1.0 when both are exact to rounding, ``inf`` when ours has no setting
+    within the budget and the 2025 rule has)."""
+    _check(frontier, _FRONTIER, "frontier")
+    rows = []
+    for family in families:
+        part = frontier[frontier.family == family]
+        if part.empty:
+            raise ValueError(f"frontier has no rows for family {family!r}.")
+        for budget in _budgets(budgets):
+            mine = part[part.rule == ours]
+            a = envelope(mine.passes, mine.kl, budget)
+            best, best_rule = math.inf, None
+            for rule in RULES_2025:
+                sub = part[part.rule == rule]
+                b = envelope(sub.passes, sub.kl, budget)
+                if b < best:
+                    best, best_rule = b, rule
+            if a <= FLOOR and best <= FLOOR:
+                ratio = 1.0
+            elif math.isinf(a):
+                ratio = math.inf
+            else:
+                ratio = a / max(best, FLOOR)
+            rows.append(dict(family=family, budget=budget, ours=a, best_2025=best, best_rule=best_rule, ratio=ratio))
+    return pd.DataFrame(rows)
+
+
+def best_by_budget(frontier: pd.DataFrame, budgets) -> pd.DataFrame:
+    """For each family and budget, the rule (ours included) whose best setting within the budget has
+    the smallest exact KL, and that KL; rules within :data:`FLOOR` of it are listed together."""
+    _check(frontier, _FRONTIER, "frontier")
+    rows = []
+    for family, part in frontier.groupby("family", sort=False):
+        for budget in _budgets(budgets):
+            env = {rule: envelope(sub.passes, sub.kl, budget) for rule, sub in part.groupby("rule", sort=False)}
+            best = min(env.values())
+            winners = [r for r, v in env.items() if v <= best + FLOOR] if math.isfinite(best) else []
+            rows.append(dict(family=family, budget=budget, best=", ".join(winners) or "none within budget", kl=best))
+    return pd.DataFrame(rows)
+
+
+def li_cai_check(li_cai: pd.DataFrame) -> pd.DataFrame:
+    """``li_cai`` with ``ratio`` = kl / bound (0 when both vanish) and ``holds`` = kl <= bound (+1e-12)."""
+    _check(li_cai, _LI_CAI, "li_cai")
+    out = li_cai.copy()
+    out["holds"] = out.kl <= out.bound + FLOOR
+    out["ratio"] = [0.0 if b <= FLOOR and k <= FLOOR else (k / b if b > 0 else math.inf)
+                    for k, b in zip(out.kl, out.bound)]
+    return out
+
+
+def findings(frontier: pd.DataFrame, li_cai: pd.DataFrame, budgets, strong_families) -> dict:
+    """Every value and verdict the chapter glues:
+
+    * ``li_cai_violations`` (int) and ``li_cai_verdict`` ("holds on every model tested" or which fail);
+      ``li_cai_tightest`` / ``li_cai_loosest``: the (family, T) with the largest and smallest ratio;
+    * ``ours_vs_best_kl``: the largest ratio over the strong-coupling families and budgets,
+      ``ours_target`` met/missed against :data:`RATIO_TARGET`, ``ours_missed_at``: where it is above 1;
+    * ``best_rule_by_budget``: a short text, per budget, of the rule best on most families.
+    """
+    checked = li_cai_check(li_cai)
+    bad = checked[~checked.holds]
+    violations = int(bad.family.nunique())
+    positive = checked[checked.bound > FLOOR]
+    tight = positive.loc[positive.ratio.idxmax()] if not positive.empty else None
+    loose = positive.loc[positive.ratio.idxmin()] if not positive.empty else None
+    versus = ours_vs_best(frontier, budgets, strong_families)
+    worst = float(versus.ratio.max())
+    above = versus[versus.ratio > RATIO_TARGET]
+    best = best_by_budget(frontier, budgets)
+    by_budget = []
+    for budget, part in best.groupby("budget", sort=True):
+        counts = part.best.str.split(", ").explode().value_counts()
+        by_budget.append(f"{budget:g} passes: {counts.index[0]} ({counts.iloc[0]} of {part.shape[0]} families)")
+    return dict(
+        li_cai_violations=violations,
+        li_cai_verdict=("holds on every model tested" if violations == 0 else
+                        "fails on " + ", ".join(sorted(bad.family.unique()))),
+        li_cai_tightest=None if tight is None else f"{tight.family}, T = {int(tight['T'])} (KL / bound = {tight.ratio:.2f})",
+        li_cai_loosest=None if loose is None else f"{loose.family}, T = {int(loose['T'])} (KL / bound = {loose.ratio:.3f})",
+        ours_vs_best_kl=worst,
+        ours_target="missed" if math.isinf(worst) else grade(worst, RATIO_TARGET, at_least=False),
+        ours_missed_at=("nowhere" if above.empty else
+                        "; ".join(f"{r.family} at {r.budget:g} passes ({'no setting' if math.isinf(r.ratio) else f'{r.ratio:.2f}x'})"
+                                  for r in above.itertuples())),
+        best_rule_by_budget="; ".join(by_budget),
+    )

@@ -1,0 +1,587 @@
+"""Parallel unmasking rules of masked diffusion decoders, and the exact law each one samples.
+
+A masked-diffusion decoder starts from every position masked. Each pass it reads the conditional
+law of every masked position given the unmasked ones, ``p(x_i | x_U)`` (the other masked positions
+summed out: what a perfectly trained mask predictor returns), picks a set ``A`` of masked positions
+by a *rule*, and draws ``x_A`` from the product of those conditionals: one parallel step is a
+product law [Propositions 3-4], so the draw ignores the dependence among the positions of ``A``.
+The rules differ only in how they choose ``A``:
+
+========================  ====================================================================
+``random``  (T)           ``s_t`` positions uniformly at random, ``s_t`` a fixed schedule of
+                          ``T`` passes (the forward process of Li and Cai, 2025, arXiv 2505.21400)
+``top_k``  (T)            the ``s_t`` most confident (Mask-Predict's and MaskGIT's order)
+``threshold``  (tau)      every position with confidence ``>= tau`` (Fast-dLLM, Wu et al. 2025,
+                          arXiv 2505.22618, threshold rule; its scripts use tau = 0.9)
+``factor``  (f)           the ``n`` most confident while ``(n + 1)(1 - c_(n)) < f`` (Fast-dLLM's
+                          factor rule)
+``entropy``  (gamma)      by increasing entropy while ``sum H - max H <= gamma`` (EB-Sampler,
+                          Ben-Hamu et al. 2025, arXiv 2505.24857)
+``dilated``  (B)          a fixed schedule: each block of ``B = 2^L`` positions in ``L`` passes of
+                          non-adjacent positions (DUS, Luxembourg et al. 2025, arXiv 2506.19037)
+``dependency``  (tau)     this book's: most confident first, skipping a position strongly coupled
+                          (``|J_ij| > delta``) to one already chosen in the pass, unless it is
+                          alone (see :func:`dependency`)
+========================  ====================================================================
+
+Confidence is ``c_i = max_v p(x_i = v | x_U)``, entropy ``H_i`` the entropy of that conditional in
+nats. Every adaptive rule unmasks at least the first position of its order, so a decode ends
+within ``n`` passes.
+
+:func:`exact_law` enumerates every path of a rule on an Ising model of ``n <=``
+:data:`MAX_EXACT_UNMASK_N` sites: the exact law of its output and of its number of passes,
+in float64. :func:`sampler` is the same decoder as BlackJAX-style ``init``/``step`` pure functions
+(for Monte Carlo checks of the exact law), built on the same ``select`` functions.
+:func:`li_cai_bound` is the right-hand side of Li and Cai's Theorem 1 for the ``random`` rule.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gmlm_lib.core.precision import require_x64
+from gmlm_lib.ising import model as ising
+from gmlm_lib.ising.model import IsingModel
+
+__all__ = ["RULES", "RULES_2025", "MAX_EXACT_UNMASK_N", "Rule", "make_rule", "random_order", "top_k", "threshold", "factor",
+           "entropy_bound", "dilated", "dependency", "site_statistics", "exact_law", "UnmaskState", "Unmasker",
+           "sampler", "sample", "mutual_information_sum", "li_cai_bound", "families", "STRONG_FAMILIES",
+           "envelope", "frontier_ratio"]
+
+RULES = ("random", "top_k", "threshold", "factor", "entropy", "dilated", "dependency")
+"""The rule names :func:`make_rule` accepts. The 2025 rules are ``threshold``, ``factor``,
+``entropy`` and ``dilated``; ``random`` and ``top_k`` are the fixed-schedule baselines."""
+
+RULES_2025 = ("threshold", "factor", "entropy", "dilated")
+
+MAX_EXACT_UNMASK_N = 12
+"""Largest n for :func:`exact_law`: it visits up to ``3^n`` partial states (531,441 at n = 12)."""
+
+
+class Rule(NamedTuple):
+    """A parallel unmasking rule on ``n`` positions.
+
+    ``select(conf, ent, masked, t, key) -> chosen``: confidences and entropies (n,) float (read only
+    where ``masked``), ``masked`` (n,) bool, ``t`` the pass index (0-based), ``key`` a PRNG key (used
+    by ``random`` only) -> (n,) bool, a non-empty subset of ``masked`` when any position is masked.
+    ``counts`` (T,) for the fixed-size rules (``random``, ``top_k``): positions unmasked in pass t;
+    ``None`` for the adaptive ones.
+    """
+
+    name: str
+    param: float
+    n: int
+    select: Callable
+    counts: tuple | None = None
+
+    @property
+    def label(self) -> str:
+        symbol = {"random": "T", "top_k": "T", "threshold": "τ", "factor": "f", "entropy": "γ", "dilated": "B",
+                  "dependency": "τ"}[self.name]
+        value = int(self.param) if self.name in ("random", "top_k", "dilated") else self.param
+        return f"{self.name} ({symbol} = {value:g})"
+
+
+def _check_n(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be an integer >= 1 (the number of positions); got {n!r}.")
+    return int(n)
+
+
+def _check_unit(name: str, value, *, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number; got {value!r}.")
+    value = float(value)
+    if not (0.0 < value <= 1.0 if low_open else 0.0 <= value <= 1.0):
+        raise ValueError(f"{name} must be in {'(0, 1]' if low_open else '[0, 1]'}; got {value!r}.")
+    return value
+
+
+def _check_positive(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not math.isfinite(value) \
+            or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0; got {value!r}.")
+    return float(value)
+
+
+def _rank(score, masked):
+    """Rank of every masked position by ``score``, highest first (ties by position); unmasked
+    positions rank after all masked ones. (n,) -> (n,) int."""
+    order = jnp.argsort(jnp.where(masked, -score, jnp.inf), stable=True)
+    return jnp.zeros(score.shape[0], jnp.int32).at[order].set(jnp.arange(score.shape[0], dtype=jnp.int32))
+
+
+def _first(score, masked, count):
+    """The ``count`` masked positions of highest ``score`` (at least one when any is masked)."""
+    return masked & (_rank(score, masked) < jnp.maximum(count, 1))
+
+
+def _schedule(n: int, T) -> tuple[int, ...]:
+    """Positions unmasked in each of ``T`` passes: ``ceil(n (t + 1) / T) - ceil(n t / T)``."""
+    if isinstance(T, bool) or not isinstance(T, (int, np.integer)) or not 1 <= T <= n:
+        raise ValueError(f"T (the number of passes) must be an integer in [1, n = {n}]; got {T!r}.")
+    done = [math.ceil(n * t / T) for t in range(T + 1)]
+    return tuple(done[t + 1] - done[t] for t in range(T))
+
+
+def random_order(n: int, T: int) -> Rule:
+    """``s_t`` uniformly random masked positions in pass ``t``, ``s_t`` from a balanced schedule of
+    ``T`` passes (:func:`_schedule`): the sampler of Li and Cai's theorem (arXiv 2505.21400), and the
+    paper's independent parallel step applied to a growing context."""
+    n = _check_n(n)
+    counts = _schedule(n, T)
+    table = jnp.asarray(counts + (0,))
+
+    def select(conf, ent, masked, t, key):
+        score = jax.random.uniform(key, masked.shape)
+        return _first(score, masked, table[jnp.minimum(t, len(counts))])
+
+    return Rule("random", float(T), n, select, counts)
+
+
+def top_k(n: int, T: int) -> Rule:
+    """The ``s_t`` most confident masked positions in pass ``t``, the same balanced schedule of
+    ``T`` passes: Mask-Predict's order (Ghazvininejad et al., 2019) without re-masking."""
+    n = _check_n(n)
+    counts = _schedule(n, T)
+    table = jnp.asarray(counts + (0,))
+
+    def select(conf, ent, masked, t, key):
+        return _first(conf, masked, table[jnp.minimum(t, len(counts))])
+
+    return Rule("top_k", float(T), n, select, counts)
+
+
+def threshold(n: int, tau: float) -> Rule:
+    """Fast-dLLM's threshold rule (Wu et al. 2025, arXiv 2505.22618): unmask every masked position
+    whose confidence is at least ``tau``; when none is, the most confident one."""
+    n, tau = _check_n(n), _check_unit("tau", tau)
+
+    def select(conf, ent, masked, t, key):
+        sure = masked & (conf >= tau)
+        return sure | (_first(conf, masked, 1) & ~jnp.any(sure))
+
+    return Rule("threshold", tau, n, select)
+
+
+def factor(n: int, f: float) -> Rule:
+    """Fast-dLLM's factor rule (arXiv 2505.22618): with ``c_(1) >= c_(2) >= ...`` the masked
+    confidences, unmask the ``m`` most confident for the largest ``m`` with
+    ``(m + 1)(1 - c_(m)) < f`` (at least one). The left side grows with ``m``, so the rule takes
+    a prefix of the confidence order."""
+    n, f = _check_n(n), _check_positive("f", f)
+
+    def select(conf, ent, masked, t, key):
+        rank = _rank(conf, masked)
+        ok = masked & ((rank + 2) * (1.0 - conf) < f)
+        return _first(conf, masked, jnp.sum(ok))
+
+    return Rule("factor", f, n, select)
+
+
+def entropy_bound(n: int, gamma: float) -> Rule:
+    """EB-Sampler's rule (Ben-Hamu et al. 2025, arXiv 2505.24857) with entropy as the error proxy:
+    take masked positions in order of increasing entropy while ``sum_j H_j - max_j H_j <= gamma``
+    over the ones taken, a bound on the mutual information among them. The first is always taken
+    (its sum minus max is 0)."""
+    n, gamma = _check_n(n), _check_positive("gamma", gamma)
+
+    def select(conf, ent, masked, t, key):
+        order = jnp.argsort(jnp.where(masked, ent, jnp.inf), stable=True)
+        h = jnp.where(masked[order], ent[order], 0.0)
+        before = jnp.cumsum(h) - h  # sum of the lower entropies = sum - max over the first m
+        count = jnp.sum(masked[order] & (before <= gamma))
+        return _first(-ent, masked, count)
+
+    return Rule("entropy", gamma, n, select)
+
+
+def _dilated_pass(n: int, B: int) -> np.ndarray:
+    """The pass of every position under DUS with blocks of ``B = 2^L``: block ``b`` takes passes
+    ``b (L + 1) .. b (L + 1) + L``; within it, offset 0 goes first and offset ``j > 0`` in pass
+    ``L - v(j)``, ``v(j)`` the number of trailing zero bits of ``j``. For ``B = 8`` the passes are
+    {0}, {4}, {2, 6}, {1, 3, 5, 7}: each pass halves the gaps, and no two positions of a pass are
+    adjacent. Empty passes (a partial last block) are dropped. (n,) int."""
+    L = B.bit_length() - 1
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        b, j = divmod(i, B)
+        out[i] = b * (L + 1) + (0 if j == 0 else L - ((j & -j).bit_length() - 1))
+    _, dense = np.unique(out, return_inverse=True)
+    return dense.reshape(-1)
+
+
+def dilated(n: int, B: int) -> Rule:
+    """DUS (Luxembourg et al. 2025, arXiv 2506.19037): a content-free schedule that unmasks each block
+    of ``B = 2^L`` positions, blocks left to right, in ``L + 1 = O(log B)`` passes of non-adjacent
+    positions (:func:`_dilated_pass`; our reading of its dilation schedule), about
+    ``n (L + 1) / B`` passes in all. ``B = 2`` is left-to-right AR."""
+    n = _check_n(n)
+    if isinstance(B, bool) or not isinstance(B, (int, np.integer)) or B < 2 or B & (B - 1):
+        raise ValueError(f"B (the DUS block size) must be a power of two >= 2; got {B!r}.")
+    passes = jnp.asarray(_dilated_pass(n, int(B)))
+
+    def select(conf, ent, masked, t, key):
+        first = jnp.min(jnp.where(masked, passes, n + 1))
+        return masked & (passes == first)
+
+    return Rule("dilated", float(B), n, select)
+
+
+def dependency(n: int, tau: float, strong) -> Rule:
+    """This book's rule (beyond the paper; the Ising form of ``decoding.StrategyOptions("dependency")``):
+    visit the masked positions most confident first; take the first, then each one whose
+    confidence is at least ``tau`` and that is not strongly coupled to a position taken before it
+    in this pass. ``strong`` (n, n) bool, e.g. ``|J_ij| > delta``: the pairs whose joint draw a
+    product law would get wrong. With no strong pair this is :func:`threshold`; with every pair
+    strong it unmasks one position a pass (AR in confidence order, exact)."""
+    n, tau = _check_n(n), _check_unit("tau", tau)
+    strong = np.asarray(strong)
+    if strong.shape != (n, n) or strong.dtype != bool:
+        raise ValueError(f"strong must be an ({n}, {n}) bool matrix (True for strongly coupled pairs); "
+                         f"got {strong.dtype} of shape {strong.shape}.")
+    strong = jnp.asarray(strong & ~np.eye(n, dtype=bool))
+
+    def select(conf, ent, masked, t, key):
+        order = jnp.argsort(jnp.where(masked, -conf, jnp.inf), stable=True)
+
+        def body(k, chosen):
+            i = order[k]
+            free = ~jnp.any(strong[i] & chosen)
+            take = masked[i] & ((k == 0) | ((conf[i] >= tau) & free))
+            return chosen.at[i].set(take)
+
+        return jax.lax.fori_loop(0, n, body, jnp.zeros(n, bool))
+
+    return Rule("dependency", tau, n, select)
+
+
+def make_rule(name: str, n: int, param, *, strong=None) -> Rule:
+    """The rule ``name`` (one of :data:`RULES`) with its one parameter; ``strong`` for ``dependency``."""
+    if name == "dependency":
+        if strong is None:
+            raise ValueError("make_rule('dependency', ...) needs strong=, the (n, n) bool matrix of strongly coupled "
+                             "pairs (e.g. np.abs(model.J) > delta).")
+        return dependency(n, param, strong)
+    builders = {"random": random_order, "top_k": top_k, "threshold": threshold, "factor": factor,
+                "entropy": entropy_bound, "dilated": dilated}
+    if name not in builders:
+        raise ValueError(f"rule must be one of {RULES}; got {name!r}.")
+    if name in ("random", "top_k", "dilated") and isinstance(param, float) and param.is_integer():
+        param = int(param)
+    return builders[name](n, param)
+
+
+def _binary_entropy(p):
+    """Entropy in nats of a {-1, +1} variable with ``P(+1) = p`` (0 log 0 = 0). Works on NumPy and JAX arrays."""
+    xp = jnp if isinstance(p, jax.Array) else np
+    q = 1.0 - p
+    return -(xp.where(p > 0, p * xp.log(xp.where(p > 0, p, 1.0)), 0.0)
+             + xp.where(q > 0, q * xp.log(xp.where(q > 0, q, 1.0)), 0.0))
+
+
+def site_statistics(p_up):
+    """Confidence ``max(p, 1 - p)`` and entropy (nats) of each position's conditional ``P(+1) = p_up``."""
+    xp = jnp if isinstance(p_up, jax.Array) else np
+    return xp.maximum(p_up, 1.0 - p_up), _binary_entropy(p_up)
+
+
+# --- The exact law of a rule ---------------------------------------------------------------------
+
+
+def _joint(model: IsingModel) -> np.ndarray:
+    ising.check_model(model)
+    if model.n > MAX_EXACT_UNMASK_N:
+        raise ValueError(f"exact_law enumerates up to 3^n partial states: use n <= {MAX_EXACT_UNMASK_N}; "
+                         f"got n = {model.n}.")
+    return np.asarray(ising.probabilities(model), dtype=np.float64).reshape((2,) * model.n)
+
+
+class _Marginals:
+    """Marginal tables ``p(x_S)`` of the joint (axes = the sites of S in increasing order), cached."""
+
+    def __init__(self, joint: np.ndarray):
+        self.joint, self.n, self.cache = joint, joint.ndim, {}
+
+    def __call__(self, sites: tuple[int, ...]) -> np.ndarray:
+        if sites not in self.cache:
+            other = tuple(i for i in range(self.n) if i not in sites)
+            self.cache[sites] = self.joint.sum(axis=other) if other else self.joint
+        return self.cache[sites]
+
+    def p_up(self, sites: tuple[int, ...], masked: list[int]) -> np.ndarray:
+        """``P(x_i = +1 | x_S)`` for every value of ``x_S`` (rows, enumerate_states order) and masked i."""
+        base = self(sites).reshape(-1)
+        out = np.empty((base.shape[0], len(masked)))
+        for c, i in enumerate(masked):
+            both = tuple(sorted(sites + (i,)))
+            table = np.moveaxis(self(both), both.index(i), -1).reshape(-1, 2)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[:, c] = np.where(base > 0, table[:, 1] / np.where(base > 0, base, 1.0), 0.5)
+        return out
+
+
+def _positions(bits: int, n: int) -> tuple[int, ...]:
+    return tuple(i for i in range(n) if bits >> i & 1)
+
+
+def _spread(mass: np.ndarray, p_up: np.ndarray, U: tuple, A: tuple, n: int):
+    """Mass of rows (R,) over x_U times the product law of x_A (R, |A|) -> (new sites, flat mass over
+    x_{U+A} with repeated entries summed)."""
+    new = tuple(sorted(U + A))
+    R, a = p_up.shape
+    patterns = ((np.arange(2 ** a)[:, None] >> np.arange(a - 1, -1, -1)) & 1)  # (2^a, a), site order of A
+    prob = np.prod(np.where(patterns[None] == 1, p_up[:, None, :], 1.0 - p_up[:, None, :]), axis=-1)  # (R, 2^a)
+    return new, patterns, prob * mass[:, None]
+
+
+def _index(rows_bits: np.ndarray, U: tuple, patterns: np.ndarray, A: tuple, new: tuple) -> np.ndarray:
+    """Flat index over x_new (site order, first site most significant) of every (row, pattern)."""
+    m = len(new)
+    weight = {s: 1 << (m - 1 - k) for k, s in enumerate(new)}
+    wu = np.asarray([weight[s] for s in U], dtype=np.int64)
+    wa = np.asarray([weight[s] for s in A], dtype=np.int64)
+    return (rows_bits @ wu)[:, None] + (patterns @ wa)[None, :]
+
+
+class ExactLaw(NamedTuple):
+    """What :func:`exact_law` returns: ``law`` (2^n,) the output's law in enumerate_states order,
+    ``passes`` its expected number of passes, ``pass_law`` (n + 1,) P(passes = k), ``target`` (2^n,)
+    the model's law, ``kl`` = KL(target || law) (the direction of Li and Cai's theorem) and ``tv``."""
+
+    law: np.ndarray
+    passes: float
+    pass_law: np.ndarray
+    target: np.ndarray
+    kl: float
+    tv: float
+
+
+def exact_law(model: IsingModel, rule: Rule) -> ExactLaw:
+    """The exact law of the output of decoding ``model`` with ``rule`` from all-masked, by enumerating
+    every reachable partial state pass by pass: pass ``t`` holds, for each unmasked set ``U``, the
+    probability of every value of ``x_U``; the rule's choice ``A`` for each value (its
+    ``select``, the same function the sampler calls) sends that mass to ``U + A`` times the product of
+    the conditionals on ``A``. ``random`` averages over every ``s_t``-subset. float64,
+    ``n <=`` :data:`MAX_EXACT_UNMASK_N`; cost about ``4^n``. A KL below zero by rounding is returned as 0."""
+    require_x64("gmlm_lib.ising.unmasking.exact_law")
+    if not isinstance(rule, Rule):
+        raise TypeError(f"rule must be a Rule (make_rule(name, n, param)); got {type(rule).__name__}.")
+    joint = _joint(model)
+    n = model.n
+    if rule.n != n:
+        raise ValueError(f"rule is for n = {rule.n} positions but the model has n = {n}: build it with n = {n}.")
+    marg = _Marginals(joint)
+    full = (1 << n) - 1
+    layer = {0: np.ones(1)}
+    out = np.zeros(2 ** n)
+    pass_law = np.zeros(n + 1)
+    select = jax.jit(jax.vmap(rule.select, in_axes=(0, 0, 0, None, None)))
+    key = jax.random.key(0)
+    for t in range(n + 1):
+        if not layer:
+            break
+        nxt: dict[int, np.ndarray] = {}
+        for bits, mass in layer.items():
+            if bits == full:
+                out += mass
+                pass_law[t] += mass.sum()
+                continue
+            U = _positions(bits, n)
+            masked = [i for i in range(n) if not bits >> i & 1]
+            live = np.nonzero(mass > 0)[0]
+            if live.size == 0:
+                continue
+            mass = mass[live]
+            rows_bits = ((live[:, None] >> np.arange(len(U) - 1, -1, -1)) & 1).astype(np.int64)
+            p_full = np.full((live.size, n), 0.5)
+            p_full[:, masked] = marg.p_up(U, masked)[live]
+            if rule.name == "random":
+                k = rule.counts[min(t, len(rule.counts) - 1)] if t < len(rule.counts) else len(masked)
+                subsets = list(itertools.combinations(masked, min(k, len(masked))))
+                choices = [(A, np.arange(live.size), 1.0 / len(subsets)) for A in subsets]
+            else:
+                conf, ent = site_statistics(p_full)
+                mvec = np.zeros(n, dtype=bool)
+                mvec[masked] = True
+                width = 1 << (n - 1)  # rows padded to the most a partial state can have: one compilation
+                pad = lambda a: np.concatenate([a, np.repeat(a[:1], width - a.shape[0], 0)])
+                chosen = np.asarray(select(jnp.asarray(pad(conf)), jnp.asarray(pad(ent)),
+                                           jnp.broadcast_to(jnp.asarray(mvec), (width, n)), t, key))[:live.size]
+                if np.any(chosen & ~mvec) or not np.all(chosen.any(1)):
+                    raise RuntimeError(f"rule {rule.label} chose no masked position or an unmasked one at pass {t}: "
+                                       "a rule must return a non-empty subset of the masked positions.")
+                keys, groups = np.unique(chosen, axis=0, return_inverse=True)
+                groups = np.asarray(groups).reshape(-1)
+                choices = [(tuple(np.nonzero(keys[g])[0].tolist()), np.nonzero(groups == g)[0], 1.0)
+                           for g in range(keys.shape[0])]
+            for A, rows, weight in choices:
+                new, patterns, w = _spread(mass[rows] * weight, p_full[rows][:, list(A)], U, A, n)
+                idx = _index(rows_bits[rows], U, patterns, A, new)
+                nb = sum(1 << s for s in new)
+                if nb not in nxt:
+                    nxt[nb] = np.zeros(2 ** len(new))
+                np.add.at(nxt[nb], idx.reshape(-1), w.reshape(-1))
+        layer = nxt
+    target = joint.reshape(-1)
+    if not np.isclose(out.sum(), 1.0, atol=1e-9):
+        raise RuntimeError(f"exact_law lost mass: the output law sums to {out.sum():.12f}, not 1 ({rule.label}).")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl = float(np.sum(np.where(target > 0, target * (np.log(np.where(target > 0, target, 1.0))
+                                                          - np.log(np.where(out > 0, out, 1e-300))), 0.0)))
+    return ExactLaw(out, float(np.arange(n + 1) @ pass_law), pass_law, target, max(kl, 0.0),
+                    float(0.5 * np.abs(out - target).sum()))
+
+
+# --- The same decoder as a sampler ---------------------------------------------------------------
+
+
+class UnmaskState(NamedTuple):
+    """A decode in progress: ``x`` (n,) int8, 0 where masked, else -1/+1; ``passes`` () int32 run."""
+
+    x: jax.Array
+    passes: jax.Array
+
+
+class Unmasker(NamedTuple):
+    """BlackJAX-style: ``init() -> UnmaskState`` (all masked); ``step(key, state) -> (state, chosen)``
+    one pass (a no-op once nothing is masked). ``rule`` the :class:`Rule` it applies."""
+
+    rule: Rule
+    init: Callable
+    step: Callable
+
+
+def sampler(model: IsingModel, rule: Rule) -> Unmasker:
+    """The decoder of :func:`exact_law` as pure functions: each pass computes ``P(x_i = +1 | x_U)`` for
+    every masked ``i`` by summing the model's law over the states that agree with ``x_U`` (so
+    ``n <=`` :data:`gmlm_lib.ising.model.MAX_EXACT_N`), applies ``rule.select`` and draws the chosen
+    positions independently."""
+    ising.check_model(model)
+    n = model.n
+    if rule.n != n:
+        raise ValueError(f"rule is for n = {rule.n} positions but the model has n = {n}: build it with n = {n}.")
+    states = ising.enumerate_states(n).astype(jnp.int8)
+    logp = jnp.log(ising.probabilities(model))
+
+    def init() -> UnmaskState:
+        return UnmaskState(jnp.zeros(n, jnp.int8), jnp.int32(0))
+
+    def step(key, state: UnmaskState):
+        masked = state.x == 0
+        agree = jnp.all((states == state.x[None]) | masked[None], axis=1)
+        lw = jnp.where(agree, logp, -jnp.inf)
+        up = jax.nn.logsumexp(jnp.where(states > 0, lw[:, None], -jnp.inf), axis=0)
+        p_up = jnp.exp(up - jax.nn.logsumexp(lw))
+        conf, ent = site_statistics(p_up)
+        k_select, k_draw = jax.random.split(key)
+        chosen = rule.select(conf, ent, masked, state.passes, k_select) & masked
+        draw = jnp.where(jax.random.uniform(k_draw, (n,), dtype=p_up.dtype) < p_up, 1, -1).astype(jnp.int8)
+        active = jnp.any(masked)
+        x = jnp.where(chosen & active, draw, state.x)
+        return UnmaskState(x, state.passes + active.astype(jnp.int32)), chosen
+
+    return Unmasker(rule, init, step)
+
+
+def sample(key: jax.Array, model: IsingModel, rule: Rule, num_samples: int) -> tuple[jax.Array, jax.Array]:
+    """``num_samples`` independent decodes: outputs (num_samples, n) int8 and passes (num_samples,)."""
+    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+        raise ValueError(f"num_samples must be an integer >= 1; got {num_samples!r}.")
+    dec = sampler(model, rule)
+
+    def one(k):
+        def body(state, kt):
+            return dec.step(kt, state)[0], None
+
+        state, _ = jax.lax.scan(body, dec.init(), jax.random.split(k, model.n))
+        return state.x, state.passes
+
+    return jax.jit(jax.vmap(one))(jax.random.split(key, int(num_samples)))
+
+
+# --- Li and Cai's bound ---------------------------------------------------------------------------
+
+
+def _entropy(p: np.ndarray) -> float:
+    p = p.reshape(-1)
+    return float(-np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)))
+
+
+def mutual_information_sum(model: IsingModel) -> float:
+    """``sum_i I(X_i; X_{-i})`` in nats under the model's law, exactly: ``H(X_i) + H(X_{-i}) - H(X)``
+    for each site. The information quantity of Li and Cai's Theorem 1 (arXiv 2505.21400)."""
+    require_x64("gmlm_lib.ising.unmasking.mutual_information_sum")
+    joint = _joint(model)
+    n, h = model.n, _entropy(joint)
+    total = 0.0
+    for i in range(n):
+        rest = tuple(j for j in range(n) if j != i)
+        total += _entropy(joint.sum(axis=rest)) + (_entropy(joint.sum(axis=i)) if n > 1 else 0.0) - h
+    return total
+
+
+def li_cai_bound(model: IsingModel, rule: Rule) -> float:
+    """The right-hand side of Li and Cai's Theorem 1 (arXiv 2505.21400, v1) with an exact mask
+    predictor (training error 0): ``(2^ceil(log2 s_max) - 1) / n * sum_i I(X_i; X_{-i})``, ``s_max`` the
+    largest number of positions unmasked in one pass. The theorem covers the ``random`` rule (masks
+    drawn uniformly, a fixed size schedule); for another rule this is the same expression evaluated
+    at its largest batch, outside the theorem's hypotheses. For two positions unmasked together it
+    equals ``I(X_1; X_2)``, the exact error: the bound is tight there."""
+    if rule.counts is None:
+        raise ValueError(f"li_cai_bound needs a fixed size schedule (rule 'random' or 'top_k'); {rule.label} is "
+                         "adaptive: its largest batch depends on the path.")
+    s_max = max(rule.counts)
+    factor_ = 2 ** math.ceil(math.log2(s_max)) - 1
+    return factor_ / model.n * mutual_information_sum(model)
+
+
+# --- The book's Ising families and frontiers ----------------------------------------------------
+
+
+STRONG_FAMILIES = ("strong random", "clique", "ferromagnet")
+"""The families of :func:`families` with strong couplings, where the issue's target compares rules."""
+
+
+def families(key: jax.Array, n: int, *, weak: float = 0.1, strong: float = 1.0, field: float = 0.5,
+             clique_J: float = 1.0, ferro_J: float = 0.25) -> dict[str, IsingModel]:
+    """The Ising families of the book on ``n`` sites: ``independent`` (no couplings, fields
+    ``N(0, field^2)``), ``weak random`` and ``strong random`` (``J_ij ~ N(0, weak^2)`` or
+    ``N(0, strong^2)``, :func:`gmlm_lib.ising.model.random_model`), ``clique`` (Eq. 6: ``n // 2`` sites
+    coupled by ``clique_J``, field 0.2 on every site) and ``ferromagnet`` (every pair coupled by
+    ``ferro_J``, no field: two modes, all up and all down, once ``ferro_J (n - 1) > 1``)."""
+    require_x64("gmlm_lib.ising.unmasking.families")
+    n = _check_n(n)
+    k = jax.random.split(key, 3)
+    return {
+        "independent": ising.ising_model(np.zeros((n, n)), field * np.asarray(jax.random.normal(k[0], (n,)))),
+        "weak random": ising.random_model(k[1], n, weak, field),
+        "strong random": ising.random_model(k[2], n, strong, field),
+        "clique": ising.clique_plus_independent(n, max(2, n // 2), clique_J, 0.2),
+        "ferromagnet": ising.ising_model(ferro_J * (1 - np.eye(n)), np.zeros(n)),
+    }
+
+
+def envelope(passes, kl, budget: float) -> float:
+    """The best exact KL a rule reaches within ``budget`` expected passes over its parameter values:
+    ``min {kl_j : passes_j <= budget}`` (``inf`` if none fits). A step function, not an
+    interpolation: a rule is only credited with a budget one of its settings meets."""
+    passes, kl = np.asarray(passes, dtype=float), np.asarray(kl, dtype=float)
+    fits = passes <= budget + 1e-9
+    return float(kl[fits].min()) if fits.any() else math.inf
+
+
+def frontier_ratio(ours: tuple, best: tuple, budget: float, floor: float = 1e-12) -> float:
+    """Our envelope's KL over the best other envelope's at ``budget`` passes (each ``(passes, kl)``).
+    Both at most ``floor`` (exact to rounding) counts as 1.0; ours without a setting within the
+    budget is ``inf``."""
+    a, b = envelope(*ours, budget), envelope(*best, budget)
+    if a <= floor and b <= floor:
+        return 1.0
+    return a / max(b, floor)

@@ -1,0 +1,77 @@
+"""The parallel-rules chapter's verdicts (gmlm_lib.book.findings.parallel_rules) on hand-made tables."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from gmlm_lib.book.findings import parallel_rules as F
+
+
+def frontier(ours_kl: float, *, ours_passes: float = 3.0):
+    rows = [("strong", "dependency", 0.9, ours_passes, ours_kl),
+            ("strong", "threshold", 0.9, 3.0, 0.100), ("strong", "entropy", 0.1, 2.0, 0.300),
+            ("strong", "factor", 1.0, 5.0, 0.010), ("strong", "dilated", 4, 8.0, 0.0),
+            ("strong", "top_k", 3, 3.0, 0.500), ("weak", "dependency", 0.9, 3.0, 0.0),
+            ("weak", "threshold", 0.9, 3.0, 0.0), ("weak", "entropy", 0.1, 3.0, 0.0)]
+    return pd.DataFrame(rows, columns=["family", "rule", "param", "passes", "kl"])
+
+
+def li_cai(kl_strong: float):
+    return pd.DataFrame([("strong", 2, kl_strong, 0.5), ("strong", 4, 0.05, 0.2), ("weak", 2, 0.0, 0.0)],
+                        columns=["family", "T", "kl", "bound"])
+
+
+@pytest.mark.parametrize("ours,verdict", [(0.0999, "met"), (0.100, "met"), (0.1001, "missed")])
+def test_ours_matches_or_not_by_a_hair(ours, verdict):
+    out = F.findings(frontier(ours), li_cai(0.1), [3], ["strong"])
+    assert out["ours_target"] == verdict
+    assert out["ours_vs_best_kl"] == pytest.approx(ours / 0.1)
+    assert (out["ours_missed_at"] == "nowhere") == (verdict == "met")
+
+
+def test_budget_decides_which_settings_count():
+    versus = F.ours_vs_best(frontier(0.05), [2, 3, 8], ["strong"])
+    assert versus.best_rule.tolist() == ["entropy", "threshold", "dilated"]
+    assert math.isinf(versus.ratio.iloc[0])  # ours has no setting within 2 passes, entropy has
+    assert versus.ratio.iloc[1] == pytest.approx(0.5)
+    assert versus.ratio.iloc[2] == pytest.approx(0.05 / F.FLOOR)  # dilated is exact at 8 passes, ours is not
+    out = F.findings(frontier(0.05), li_cai(0.1), [2, 3], ["strong"])
+    assert out["ours_target"] == "missed" and "no setting" in out["ours_missed_at"]
+
+
+def test_both_exact_compare_equal():
+    versus = F.ours_vs_best(frontier(0.0), [3], ["weak"])
+    assert versus.ratio.tolist() == [1.0]
+
+
+def test_li_cai_violation_is_counted_and_named():
+    held = F.findings(frontier(0.1), li_cai(0.5), [3], ["strong"])
+    assert held["li_cai_violations"] == 0 and held["li_cai_verdict"] == "holds on every model tested"
+    assert held["li_cai_tightest"].startswith("strong, T = 2 (KL / bound = 1.00")
+    assert held["li_cai_loosest"].startswith("strong, T = 4")
+    broken = F.findings(frontier(0.1), li_cai(0.5 + 1e-9), [3], ["strong"])
+    assert broken["li_cai_violations"] == 1 and broken["li_cai_verdict"] == "fails on strong"
+
+
+def test_best_rule_by_budget_text():
+    out = F.findings(frontier(0.1), li_cai(0.1), [3], ["strong"])
+    # strong: dependency and threshold tie at 0.1; weak: all three exact
+    assert out["best_rule_by_budget"].startswith("3 passes: dependency (2 of 2 families)")
+
+
+@pytest.mark.parametrize("table,match", [
+    (frontier(0.1).drop(columns="kl"), "lacks the columns"),
+    (frontier(0.1).assign(kl=float("nan")), "missing"),
+    (frontier(0.1).iloc[:0], "empty"),
+])
+def test_bad_tables_are_refused(table, match):
+    with pytest.raises(ValueError, match=match):
+        F.findings(table, li_cai(0.1), [3], ["strong"])
+
+
+def test_bad_budgets_and_families_are_refused():
+    with pytest.raises(ValueError, match="budgets"):
+        F.ours_vs_best(frontier(0.1), [], ["strong"])
+    with pytest.raises(ValueError, match="no rows for family"):
+        F.ours_vs_best(frontier(0.1), [3], ["clique"])

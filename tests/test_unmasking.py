@@ -1,0 +1,235 @@
+"""The 2025 parallel unmasking rules on Ising models (gmlm_lib.ising.unmasking): exact laws against an
+independent brute force, against Monte Carlo runs of the same decoder, and Li and Cai's bound."""
+
+import itertools
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from gmlm_lib.ising import model as ising
+from gmlm_lib.ising import product
+from gmlm_lib.ising import unmasking as um
+
+N = 4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+@pytest.fixture(scope="module")
+def strong_model():
+    with jax.enable_x64(True):
+        return ising.random_model(jax.random.key(3), N, 1.2, 0.6)
+
+
+# --- An independent reference: plain Python over partial states, the rules written again ---------
+
+
+def _conditionals(p, x):
+    """P(x_i = +1 | the unmasked entries of x) for every i, by summing the joint dict p."""
+    agree = {s: w for s, w in p.items() if all(v == 0 or v == s[i] for i, v in enumerate(x))}
+    z = sum(agree.values())
+    return [sum(w for s, w in agree.items() if s[i] == 1) / z for i in range(len(x))]
+
+
+def _ref_choose(name, param, x, pu, t, n, J):
+    masked = [i for i in range(n) if x[i] == 0]
+    conf = {i: max(pu[i], 1 - pu[i]) for i in masked}
+    ent = {i: -sum(q * math.log(q) for q in (pu[i], 1 - pu[i]) if q > 0) for i in masked}
+    by_conf = sorted(masked, key=lambda i: (-conf[i], i))
+    if name == "top_k":
+        T = int(param)
+        k = math.ceil(n * (t + 1) / T) - math.ceil(n * t / T)
+        return [set(by_conf[:k])]
+    if name == "random":
+        T = int(param)
+        k = math.ceil(n * (t + 1) / T) - math.ceil(n * t / T)
+        return [set(c) for c in itertools.combinations(masked, k)]
+    if name == "threshold":
+        chosen = {i for i in masked if conf[i] >= param}
+        return [chosen or {by_conf[0]}]
+    if name == "factor":
+        m = max([m for m in range(1, len(masked) + 1) if (m + 1) * (1 - conf[by_conf[m - 1]]) < param], default=1)
+        return [set(by_conf[:m])]
+    if name == "entropy":
+        by_ent = sorted(masked, key=lambda i: (ent[i], i))
+        m = max(m for m in range(1, len(masked) + 1)
+                if sum(ent[i] for i in by_ent[:m]) - max(ent[i] for i in by_ent[:m]) <= param)
+        return [set(by_ent[:m])]
+    if name == "dilated":
+        B = int(param)
+        L = int(math.log2(B))
+        key = lambda i: (i // B, 0 if i % B == 0 else L - ((i % B) & -(i % B)).bit_length() + 1)
+        first = min(key(i) for i in masked)
+        return [{i for i in masked if key(i) == first}]
+    if name == "dependency":
+        chosen = [by_conf[0]]
+        for i in by_conf[1:]:
+            if conf[i] >= param and not any(abs(J[i][j]) > 0.5 for j in chosen):
+                chosen.append(i)
+        return [set(chosen)]
+    raise AssertionError(name)
+
+
+def _reference(model, name, param):
+    """(law over enumerate_states order, expected passes) by recursion over partial states."""
+    n = model.n
+    states = [tuple(int(v) for v in s) for s in np.asarray(ising.enumerate_states(n))]
+    p = dict(zip(states, np.asarray(ising.probabilities(model)).tolist()))
+    J = np.asarray(model.J).tolist()
+    law = {s: 0.0 for s in states}
+    passes = 0.0
+
+    def walk(x, mass, t):
+        nonlocal passes
+        if 0 not in x:
+            law[x] += mass
+            return
+        passes += mass
+        pu = _conditionals(p, x)
+        options = _ref_choose(name, param, x, pu, t, n, J)
+        for A in options:
+            A = sorted(A)
+            for vals in itertools.product((-1, 1), repeat=len(A)):
+                w = mass / len(options)
+                y = list(x)
+                for i, v in zip(A, vals):
+                    w *= pu[i] if v == 1 else 1 - pu[i]
+                    y[i] = v
+                walk(tuple(y), w, t + 1)
+
+    walk((0,) * n, 1.0, 0)
+    return np.asarray([law[s] for s in states]), passes
+
+
+CASES = [("random", 2), ("random", 3), ("top_k", 2), ("top_k", 3), ("threshold", 0.7), ("threshold", 0.95),
+         ("factor", 0.8), ("factor", 2.5), ("entropy", 0.05), ("entropy", 1.0), ("dilated", 2), ("dilated", 4),
+         ("dependency", 0.6), ("dependency", 0.9)]
+
+
+def _rule(name, param, model):
+    return um.make_rule(name, model.n, param, strong=np.abs(np.asarray(model.J)) > 0.5)
+
+
+@pytest.mark.parametrize("name,param", CASES)
+def test_exact_law_matches_brute_force(strong_model, name, param):
+    exact = um.exact_law(strong_model, _rule(name, param, strong_model))
+    law, passes = _reference(strong_model, name, param)
+    np.testing.assert_allclose(exact.law, law, atol=1e-12)
+    assert exact.passes == pytest.approx(passes, abs=1e-12)
+    assert exact.pass_law.sum() == pytest.approx(1.0, abs=1e-12)
+    target = np.asarray(ising.probabilities(strong_model))
+    assert exact.kl == pytest.approx(max(0.0, float(np.sum(target * np.log(target / law)))), abs=1e-12)
+    assert exact.tv == pytest.approx(0.5 * np.abs(law - target).sum(), abs=1e-12)
+
+
+@pytest.mark.parametrize("name,param", [c for c in CASES if c[0] != "random"] + [("random", 2)])
+def test_monte_carlo_matches_exact_law(strong_model, name, param):
+    rule = _rule(name, param, strong_model)
+    exact = um.exact_law(strong_model, rule)
+    num = 40_000
+    out, passes = um.sample(jax.random.key(7), strong_model, rule, num)
+    idx = np.asarray(ising.index_from_states(out))
+    freq = np.bincount(idx, minlength=2 ** N) / num
+    se = np.sqrt(exact.law * (1 - exact.law) / num)
+    assert np.all(np.abs(freq - exact.law) <= 4.5 * se + 1e-3), (freq, exact.law)
+    passes = np.asarray(passes, dtype=float)
+    assert abs(passes.mean() - exact.passes) <= 4.5 * passes.std() / math.sqrt(num) + 1e-9
+    assert np.all(np.asarray(out) != 0)  # every decode ended within n passes
+
+
+def test_one_position_a_pass_is_exact_and_independent_sites_are_exact_for_every_rule(strong_model):
+    for rule in (um.top_k(N, N), um.dilated(N, 2), um.random_order(N, N)):
+        assert um.exact_law(strong_model, rule).kl == pytest.approx(0.0, abs=1e-12)
+    free = ising.ising_model(np.zeros((N, N)), np.asarray([0.3, -1.0, 0.0, 2.0]))
+    for name, param in CASES:
+        assert um.exact_law(free, _rule(name, param, free)).kl == pytest.approx(0.0, abs=1e-12)
+
+
+def test_all_at_once_costs_the_total_correlation(strong_model):
+    """One pass over every position draws the product of the marginals: KL = total correlation."""
+    exact = um.exact_law(strong_model, um.top_k(N, 1))
+    target = np.asarray(ising.probabilities(strong_model))
+    marginals = np.asarray([ising.marginal(strong_model, [i])[1] for i in range(N)])
+    np.testing.assert_allclose(exact.law, np.asarray(product.product_law(marginals)), atol=1e-12)
+    assert exact.passes == 1.0
+    h = lambda q: -float(np.sum(q * np.log(q)))
+    total_correlation = sum(h(np.asarray([1 - m, m])) for m in marginals) - h(target)
+    assert exact.kl == pytest.approx(total_correlation, abs=1e-12)
+
+
+def test_li_cai_bound_is_tight_for_two_positions():
+    """Two positions unmasked together: the error is I(X_1; X_2), and so is the bound."""
+    model = ising.ising_model(np.asarray([[0.0, 1.1], [1.1, 0.0]]), np.asarray([0.2, -0.4]))
+    p = np.asarray(ising.probabilities(model)).reshape(2, 2)
+    mi = float(np.sum(p * np.log(p / np.outer(p.sum(1), p.sum(0)))))
+    rule = um.random_order(2, 1)
+    assert um.exact_law(model, rule).kl == pytest.approx(mi, abs=1e-12)
+    assert um.mutual_information_sum(model) == pytest.approx(2 * mi, abs=1e-12)
+    assert um.li_cai_bound(model, rule) == pytest.approx(mi, abs=1e-12)
+
+
+def test_li_cai_bound_holds_and_vanishes_with_one_position_a_pass(strong_model):
+    for T in range(1, N + 1):
+        rule = um.random_order(N, T)
+        assert um.exact_law(strong_model, rule).kl <= um.li_cai_bound(strong_model, rule) + 1e-12
+    assert um.li_cai_bound(strong_model, um.random_order(N, N)) == 0.0
+    with pytest.raises(ValueError, match="adaptive"):
+        um.li_cai_bound(strong_model, um.threshold(N, 0.9))
+
+
+def test_schedules_and_dilation():
+    assert um.top_k(10, 4).counts == (3, 2, 3, 2)
+    assert um._dilated_pass(8, 8).tolist() == [0, 3, 2, 3, 1, 3, 2, 3]
+    assert um._dilated_pass(5, 2).tolist() == [0, 1, 2, 3, 4]
+    assert um._dilated_pass(10, 4).tolist() == [0, 2, 1, 2, 3, 5, 4, 5, 6, 7]
+    assert um.make_rule("dilated", 8, 4.0).label == "dilated (B = 4)"
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: um.threshold(4, 1.5), "tau must be in"),
+    (lambda: um.threshold(4, float("nan")), "finite"),
+    (lambda: um.factor(4, 0.0), "f must be"),
+    (lambda: um.entropy_bound(4, -1.0), "gamma must be"),
+    (lambda: um.dilated(4, 3), "power of two"),
+    (lambda: um.top_k(4, 5), r"T \(the number of passes\)"),
+    (lambda: um.top_k(4, 2.5), r"T \(the number of passes\)"),
+    (lambda: um.random_order(0, 1), "n must be"),
+    (lambda: um.dependency(4, 0.9, np.ones((3, 3), bool)), "strong must be"),
+    (lambda: um.make_rule("dependency", 4, 0.9), "needs strong="),
+    (lambda: um.make_rule("greedy", 4, 0.9), "rule must be one of"),
+])
+def test_bad_rules_are_refused(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_rule_and_model_must_agree(strong_model):
+    with pytest.raises(ValueError, match="n = 4"):
+        um.exact_law(strong_model, um.threshold(5, 0.9))
+    with pytest.raises(TypeError, match="Rule"):
+        um.exact_law(strong_model, "threshold")
+    with pytest.raises(ValueError, match="num_samples"):
+        um.sample(jax.random.key(0), strong_model, um.threshold(4, 0.9), 0)
+
+
+def test_envelope_and_ratio():
+    assert um.envelope([1, 2, 4], [0.5, 0.2, 0.0], 2.5) == 0.2
+    assert um.envelope([3, 4], [0.5, 0.2], 2.0) == math.inf
+    assert um.frontier_ratio(([2], [0.1]), ([1, 2], [0.3, 0.2]), 2.0) == pytest.approx(0.5)
+    assert um.frontier_ratio(([2], [0.0]), ([2], [1e-15]), 2.0) == 1.0
+    assert um.frontier_ratio(([3], [0.0]), ([2], [0.2]), 2.0) == math.inf
+
+
+def test_families_are_what_they_say():
+    fams = um.families(jax.random.key(0), 6)
+    assert set(um.STRONG_FAMILIES) <= set(fams)
+    assert np.all(np.asarray(fams["independent"].J) == 0)
+    J = np.asarray(fams["ferromagnet"].J)
+    assert np.all(J[~np.eye(6, dtype=bool)] == 0.25) and np.all(np.asarray(fams["ferromagnet"].h) == 0)
+    assert np.abs(np.asarray(fams["strong random"].J)).max() > np.abs(np.asarray(fams["weak random"].J)).max()
