@@ -233,3 +233,13 @@ def test_families_are_what_they_say():
     J = np.asarray(fams["ferromagnet"].J)
     assert np.all(J[~np.eye(6, dtype=bool)] == 0.25) and np.all(np.asarray(fams["ferromagnet"].h) == 0)
     assert np.abs(np.asarray(fams["strong random"].J)).max() > np.abs(np.asarray(fams["weak random"].J)).max()
+
+
+def test_max_batch_and_rhs(strong_model):
+    assert um.exact_law(strong_model, um.top_k(N, 2)).max_batch == 2
+    assert um.exact_law(strong_model, um.dilated(N, 2)).max_batch == 1
+    adaptive = um.exact_law(strong_model, um.threshold(N, 0.5))
+    assert adaptive.max_batch == N  # every confidence is >= 0.5: all at once
+    assert um.li_cai_rhs(strong_model, 3) == pytest.approx(3 / N * um.mutual_information_sum(strong_model))
+    with pytest.raises(ValueError, match="s_max"):
+        um.li_cai_rhs(strong_model, 0)

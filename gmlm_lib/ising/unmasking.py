@@ -51,7 +51,7 @@ from gmlm_lib.ising.model import IsingModel
 
 __all__ = ["RULES", "RULES_2025", "MAX_EXACT_UNMASK_N", "Rule", "make_rule", "random_order", "top_k", "threshold", "factor",
            "entropy_bound", "dilated", "dependency", "site_statistics", "exact_law", "UnmaskState", "Unmasker",
-           "sampler", "sample", "mutual_information_sum", "li_cai_bound", "families", "STRONG_FAMILIES",
+           "sampler", "sample", "mutual_information_sum", "li_cai_rhs", "li_cai_bound", "families", "STRONG_FAMILIES",
            "envelope", "frontier_ratio"]
 
 RULES = ("random", "top_k", "threshold", "factor", "entropy", "dilated", "dependency")
@@ -353,7 +353,8 @@ def _index(rows_bits: np.ndarray, U: tuple, patterns: np.ndarray, A: tuple, new:
 class ExactLaw(NamedTuple):
     """What :func:`exact_law` returns: ``law`` (2^n,) the output's law in enumerate_states order,
     ``passes`` its expected number of passes, ``pass_law`` (n + 1,) P(passes = k), ``target`` (2^n,)
-    the model's law, ``kl`` = KL(target || law) (the direction of Li and Cai's theorem) and ``tv``."""
+    the model's law, ``kl`` = KL(target || law) (the direction of Li and Cai's theorem), ``tv``, and
+    ``max_batch`` the most positions any path with positive probability unmasks in one pass."""
 
     law: np.ndarray
     passes: float
@@ -361,6 +362,7 @@ class ExactLaw(NamedTuple):
     target: np.ndarray
     kl: float
     tv: float
+    max_batch: int
 
 
 def exact_law(model: IsingModel, rule: Rule) -> ExactLaw:
@@ -382,6 +384,7 @@ def exact_law(model: IsingModel, rule: Rule) -> ExactLaw:
     layer = {0: np.ones(1)}
     out = np.zeros(2 ** n)
     pass_law = np.zeros(n + 1)
+    max_batch = 0
     select = jax.jit(jax.vmap(rule.select, in_axes=(0, 0, 0, None, None)))
     key = jax.random.key(0)
     for t in range(n + 1):
@@ -422,6 +425,7 @@ def exact_law(model: IsingModel, rule: Rule) -> ExactLaw:
                 choices = [(tuple(np.nonzero(keys[g])[0].tolist()), np.nonzero(groups == g)[0], 1.0)
                            for g in range(keys.shape[0])]
             for A, rows, weight in choices:
+                max_batch = max(max_batch, len(A))
                 new, patterns, w = _spread(mass[rows] * weight, p_full[rows][:, list(A)], U, A, n)
                 idx = _index(rows_bits[rows], U, patterns, A, new)
                 nb = sum(1 << s for s in new)
@@ -436,7 +440,7 @@ def exact_law(model: IsingModel, rule: Rule) -> ExactLaw:
         kl = float(np.sum(np.where(target > 0, target * (np.log(np.where(target > 0, target, 1.0))
                                                           - np.log(np.where(out > 0, out, 1e-300))), 0.0)))
     return ExactLaw(out, float(np.arange(n + 1) @ pass_law), pass_law, target, max(kl, 0.0),
-                    float(0.5 * np.abs(out - target).sum()))
+                    float(0.5 * np.abs(out - target).sum()), max_batch)
 
 
 # --- The same decoder as a sampler ---------------------------------------------------------------
@@ -503,7 +507,8 @@ def sample(key: jax.Array, model: IsingModel, rule: Rule, num_samples: int) -> t
         state, _ = jax.lax.scan(body, dec.init(), jax.random.split(k, model.n))
         return state.x, state.passes
 
-    return jax.jit(jax.vmap(one))(jax.random.split(key, int(num_samples)))
+    # in batches of 1024 decodes: a pass holds a (2^n, n) table per decode
+    return jax.jit(lambda keys: jax.lax.map(one, keys, batch_size=1024))(jax.random.split(key, int(num_samples)))
 
 
 # --- Li and Cai's bound ---------------------------------------------------------------------------
@@ -527,19 +532,26 @@ def mutual_information_sum(model: IsingModel) -> float:
     return total
 
 
-def li_cai_bound(model: IsingModel, rule: Rule) -> float:
+def li_cai_rhs(model: IsingModel, s_max: int) -> float:
     """The right-hand side of Li and Cai's Theorem 1 (arXiv 2505.21400, v1) with an exact mask
-    predictor (training error 0): ``(2^ceil(log2 s_max) - 1) / n * sum_i I(X_i; X_{-i})``, ``s_max`` the
-    largest number of positions unmasked in one pass. The theorem covers the ``random`` rule (masks
-    drawn uniformly, a fixed size schedule); for another rule this is the same expression evaluated
-    at its largest batch, outside the theorem's hypotheses. For two positions unmasked together it
+    predictor (training error 0): ``(2^ceil(log2 s_max) - 1) / n * sum_i I(X_i; X_{-i})``, ``s_max``
+    the largest number of positions unmasked in one pass. For two positions unmasked together it
     equals ``I(X_1; X_2)``, the exact error: the bound is tight there."""
+    if isinstance(s_max, bool) or not isinstance(s_max, (int, np.integer)) or not 1 <= s_max <= model.n:
+        raise ValueError(f"s_max must be an integer in [1, n = {model.n}]; got {s_max!r}.")
+    return (2 ** math.ceil(math.log2(int(s_max))) - 1) / model.n * mutual_information_sum(model)
+
+
+def li_cai_bound(model: IsingModel, rule: Rule) -> float:
+    """:func:`li_cai_rhs` at the largest batch of a fixed size schedule. The theorem covers the
+    ``random`` rule (masks drawn uniformly, sizes fixed in advance); ``top_k`` has the same sizes but
+    chooses by confidence, outside its hypotheses. An adaptive rule's largest batch depends on the
+    path: use ``li_cai_rhs(model, exact_law(model, rule).max_batch)``, also outside them."""
     if rule.counts is None:
         raise ValueError(f"li_cai_bound needs a fixed size schedule (rule 'random' or 'top_k'); {rule.label} is "
-                         "adaptive: its largest batch depends on the path.")
-    s_max = max(rule.counts)
-    factor_ = 2 ** math.ceil(math.log2(s_max)) - 1
-    return factor_ / model.n * mutual_information_sum(model)
+                         "adaptive: its largest batch depends on the path (use li_cai_rhs with exact_law's "
+                         "max_batch).")
+    return li_cai_rhs(model, max(rule.counts))
 
 
 # --- The book's Ising families and frontiers ----------------------------------------------------
