@@ -55,9 +55,9 @@ def test_li_cai_violation_is_counted_and_named():
 
 
 def test_best_rule_by_budget_text():
-    out = F.findings(frontier(0.1), li_cai(0.1), [3], ["strong"])
-    # strong: dependency and threshold tie at 0.1; weak: all three exact
-    assert out["best_rule_by_budget"].startswith("3 passes: dependency (2 of 2 families)")
+    out = F.findings(frontier(0.1), li_cai(0.1), [3, 8], ["strong"])
+    # at 3 passes dependency and threshold tie at 0.1; at 8 dilated is exact; weak is not a strong family
+    assert out["best_rule_by_budget"] == "3 passes: dependency, threshold (strong); 8 passes: dilated (strong)"
 
 
 @pytest.mark.parametrize("table,match", [
@@ -75,3 +75,10 @@ def test_bad_budgets_and_families_are_refused():
         F.ours_vs_best(frontier(0.1), [], ["strong"])
     with pytest.raises(ValueError, match="no rows for family"):
         F.ours_vs_best(frontier(0.1), [3], ["clique"])
+
+
+def test_ours_against_the_entropy_rule_alone():
+    out = F.findings(frontier(0.1), li_cai(0.1), [2, 3], ["strong"])
+    # strong: at 2 passes ours has no setting (inf), at 3 ours 0.1 against entropy 0.3; weak: all exact
+    assert out["ours_vs_entropy"] == math.inf and out["comparisons"] == 4
+    assert out["ours_beats_entropy"] == 1

@@ -82,3 +82,17 @@ def test_a_table_measured_in_another_setting_is_called_an_analogue():
     for table in ("Table 1", "Table 2", "Table 3", "Table 4", "Table 5"):
         assert any(kind == "analogue" for _, kind, _ in tags[table]), table
     assert all(kind != "analogue" for _, kind, _ in tags["Figure 3"])
+
+
+def test_results_beyond_the_paper_are_listed_and_checked(monkeypatch):
+    """The label index lists the book's own rule and the 2025 rules and theory, each with code and tests
+    that exist; a name that does not resolve, a missing test or box is a problem."""
+    text = labels.page(ROOT)
+    assert "## Beyond the paper" in text and "Li and Cai (2025), Theorem 1" in text
+    broken = {**labels.BEYOND, "X": dict(box="no-such-box", code=["gmlm_lib.ising.unmasking.nothing"],
+                                        tests=["tests/test_unmasking.py::test_nothing"])}
+    monkeypatch.setattr(labels, "BEYOND", broken)
+    found = labels.problems(ROOT)
+    assert any("no-such-box" in p for p in found)
+    assert any("gmlm_lib.ising.unmasking.nothing does not exist" in p for p in found)
+    assert any("test_nothing does not exist" in p for p in found)

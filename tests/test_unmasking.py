@@ -10,6 +10,7 @@ import pytest
 
 from gmlm_lib.ising import model as ising
 from gmlm_lib.ising import product
+from gmlm_lib.core.unmasking import dilated_passes
 from gmlm_lib.ising import unmasking as um
 
 N = 4
@@ -68,11 +69,26 @@ def _ref_choose(name, param, x, pu, t, n, J):
         first = min(key(i) for i in masked)
         return [{i for i in masked if key(i) == first}]
     if name == "dependency":
-        chosen = [by_conf[0]]
-        for i in by_conf[1:]:
-            if conf[i] >= param and not any(abs(J[i][j]) > 0.5 for j in chosen):
-                chosen.append(i)
-        return [set(chosen)]
+        def component(i):  # masked positions joined to i by strong couplings through masked ones
+            seen, todo = {i}, [i]
+            while todo:
+                a = todo.pop()
+                for b in masked:
+                    if b not in seen and abs(J[a][b]) > 0.5:
+                        seen.add(b)
+                        todo.append(b)
+            return seen
+
+        def charge(chosen):  # sum over groups of (sum - max) of the entropies taken in the group
+            groups = {frozenset(component(i)) for i in chosen}
+            return sum(sum(ent[i] for i in g & chosen) - max(ent[i] for i in g & chosen) for g in groups)
+
+        by_ent = sorted(masked, key=lambda i: (ent[i], i))
+        chosen = {by_ent[0]}
+        for i in by_ent[1:]:
+            if charge(chosen | {i}) <= param:
+                chosen.add(i)
+        return [chosen]
     raise AssertionError(name)
 
 
@@ -109,7 +125,7 @@ def _reference(model, name, param):
 
 CASES = [("random", 2), ("random", 3), ("top_k", 2), ("top_k", 3), ("threshold", 0.7), ("threshold", 0.95),
          ("factor", 0.8), ("factor", 2.5), ("entropy", 0.05), ("entropy", 1.0), ("dilated", 2), ("dilated", 4),
-         ("dependency", 0.6), ("dependency", 0.9)]
+         ("dependency", 0.05), ("dependency", 0.3), ("dependency", 1.0)]
 
 
 def _rule(name, param, model):
@@ -185,9 +201,9 @@ def test_li_cai_bound_holds_and_vanishes_with_one_position_a_pass(strong_model):
 
 def test_schedules_and_dilation():
     assert um.top_k(10, 4).counts == (3, 2, 3, 2)
-    assert um._dilated_pass(8, 8).tolist() == [0, 3, 2, 3, 1, 3, 2, 3]
-    assert um._dilated_pass(5, 2).tolist() == [0, 1, 2, 3, 4]
-    assert um._dilated_pass(10, 4).tolist() == [0, 2, 1, 2, 3, 5, 4, 5, 6, 7]
+    assert dilated_passes(8, 8).tolist() == [0, 3, 2, 3, 1, 3, 2, 3]
+    assert dilated_passes(5, 2).tolist() == [0, 1, 2, 3, 4]
+    assert dilated_passes(10, 4).tolist() == [0, 2, 1, 2, 3, 5, 4, 5, 6, 7]
     assert um.make_rule("dilated", 8, 4.0).label == "dilated (B = 4)"
 
 
@@ -243,3 +259,13 @@ def test_max_batch_and_rhs(strong_model):
     assert um.li_cai_rhs(strong_model, 3) == pytest.approx(3 / N * um.mutual_information_sum(strong_model))
     with pytest.raises(ValueError, match="s_max"):
         um.li_cai_rhs(strong_model, 0)
+
+
+def test_chi_square_check_accepts_the_law_and_rejects_another(strong_model):
+    rule = um.threshold(N, 0.8)
+    exact = um.exact_law(strong_model, rule)
+    out, _ = um.sample(jax.random.key(11), strong_model, rule, 20_000)
+    assert um.chi_square_check(out, exact.law)[2] > 1e-4
+    assert um.chi_square_check(out, exact.target)[2] < 1e-6  # the decoder does not sample the model's law
+    with pytest.raises(ValueError, match="probability vector"):
+        um.chi_square_check(out, exact.law * 2)

@@ -99,6 +99,59 @@ NOT_TREATED: dict[str, str] = {
 """Labels the book does not treat, and why."""
 
 
+_UNMASK = "gmlm_lib.ising.unmasking"
+_T = "tests/test_unmasking.py::"
+_BRUTE, _MC = _T + "test_exact_law_matches_brute_force", _T + "test_monte_carlo_matches_exact_law"
+
+BEYOND: dict[str, dict] = {
+    "Dependency-aware parallel decoding (this book)": dict(
+        box="def-dependency-aware",
+        code=["gmlm_lib.ising.samplers.dependency_aware", "gmlm_lib.core.unmasking.dependency", "gmlm_lib.mt.decoding.StrategyOptions"],
+        tests=["tests/test_dependency_aware.py::test_uncoupled_groups_make_an_exact_gibbs_block",
+               "tests/test_dependency_aware.py::test_step_samples_the_kernel", _BRUTE, _MC,
+               "tests/test_translation_models.py::test_dependency_aware_commits_by_confidence_and_dependency"]),
+    "Confidence threshold and factor rules (Fast-dLLM, Wu et al. 2025)": dict(
+        box="def-unmasking-rules", code=["gmlm_lib.core.unmasking.threshold", "gmlm_lib.core.unmasking.factor"], tests=[_BRUTE, _MC]),
+    "Entropy-bounded unmasking (EB-Sampler, Ben-Hamu et al. 2025)": dict(
+        box="def-unmasking-rules", code=["gmlm_lib.core.unmasking.entropy_bound"], tests=[_BRUTE, _MC]),
+    "Dilated unmasking schedule (DUS, Luxembourg et al. 2025)": dict(
+        box="def-unmasking-rules", code=["gmlm_lib.core.unmasking.dilated"], tests=[_BRUTE, _MC, _T + "test_schedules_and_dilation"]),
+    "Li and Cai (2025), Theorem 1: KL error of parallel unmasking": dict(
+        box="thm-li-cai", code=[f"{_UNMASK}.li_cai_rhs", f"{_UNMASK}.li_cai_bound", f"{_UNMASK}.mutual_information_sum"],
+        tests=[_T + "test_li_cai_bound_is_tight_for_two_positions",
+               _T + "test_li_cai_bound_holds_and_vanishes_with_one_position_a_pass"]),
+}
+"""Results from outside the paper that the book implements and checks: its own rule and the 2025
+parallel-decoding rules and theory. Each names the ``prf`` box that states it, the library code and
+the tests; :func:`problems` checks that every one of them exists."""
+
+
+def _resolve(name: str) -> bool:
+    import importlib
+
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def _box_chapters(root: Path) -> dict[str, str]:
+    """``prf`` box label -> the chapter that holds it."""
+    out = {}
+    for name in sources.toc_notebooks(root):
+        for label in re.findall(r"^:label:\s*(\S+)", (root / "notebooks" / f"{name}.md").read_text(), re.M):
+            out.setdefault(label, name)
+    return out
+
+
 def labels_in(text: str) -> list[str]:
     """The paper labels tagged in ``text``: inside square brackets, e.g. ``[Definitions 4-6, 8; Theorem 1]``
     gives Definitions 4, 5, 6 and 8 and Theorem 1. In order of first appearance."""
@@ -224,6 +277,17 @@ def page(root: Path) -> str:
             checks = ", ".join(f"`{t}`" for t in tests.get(label, [])) or "none"
             lines.append(f"- **{label}**: library {code}; tests {checks}")
         lines.append("")
+    boxes = _box_chapters(root)
+    lines += ["## Beyond the paper", "",
+              "Results from outside the paper that the book implements and checks exactly: its own decoding rule,",
+              "the 2025 parallel-decoding rules and the theory that judges them.", "",
+              "| Result | In the book | Library | Tests |", "| --- | --- | --- | --- |"]
+    for result, entry in BEYOND.items():
+        chapter = boxes.get(entry["box"])
+        where = f"{{prf:ref}}`stated here <{entry['box']}>` ({{doc}}`../notebooks/{chapter}`)" if chapter else "—"
+        code = ", ".join(f"`{c.removeprefix('gmlm_lib.')}`" for c in entry["code"])
+        checks = ", ".join(f"`{t.split('::')[-1]}`" for t in entry["tests"])
+        lines.append(f"| {result} | {where} | {code} | {checks} |")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -242,6 +306,18 @@ def problems(root: Path) -> list[str]:
                        "gives no reason; tag it where it is treated or say why not.")
         if label in NOT_TREATED and label in book and label in lib:
             out.append(f"labels: {label} is treated (library and book) but NOT_TREATED says it is not.")
+    boxes = _box_chapters(root)
+    for result, entry in BEYOND.items():
+        if entry["box"] not in boxes:
+            out.append(f"labels: {result}: no chapter of the book has the box {entry['box']!r} (BEYOND).")
+        for name in entry["code"]:
+            if not _resolve(name):
+                out.append(f"labels: {result}: {name} does not exist (BEYOND names it).")
+        for test in entry["tests"]:
+            file, _, func = test.partition("::")
+            path_ = root / file
+            if not path_.is_file() or not re.search(rf"^def {re.escape(func)}\(", path_.read_text(), re.M):
+                out.append(f"labels: {result}: the test {test} does not exist (BEYOND names it).")
     path = root / PAGE
     if not path.is_file() or path.read_text() != page(root):
         out.append(f"{PAGE} does not match the tags; run `make labels`.")

@@ -5,6 +5,7 @@
 - :mod:`~gmlm_lib.core.progress`: tqdm bars that the book's runner can switch off.
 - :mod:`~gmlm_lib.core.plotting`: the book's figure style.
 - :mod:`~gmlm_lib.core.tables`: the book's table style (no bare index, words for missing values).
+- :mod:`~gmlm_lib.core.unmasking`: parallel unmasking rules (2025 and ours) on confidences and entropies.
 - :mod:`~gmlm_lib.core.divergences`: KL and total variation between laws on a finite space.
 - :mod:`~gmlm_lib.core.precision`: float64 for exact numerics, asked for, never imposed.
 - :mod:`~gmlm_lib.core.settings`: settings read from text, checked and converted by one rule.
@@ -13,5 +14,5 @@
 
 from gmlm_lib.core.lazy import attach as _attach
 
-__all__ = ["records", "timing", "progress", "plotting", "tables", "divergences", "precision", "settings", "lazy"]
+__all__ = ["records", "timing", "progress", "plotting", "tables", "divergences", "precision", "settings", "unmasking", "lazy"]
 __getattr__, __dir__ = _attach(__name__, tuple(__all__))

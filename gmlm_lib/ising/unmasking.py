@@ -5,28 +5,10 @@ law of every masked position given the unmasked ones, ``p(x_i | x_U)`` (the othe
 summed out: what a perfectly trained mask predictor returns), picks a set ``A`` of masked positions
 by a *rule*, and draws ``x_A`` from the product of those conditionals: one parallel step is a
 product law [Propositions 3-4], so the draw ignores the dependence among the positions of ``A``.
-The rules differ only in how they choose ``A``:
-
-========================  ====================================================================
-``random``  (T)           ``s_t`` positions uniformly at random, ``s_t`` a fixed schedule of
-                          ``T`` passes (the forward process of Li and Cai, 2025, arXiv 2505.21400)
-``top_k``  (T)            the ``s_t`` most confident (Mask-Predict's and MaskGIT's order)
-``threshold``  (tau)      every position with confidence ``>= tau`` (Fast-dLLM, Wu et al. 2025,
-                          arXiv 2505.22618, threshold rule; its scripts use tau = 0.9)
-``factor``  (f)           the ``n`` most confident while ``(n + 1)(1 - c_(n)) < f`` (Fast-dLLM's
-                          factor rule)
-``entropy``  (gamma)      by increasing entropy while ``sum H - max H <= gamma`` (EB-Sampler,
-                          Ben-Hamu et al. 2025, arXiv 2505.24857)
-``dilated``  (B)          a fixed schedule: each block of ``B = 2^L`` positions in ``L`` passes of
-                          non-adjacent positions (DUS, Luxembourg et al. 2025, arXiv 2506.19037)
-``dependency``  (tau)     this book's: most confident first, skipping a position strongly coupled
-                          (``|J_ij| > delta``) to one already chosen in the pass, unless it is
-                          alone (see :func:`dependency`)
-========================  ====================================================================
-
-Confidence is ``c_i = max_v p(x_i = v | x_U)``, entropy ``H_i`` the entropy of that conditional in
-nats. Every adaptive rule unmasks at least the first position of its order, so a decode ends
-within ``n`` passes.
+The rules (:mod:`gmlm_lib.core.unmasking`, re-exported here) differ only in how they choose ``A``:
+a confidence threshold or factor (Fast-dLLM), an entropy bound (EB-Sampler), a dilated schedule
+(DUS), fixed random or top-k schedules, and this book's dependency-aware rule, which on the Ising
+testbed calls a pair strongly dependent when ``|J_ij| > delta``.
 
 :func:`exact_law` enumerates every path of a rule on an Ising model of ``n <=``
 :data:`MAX_EXACT_UNMASK_N` sites: the exact law of its output and of its number of passes,
@@ -46,237 +28,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from gmlm_lib.core.precision import require_x64
+from gmlm_lib.core.unmasking import (RULES, RULES_2025, Rule, dependency, dilated, entropy_bound, factor,  # noqa: F401
+                                     make_rule, random_order, threshold, top_k)
 from gmlm_lib.ising import model as ising
 from gmlm_lib.ising.model import IsingModel
-
-__all__ = ["RULES", "RULES_2025", "MAX_EXACT_UNMASK_N", "Rule", "make_rule", "random_order", "top_k", "threshold", "factor",
-           "entropy_bound", "dilated", "dependency", "site_statistics", "exact_law", "UnmaskState", "Unmasker",
-           "sampler", "sample", "mutual_information_sum", "li_cai_rhs", "li_cai_bound", "families", "STRONG_FAMILIES",
-           "envelope", "frontier_ratio"]
-
-RULES = ("random", "top_k", "threshold", "factor", "entropy", "dilated", "dependency")
-"""The rule names :func:`make_rule` accepts. The 2025 rules are ``threshold``, ``factor``,
-``entropy`` and ``dilated``; ``random`` and ``top_k`` are the fixed-schedule baselines."""
-
-RULES_2025 = ("threshold", "factor", "entropy", "dilated")
 
 MAX_EXACT_UNMASK_N = 12
 """Largest n for :func:`exact_law`: it visits up to ``3^n`` partial states (531,441 at n = 12)."""
 
-
-class Rule(NamedTuple):
-    """A parallel unmasking rule on ``n`` positions.
-
-    ``select(conf, ent, masked, t, key) -> chosen``: confidences and entropies (n,) float (read only
-    where ``masked``), ``masked`` (n,) bool, ``t`` the pass index (0-based), ``key`` a PRNG key (used
-    by ``random`` only) -> (n,) bool, a non-empty subset of ``masked`` when any position is masked.
-    ``counts`` (T,) for the fixed-size rules (``random``, ``top_k``): positions unmasked in pass t;
-    ``None`` for the adaptive ones.
-    """
-
-    name: str
-    param: float
-    n: int
-    select: Callable
-    counts: tuple | None = None
-
-    @property
-    def label(self) -> str:
-        symbol = {"random": "T", "top_k": "T", "threshold": "τ", "factor": "f", "entropy": "γ", "dilated": "B",
-                  "dependency": "τ"}[self.name]
-        value = int(self.param) if self.name in ("random", "top_k", "dilated") else self.param
-        return f"{self.name} ({symbol} = {value:g})"
-
-
-def _check_n(n) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be an integer >= 1 (the number of positions); got {n!r}.")
-    return int(n)
-
-
-def _check_unit(name: str, value, *, low_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number; got {value!r}.")
-    value = float(value)
-    if not (0.0 < value <= 1.0 if low_open else 0.0 <= value <= 1.0):
-        raise ValueError(f"{name} must be in {'(0, 1]' if low_open else '[0, 1]'}; got {value!r}.")
-    return value
-
-
-def _check_positive(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not math.isfinite(value) \
-            or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0; got {value!r}.")
-    return float(value)
-
-
-def _rank(score, masked):
-    """Rank of every masked position by ``score``, highest first (ties by position); unmasked
-    positions rank after all masked ones. (n,) -> (n,) int."""
-    order = jnp.argsort(jnp.where(masked, -score, jnp.inf), stable=True)
-    return jnp.zeros(score.shape[0], jnp.int32).at[order].set(jnp.arange(score.shape[0], dtype=jnp.int32))
-
-
-def _first(score, masked, count):
-    """The ``count`` masked positions of highest ``score`` (at least one when any is masked)."""
-    return masked & (_rank(score, masked) < jnp.maximum(count, 1))
-
-
-def _schedule(n: int, T) -> tuple[int, ...]:
-    """Positions unmasked in each of ``T`` passes: ``ceil(n (t + 1) / T) - ceil(n t / T)``."""
-    if isinstance(T, bool) or not isinstance(T, (int, np.integer)) or not 1 <= T <= n:
-        raise ValueError(f"T (the number of passes) must be an integer in [1, n = {n}]; got {T!r}.")
-    done = [math.ceil(n * t / T) for t in range(T + 1)]
-    return tuple(done[t + 1] - done[t] for t in range(T))
-
-
-def random_order(n: int, T: int) -> Rule:
-    """``s_t`` uniformly random masked positions in pass ``t``, ``s_t`` from a balanced schedule of
-    ``T`` passes (:func:`_schedule`): the sampler of Li and Cai's theorem (arXiv 2505.21400), and the
-    paper's independent parallel step applied to a growing context."""
-    n = _check_n(n)
-    counts = _schedule(n, T)
-    table = jnp.asarray(counts + (0,))
-
-    def select(conf, ent, masked, t, key):
-        score = jax.random.uniform(key, masked.shape)
-        return _first(score, masked, table[jnp.minimum(t, len(counts))])
-
-    return Rule("random", float(T), n, select, counts)
-
-
-def top_k(n: int, T: int) -> Rule:
-    """The ``s_t`` most confident masked positions in pass ``t``, the same balanced schedule of
-    ``T`` passes: Mask-Predict's order (Ghazvininejad et al., 2019) without re-masking."""
-    n = _check_n(n)
-    counts = _schedule(n, T)
-    table = jnp.asarray(counts + (0,))
-
-    def select(conf, ent, masked, t, key):
-        return _first(conf, masked, table[jnp.minimum(t, len(counts))])
-
-    return Rule("top_k", float(T), n, select, counts)
-
-
-def threshold(n: int, tau: float) -> Rule:
-    """Fast-dLLM's threshold rule (Wu et al. 2025, arXiv 2505.22618): unmask every masked position
-    whose confidence is at least ``tau``; when none is, the most confident one."""
-    n, tau = _check_n(n), _check_unit("tau", tau)
-
-    def select(conf, ent, masked, t, key):
-        sure = masked & (conf >= tau)
-        return sure | (_first(conf, masked, 1) & ~jnp.any(sure))
-
-    return Rule("threshold", tau, n, select)
-
-
-def factor(n: int, f: float) -> Rule:
-    """Fast-dLLM's factor rule (arXiv 2505.22618): with ``c_(1) >= c_(2) >= ...`` the masked
-    confidences, unmask the ``m`` most confident for the largest ``m`` with
-    ``(m + 1)(1 - c_(m)) < f`` (at least one). The left side grows with ``m``, so the rule takes
-    a prefix of the confidence order."""
-    n, f = _check_n(n), _check_positive("f", f)
-
-    def select(conf, ent, masked, t, key):
-        rank = _rank(conf, masked)
-        ok = masked & ((rank + 2) * (1.0 - conf) < f)
-        return _first(conf, masked, jnp.sum(ok))
-
-    return Rule("factor", f, n, select)
-
-
-def entropy_bound(n: int, gamma: float) -> Rule:
-    """EB-Sampler's rule (Ben-Hamu et al. 2025, arXiv 2505.24857) with entropy as the error proxy:
-    take masked positions in order of increasing entropy while ``sum_j H_j - max_j H_j <= gamma``
-    over the ones taken, a bound on the mutual information among them. The first is always taken
-    (its sum minus max is 0)."""
-    n, gamma = _check_n(n), _check_positive("gamma", gamma)
-
-    def select(conf, ent, masked, t, key):
-        order = jnp.argsort(jnp.where(masked, ent, jnp.inf), stable=True)
-        h = jnp.where(masked[order], ent[order], 0.0)
-        before = jnp.cumsum(h) - h  # sum of the lower entropies = sum - max over the first m
-        count = jnp.sum(masked[order] & (before <= gamma))
-        return _first(-ent, masked, count)
-
-    return Rule("entropy", gamma, n, select)
-
-
-def _dilated_pass(n: int, B: int) -> np.ndarray:
-    """The pass of every position under DUS with blocks of ``B = 2^L``: block ``b`` takes passes
-    ``b (L + 1) .. b (L + 1) + L``; within it, offset 0 goes first and offset ``j > 0`` in pass
-    ``L - v(j)``, ``v(j)`` the number of trailing zero bits of ``j``. For ``B = 8`` the passes are
-    {0}, {4}, {2, 6}, {1, 3, 5, 7}: each pass halves the gaps, and no two positions of a pass are
-    adjacent. Empty passes (a partial last block) are dropped. (n,) int."""
-    L = B.bit_length() - 1
-    out = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        b, j = divmod(i, B)
-        out[i] = b * (L + 1) + (0 if j == 0 else L - ((j & -j).bit_length() - 1))
-    _, dense = np.unique(out, return_inverse=True)
-    return dense.reshape(-1)
-
-
-def dilated(n: int, B: int) -> Rule:
-    """DUS (Luxembourg et al. 2025, arXiv 2506.19037): a content-free schedule that unmasks each block
-    of ``B = 2^L`` positions, blocks left to right, in ``L + 1 = O(log B)`` passes of non-adjacent
-    positions (:func:`_dilated_pass`; our reading of its dilation schedule), about
-    ``n (L + 1) / B`` passes in all. ``B = 2`` is left-to-right AR."""
-    n = _check_n(n)
-    if isinstance(B, bool) or not isinstance(B, (int, np.integer)) or B < 2 or B & (B - 1):
-        raise ValueError(f"B (the DUS block size) must be a power of two >= 2; got {B!r}.")
-    passes = jnp.asarray(_dilated_pass(n, int(B)))
-
-    def select(conf, ent, masked, t, key):
-        first = jnp.min(jnp.where(masked, passes, n + 1))
-        return masked & (passes == first)
-
-    return Rule("dilated", float(B), n, select)
-
-
-def dependency(n: int, tau: float, strong) -> Rule:
-    """This book's rule (beyond the paper; the Ising form of ``decoding.StrategyOptions("dependency")``):
-    visit the masked positions most confident first; take the first, then each one whose
-    confidence is at least ``tau`` and that is not strongly coupled to a position taken before it
-    in this pass. ``strong`` (n, n) bool, e.g. ``|J_ij| > delta``: the pairs whose joint draw a
-    product law would get wrong. With no strong pair this is :func:`threshold`; with every pair
-    strong it unmasks one position a pass (AR in confidence order, exact)."""
-    n, tau = _check_n(n), _check_unit("tau", tau)
-    strong = np.asarray(strong)
-    if strong.shape != (n, n) or strong.dtype != bool:
-        raise ValueError(f"strong must be an ({n}, {n}) bool matrix (True for strongly coupled pairs); "
-                         f"got {strong.dtype} of shape {strong.shape}.")
-    strong = jnp.asarray(strong & ~np.eye(n, dtype=bool))
-
-    def select(conf, ent, masked, t, key):
-        order = jnp.argsort(jnp.where(masked, -conf, jnp.inf), stable=True)
-
-        def body(k, chosen):
-            i = order[k]
-            free = ~jnp.any(strong[i] & chosen)
-            take = masked[i] & ((k == 0) | ((conf[i] >= tau) & free))
-            return chosen.at[i].set(take)
-
-        return jax.lax.fori_loop(0, n, body, jnp.zeros(n, bool))
-
-    return Rule("dependency", tau, n, select)
-
-
-def make_rule(name: str, n: int, param, *, strong=None) -> Rule:
-    """The rule ``name`` (one of :data:`RULES`) with its one parameter; ``strong`` for ``dependency``."""
-    if name == "dependency":
-        if strong is None:
-            raise ValueError("make_rule('dependency', ...) needs strong=, the (n, n) bool matrix of strongly coupled "
-                             "pairs (e.g. np.abs(model.J) > delta).")
-        return dependency(n, param, strong)
-    builders = {"random": random_order, "top_k": top_k, "threshold": threshold, "factor": factor,
-                "entropy": entropy_bound, "dilated": dilated}
-    if name not in builders:
-        raise ValueError(f"rule must be one of {RULES}; got {name!r}.")
-    if name in ("random", "top_k", "dilated") and isinstance(param, float) and param.is_integer():
-        param = int(param)
-    return builders[name](n, param)
-
+__all__ = ["RULES", "RULES_2025", "MAX_EXACT_UNMASK_N", "Rule", "make_rule", "random_order", "top_k", "threshold",
+           "factor", "entropy_bound", "dilated", "dependency", "site_statistics", "exact_law", "UnmaskState", "Unmasker",
+           "sampler", "sample", "chi_square_check", "mutual_information_sum", "li_cai_rhs", "li_cai_bound", "families", "STRONG_FAMILIES",
+           "envelope", "frontier_ratio"]
 
 def _binary_entropy(p):
     """Entropy in nats of a {-1, +1} variable with ``P(+1) = p`` (0 log 0 = 0). Works on NumPy and JAX arrays."""
@@ -511,6 +274,29 @@ def sample(key: jax.Array, model: IsingModel, rule: Rule, num_samples: int) -> t
     return jax.jit(lambda keys: jax.lax.map(one, keys, batch_size=1024))(jax.random.split(key, int(num_samples)))
 
 
+def chi_square_check(outputs, law, min_expected: float = 5.0) -> tuple[float, int, float]:
+    """Pearson's chi-square test of decoded ``outputs`` (S, n) in {-1, +1} against an exact ``law``
+    (2^n,): states whose expected count is below ``min_expected`` are pooled into one cell, so the
+    test's chi-square approximation holds. Returns ``(statistic, degrees of freedom, p-value)``;
+    a small p-value says the decoder does not sample ``law``."""
+    import scipy.stats
+
+    law = np.asarray(law, dtype=np.float64)
+    idx = np.asarray(ising.index_from_states(jnp.asarray(outputs)))
+    num = idx.shape[0]
+    if num < 1 or law.ndim != 1 or not np.isclose(law.sum(), 1.0, atol=1e-9):
+        raise ValueError(f"outputs must hold at least one decode and law must be a probability vector; got "
+                         f"{num} decodes and a law summing to {law.sum():.6g}.")
+    counts = np.bincount(idx, minlength=law.shape[0]).astype(np.float64)
+    expected = law * num
+    big = expected >= min_expected
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    keep = exp > 0
+    stat, p = scipy.stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum())
+    return float(stat), int(keep.sum() - 1), float(p)
+
+
 # --- Li and Cai's bound ---------------------------------------------------------------------------
 
 
@@ -569,7 +355,8 @@ def families(key: jax.Array, n: int, *, weak: float = 0.1, strong: float = 1.0, 
     coupled by ``clique_J``, field 0.2 on every site) and ``ferromagnet`` (every pair coupled by
     ``ferro_J``, no field: two modes, all up and all down, once ``ferro_J (n - 1) > 1``)."""
     require_x64("gmlm_lib.ising.unmasking.families")
-    n = _check_n(n)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
+        raise ValueError(f"n must be an integer >= 2 (the number of sites); got {n!r}.")
     k = jax.random.split(key, 3)
     return {
         "independent": ising.ising_model(np.zeros((n, n)), field * np.asarray(jax.random.normal(k[0], (n,)))),

@@ -18,7 +18,8 @@ import math
 import pandas as pd
 
 from gmlm_lib.book.findings.rules import grade
-from gmlm_lib.ising.unmasking import RULES_2025, envelope
+from gmlm_lib.core.unmasking import RULES_2025
+from gmlm_lib.ising.unmasking import envelope
 
 __all__ = ["RATIO_TARGET", "ours_vs_best", "best_by_budget", "li_cai_check", "findings"]
 
@@ -51,9 +52,10 @@ def _budgets(budgets) -> list[float]:
     return [float(b) for b in budgets]
 
 
-def ours_vs_best(frontier: pd.DataFrame, budgets, families, ours: str = "dependency") -> pd.DataFrame:
-    """For each family and budget: our rule's best KL within the budget, the best 2025 rule's
-    (over :data:`gmlm_lib.ising.unmasking.RULES_2025` and their settings), which rule that is, and the
+def ours_vs_best(frontier: pd.DataFrame, budgets, families, ours: str = "dependency",
+                 rivals=RULES_2025) -> pd.DataFrame:
+    """For each family and budget: our rule's best KL within the budget, the best rival's (by default
+    over :data:`gmlm_lib.core.unmasking.RULES_2025` and their settings), which rule that is, and the
     ratio (ours over best; 1.0 when both are exact to rounding, ``inf`` when ours has no setting
     within the budget and the 2025 rule has)."""
     _check(frontier, _FRONTIER, "frontier")
@@ -66,7 +68,7 @@ def ours_vs_best(frontier: pd.DataFrame, budgets, families, ours: str = "depende
             mine = part[part.rule == ours]
             a = envelope(mine.passes, mine.kl, budget)
             best, best_rule = math.inf, None
-            for rule in RULES_2025:
+            for rule in rivals:
                 sub = part[part.rule == rule]
                 b = envelope(sub.passes, sub.kl, budget)
                 if b < best:
@@ -112,7 +114,9 @@ def findings(frontier: pd.DataFrame, li_cai: pd.DataFrame, budgets, strong_famil
       ``li_cai_tightest`` / ``li_cai_loosest``: the (family, T) with the largest and smallest ratio;
     * ``ours_vs_best_kl``: the largest ratio over the strong-coupling families and budgets,
       ``ours_target`` met/missed against :data:`RATIO_TARGET`, ``ours_missed_at``: where it is above 1;
-    * ``best_rule_by_budget``: a short text, per budget, of the rule best on most families.
+    * ``best_rule_by_budget``: a short text, per budget, of the best rule on each strong-coupling family;
+    * ``ours_vs_entropy``: the largest ratio of ours to EB-Sampler's rule alone over every family and
+      budget, ``ours_beats_entropy`` in how many of the ``comparisons`` ours is strictly better.
     """
     checked = li_cai_check(li_cai)
     bad = checked[~checked.holds]
@@ -122,12 +126,17 @@ def findings(frontier: pd.DataFrame, li_cai: pd.DataFrame, budgets, strong_famil
     loose = positive.loc[positive.ratio.idxmin()] if not positive.empty else None
     versus = ours_vs_best(frontier, budgets, strong_families)
     worst = float(versus.ratio.max())
+    families = list(dict.fromkeys(frontier.family))
+    eb = ours_vs_best(frontier, budgets, families, rivals=("entropy",))
     above = versus[versus.ratio > RATIO_TARGET]
-    best = best_by_budget(frontier, budgets)
+    best = best_by_budget(frontier[frontier.family.isin(list(strong_families))], budgets)
     by_budget = []
     for budget, part in best.groupby("budget", sort=True):
-        counts = part.best.str.split(", ").explode().value_counts()
-        by_budget.append(f"{budget:g} passes: {counts.index[0]} ({counts.iloc[0]} of {part.shape[0]} families)")
+        winners: dict[str, list[str]] = {}
+        for row in part.itertuples():
+            winners.setdefault(row.best, []).append(row.family)
+        by_budget.append(f"{budget:g} passes: " + ", ".join(f"{rule} ({', '.join(fams)})"
+                                                            for rule, fams in winners.items()))
     return dict(
         li_cai_violations=violations,
         li_cai_verdict=("holds on every model tested" if violations == 0 else
@@ -140,4 +149,7 @@ def findings(frontier: pd.DataFrame, li_cai: pd.DataFrame, budgets, strong_famil
                         "; ".join(f"{r.family} at {r.budget:g} passes ({'no setting' if math.isinf(r.ratio) else f'{r.ratio:.2f}x'})"
                                   for r in above.itertuples())),
         best_rule_by_budget="; ".join(by_budget),
+        ours_vs_entropy=float(eb.ratio.max()),
+        ours_beats_entropy=int((eb.ratio < 1.0 - 1e-9).sum()),
+        comparisons=int(eb.shape[0]),
     )

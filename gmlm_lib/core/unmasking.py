@@ -1,0 +1,283 @@
+"""Parallel unmasking rules: which masked positions one pass of a masked-diffusion decoder unmasks.
+
+A rule is a pure function of the per-position confidences ``c_i = max_v p(x_i = v | x_U)`` and
+entropies ``H_i`` of the masked positions' conditionals (and, for fixed schedules, the pass index):
+
+========================  ====================================================================
+``random``  (T)           ``s_t`` positions uniformly at random, ``s_t`` a fixed schedule of
+                          ``T`` passes (the forward process of Li and Cai, 2025, arXiv 2505.21400)
+``top_k``  (T)            the ``s_t`` most confident (Mask-Predict's and MaskGIT's order)
+``threshold``  (tau)      every position with confidence ``>= tau`` (Fast-dLLM, Wu et al. 2025,
+                          arXiv 2505.22618, threshold rule; its scripts use tau = 0.9)
+``factor``  (f)           the ``m`` most confident while ``(m + 1)(1 - c_(m)) < f`` (Fast-dLLM's
+                          factor rule)
+``entropy``  (gamma)      by increasing entropy while ``sum H - max H <= gamma`` (EB-Sampler,
+                          Ben-Hamu et al. 2025, arXiv 2505.24857)
+``dilated``  (B)          a fixed schedule: each block of ``B = 2^L`` positions in ``L + 1`` passes
+                          of non-adjacent positions (DUS, Luxembourg et al. 2025, arXiv 2506.19037)
+``dependency``  (gamma)   this book's: the entropy bound charged only within groups of
+                          positions joined by strong couplings through masked positions
+========================  ====================================================================
+
+Every rule unmasks at least the first position of its order, so a decode ends within ``n``
+passes. The same ``select`` functions run on the Ising testbed, where
+:mod:`gmlm_lib.ising.unmasking` computes the exact law each rule samples, and in the PaDIR decoder
+(:class:`gmlm_lib.mt.decoding.StrategyOptions`), on a trained model's conditionals.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["RULES", "RULES_2025", "Rule", "make_rule", "random_order", "top_k", "threshold", "factor",
+           "entropy_bound", "dilated", "dependency", "components", "dilated_passes"]
+
+RULES = ("random", "top_k", "threshold", "factor", "entropy", "dilated", "dependency")
+"""The rule names :func:`make_rule` accepts. The 2025 rules are ``threshold``, ``factor``,
+``entropy`` and ``dilated``; ``random`` and ``top_k`` are the fixed-schedule baselines."""
+
+RULES_2025 = ("threshold", "factor", "entropy", "dilated")
+
+class Rule(NamedTuple):
+    """A parallel unmasking rule on ``n`` positions.
+
+    ``select(conf, ent, masked, t, key) -> chosen``: confidences and entropies (n,) float (read only
+    where ``masked``), ``masked`` (n,) bool, ``t`` the pass index (0-based), ``key`` a PRNG key (used
+    by ``random`` only) -> (n,) bool, a non-empty subset of ``masked`` when any position is masked.
+    ``counts`` (T,) for the fixed-size rules (``random``, ``top_k``): positions unmasked in pass t;
+    ``None`` for the adaptive ones.
+    """
+
+    name: str
+    param: float
+    n: int
+    select: Callable
+    counts: tuple | None = None
+
+    @property
+    def label(self) -> str:
+        symbol = {"random": "T", "top_k": "T", "threshold": "τ", "factor": "f", "entropy": "γ", "dilated": "B",
+                  "dependency": "γ"}[self.name]
+        value = int(self.param) if self.name in ("random", "top_k", "dilated") else self.param
+        return f"{self.name} ({symbol} = {value:g})"
+
+
+def _check_n(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be an integer >= 1 (the number of positions); got {n!r}.")
+    return int(n)
+
+
+def _check_unit(name: str, value, *, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number; got {value!r}.")
+    value = float(value)
+    if not (0.0 < value <= 1.0 if low_open else 0.0 <= value <= 1.0):
+        raise ValueError(f"{name} must be in {'(0, 1]' if low_open else '[0, 1]'}; got {value!r}.")
+    return value
+
+
+def _check_positive(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not math.isfinite(value) \
+            or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0; got {value!r}.")
+    return float(value)
+
+
+def _rank(score, masked):
+    """Rank of every masked position by ``score``, highest first (ties by position); unmasked
+    positions rank after all masked ones. (n,) -> (n,) int."""
+    order = jnp.argsort(jnp.where(masked, -score, jnp.inf), stable=True)
+    return jnp.zeros(score.shape[0], jnp.int32).at[order].set(jnp.arange(score.shape[0], dtype=jnp.int32))
+
+
+def _first(score, masked, count):
+    """The ``count`` masked positions of highest ``score`` (at least one when any is masked)."""
+    return masked & (_rank(score, masked) < jnp.maximum(count, 1))
+
+
+def _schedule(n: int, T) -> tuple[int, ...]:
+    """Positions unmasked in each of ``T`` passes: ``ceil(n (t + 1) / T) - ceil(n t / T)``."""
+    if isinstance(T, bool) or not isinstance(T, (int, np.integer)) or not 1 <= T <= n:
+        raise ValueError(f"T (the number of passes) must be an integer in [1, n = {n}]; got {T!r}.")
+    done = [math.ceil(n * t / T) for t in range(T + 1)]
+    return tuple(done[t + 1] - done[t] for t in range(T))
+
+
+def random_order(n: int, T: int) -> Rule:
+    """``s_t`` uniformly random masked positions in pass ``t``, ``s_t`` from a balanced schedule of
+    ``T`` passes (:func:`_schedule`): the sampler of Li and Cai's theorem (arXiv 2505.21400), and the
+    paper's independent parallel step applied to a growing context."""
+    n = _check_n(n)
+    counts = _schedule(n, T)
+    table = jnp.asarray(counts + (0,))
+
+    def select(conf, ent, masked, t, key):
+        score = jax.random.uniform(key, masked.shape)
+        return _first(score, masked, table[jnp.minimum(t, len(counts))])
+
+    return Rule("random", float(T), n, select, counts)
+
+
+def top_k(n: int, T: int) -> Rule:
+    """The ``s_t`` most confident masked positions in pass ``t``, the same balanced schedule of
+    ``T`` passes: Mask-Predict's order (Ghazvininejad et al., 2019) without re-masking."""
+    n = _check_n(n)
+    counts = _schedule(n, T)
+    table = jnp.asarray(counts + (0,))
+
+    def select(conf, ent, masked, t, key):
+        return _first(conf, masked, table[jnp.minimum(t, len(counts))])
+
+    return Rule("top_k", float(T), n, select, counts)
+
+
+def threshold(n: int, tau: float) -> Rule:
+    """Fast-dLLM's threshold rule (Wu et al. 2025, arXiv 2505.22618): unmask every masked position
+    whose confidence is at least ``tau``; when none is, the most confident one."""
+    n, tau = _check_n(n), _check_unit("tau", tau)
+
+    def select(conf, ent, masked, t, key):
+        sure = masked & (conf >= tau)
+        return sure | (_first(conf, masked, 1) & ~jnp.any(sure))
+
+    return Rule("threshold", tau, n, select)
+
+
+def factor(n: int, f: float) -> Rule:
+    """Fast-dLLM's factor rule (arXiv 2505.22618): with ``c_(1) >= c_(2) >= ...`` the masked
+    confidences, unmask the ``m`` most confident for the largest ``m`` with
+    ``(m + 1)(1 - c_(m)) < f`` (at least one). The left side grows with ``m``, so the rule takes
+    a prefix of the confidence order."""
+    n, f = _check_n(n), _check_positive("f", f)
+
+    def select(conf, ent, masked, t, key):
+        rank = _rank(conf, masked)
+        ok = masked & ((rank + 2) * (1.0 - conf) < f)
+        return _first(conf, masked, jnp.sum(ok))
+
+    return Rule("factor", f, n, select)
+
+
+def entropy_bound(n: int, gamma: float) -> Rule:
+    """EB-Sampler's rule (Ben-Hamu et al. 2025, arXiv 2505.24857) with entropy as the error proxy:
+    take masked positions in order of increasing entropy while ``sum_j H_j - max_j H_j <= gamma``
+    over the ones taken, a bound on the mutual information among them. The first is always taken
+    (its sum minus max is 0)."""
+    n, gamma = _check_n(n), _check_positive("gamma", gamma)
+
+    def select(conf, ent, masked, t, key):
+        order = jnp.argsort(jnp.where(masked, ent, jnp.inf), stable=True)
+        h = jnp.where(masked[order], ent[order], 0.0)
+        before = jnp.cumsum(h) - h  # sum of the lower entropies = sum - max over the first m
+        count = jnp.sum(masked[order] & (before <= gamma))
+        return _first(-ent, masked, count)
+
+    return Rule("entropy", gamma, n, select)
+
+
+def dilated_passes(n: int, B: int) -> np.ndarray:
+    """The pass of every position under DUS with blocks of ``B = 2^L``: block ``b`` takes passes
+    ``b (L + 1) .. b (L + 1) + L``; within it, offset 0 goes first and offset ``j > 0`` in pass
+    ``L - v(j)``, ``v(j)`` the number of trailing zero bits of ``j``. For ``B = 8`` the passes are
+    {0}, {4}, {2, 6}, {1, 3, 5, 7}: each pass halves the gaps, and no two positions of a pass are
+    adjacent. Empty passes (a partial last block) are dropped. (n,) int."""
+    L = B.bit_length() - 1
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        b, j = divmod(i, B)
+        out[i] = b * (L + 1) + (0 if j == 0 else L - ((j & -j).bit_length() - 1))
+    _, dense = np.unique(out, return_inverse=True)
+    return dense.reshape(-1)
+
+
+def dilated(n: int, B: int) -> Rule:
+    """DUS (Luxembourg et al. 2025, arXiv 2506.19037): a content-free schedule that unmasks each block
+    of ``B = 2^L`` positions, blocks left to right, in ``L + 1 = O(log B)`` passes of non-adjacent
+    positions (:func:`dilated_passes`; our reading of its dilation schedule), about
+    ``n (L + 1) / B`` passes in all. ``B = 2`` is left-to-right AR."""
+    n = _check_n(n)
+    if isinstance(B, bool) or not isinstance(B, (int, np.integer)) or B < 2 or B & (B - 1):
+        raise ValueError(f"B (the DUS block size) must be a power of two >= 2; got {B!r}.")
+    passes = jnp.asarray(dilated_passes(n, int(B)))
+
+    def select(conf, ent, masked, t, key):
+        first = jnp.min(jnp.where(masked, passes, n + 1))
+        return masked & (passes == first)
+
+    return Rule("dilated", float(B), n, select)
+
+
+def components(strong, masked):
+    """``reach`` (n, n) bool: ``reach[i, j]`` when masked ``i`` and ``j`` are joined by a path of
+    ``strong`` pairs through masked positions only (``reach[i, i]`` for every masked ``i``). By
+    repeated squaring of the adjacency, jittable. strong (n, n) bool, masked (n,) bool."""
+    n = masked.shape[0]
+    reach = (strong & masked[:, None] & masked[None, :]) | jnp.diag(masked)
+    for _ in range(max(1, math.ceil(math.log2(n)))):  # paths of length up to 2^k >= n
+        reach = (reach.astype(jnp.int32) @ reach.astype(jnp.int32)) > 0
+    return reach
+
+
+def dependency(n: int, gamma: float, strong) -> Rule:
+    """This book's rule (beyond the paper): the entropy bound of :func:`entropy_bound`, charged only
+    within groups of dependent positions. Two masked positions are dependent when a path of
+    ``strong`` pairs (fixed, (n, n) bool; on the Ising testbed ``J_ij != 0`` or ``|J_ij| > delta``)
+    joins them through *masked* positions; the groups are the components of that graph. Visit the
+    masked positions in order of increasing entropy and take each one while
+    ``sum over groups g of (sum_{i in A, g} H_i - max_{i in A, g} H_i) <= gamma`` (the first always).
+
+    Why: one pass's error is the total correlation of the positions it draws, given the unmasked
+    ones. In a Markov random field, masked positions in different components of the graph
+    restricted to the masked ones are independent given the unmasked values, so the total
+    correlation of ``A`` is the sum of its groups' and each group's is at most its entropy sum
+    minus its largest entropy. With ``strong = (J != 0)`` the rule therefore bounds each pass's
+    error by ``gamma`` exactly as EB-Sampler does, while taking independent groups in parallel for
+    free; with every pair strong it *is* EB-Sampler; with none it takes every position at once
+    (exact, since they are independent). A ``delta > 0`` drops weak couplings from the graph: more
+    parallel, no longer a bound. (The translation decoder's form,
+    ``decoding.StrategyOptions("dependency")``, reads dependent pairs off the cross-attention.)"""
+    n, gamma = _check_n(n), _check_positive("gamma", gamma)
+    strong = np.asarray(strong)
+    if strong.shape != (n, n) or strong.dtype != bool:
+        raise ValueError(f"strong must be an ({n}, {n}) bool matrix (True for dependent pairs); "
+                         f"got {strong.dtype} of shape {strong.shape}.")
+    strong = jnp.asarray((strong | strong.T) & ~np.eye(n, dtype=bool))
+
+    def select(conf, ent, masked, t, key):
+        reach = components(strong, masked)
+        order = jnp.argsort(jnp.where(masked, ent, jnp.inf), stable=True)
+
+        def body(k, carry):
+            chosen, charged = carry
+            i = order[k]
+            # in increasing-entropy order the newcomer is its group's largest, so the group's charge
+            # (sum - max) grows by the group's previous largest entropy (0 for a group not yet drawn)
+            extra = jnp.max(jnp.where(reach[i] & chosen, ent, 0.0))
+            take = masked[i] & ((k == 0) | (charged + extra <= gamma))
+            return chosen.at[i].set(take), charged + jnp.where(take, extra, 0.0)
+
+        return jax.lax.fori_loop(0, n, body, (jnp.zeros(n, bool), jnp.zeros((), ent.dtype)))[0]
+
+    return Rule("dependency", gamma, n, select)
+
+
+def make_rule(name: str, n: int, param, *, strong=None) -> Rule:
+    """The rule ``name`` (one of :data:`RULES`) with its one parameter; ``strong`` for ``dependency``."""
+    if name == "dependency":
+        if strong is None:
+            raise ValueError("make_rule('dependency', ...) needs strong=, the (n, n) bool matrix of strongly coupled "
+                             "pairs (e.g. np.abs(model.J) > delta).")
+        return dependency(n, param, strong)
+    builders = {"random": random_order, "top_k": top_k, "threshold": threshold, "factor": factor,
+                "entropy": entropy_bound, "dilated": dilated}
+    if name not in builders:
+        raise ValueError(f"rule must be one of {RULES}; got {name!r}.")
+    if name in ("random", "top_k", "dilated") and isinstance(param, float) and param.is_integer():
+        param = int(param)
+    return builders[name](n, param)
