@@ -701,3 +701,89 @@ def test_strategy_options_out_of_range_are_named(kwargs, words):
         decoding.StrategyOptions(**kwargs)
     for w in words:
         assert w in str(err.value)
+
+
+def _rule_by_definition(model, src, sm, opts, width):
+    """The threshold / factor / entropy strategies written from their papers' descriptions, one
+    hypothesis, NumPy bookkeeping: a pass predicts every open position given the committed ones (the
+    others [MASK]); the rule picks; the quota ceil(n (t + 1) / T) tops it up, most confident first."""
+    enc, em, lengths = decoding.padir_encode(*nnx.split(model), src, sm, hyps=1)
+    n = int(lengths[0, 0])
+    tmask = jnp.arange(width)[None] < n
+    done = np.zeros(n, bool)
+    tokens = np.zeros(n, np.int64)
+    for t in range(opts.steps):
+        hyp = np.full((1, width), V.PAD)
+        hyp[0, :n] = np.where(done, tokens, V.MASK)
+        logits = model.decode(jnp.asarray(hyp), tmask, enc, em)
+        logits = logits.at[..., jnp.array(decoding._PADIR_FORBIDDEN)].set(-jnp.inf)
+        lp = np.asarray(jax.nn.log_softmax(logits))[0, :n]
+        q = np.exp(lp)
+        # the argmax's probability by the decoder's own formula, so near-ties order the same way
+        conf = np.asarray(jnp.exp(-jnp.log(jnp.sum(jnp.exp(logits - jnp.max(logits, -1, keepdims=True)), -1))))[0, :n]
+        ent = -np.sum(np.where(q > 0, q * np.where(q > 0, lp, 0.0), 0.0), -1)
+        tokens = np.where(done, tokens, lp.argmax(-1))
+        open_ = [i for i in range(n) if not done[i]]
+        by_conf = sorted(open_, key=lambda i: (-conf[i], i))
+        if opts.name == "threshold":
+            pick = [i for i in open_ if conf[i] >= opts.confidence] or by_conf[:1]
+        elif opts.name == "factor":
+            m = max([m for m in range(1, len(open_) + 1) if (m + 1) * (1 - conf[by_conf[m - 1]]) < opts.factor],
+                    default=1)
+            pick = by_conf[:m]
+        else:  # entropy
+            by_ent = sorted(open_, key=lambda i: (ent[i], i))
+            m = max(m for m in range(1, len(open_) + 1) if sum(ent[by_ent[:m]]) - max(ent[by_ent[:m]]) <= opts.entropy)
+            pick = by_ent[:m]
+        done[pick] = True
+        need = int(np.ceil(n * (t + 1) / opts.steps)) - int(done.sum())
+        for i in [i for i in by_conf if not done[i]][:max(need, 0)]:
+            done[i] = True
+        if done.all():
+            break
+    return tokens
+
+
+@pytest.mark.parametrize("name,kw,seed,steps", [
+    ("threshold", dict(confidence=0.1), 0, 3), ("threshold", dict(confidence=0.9), 1, 7),
+    ("factor", dict(factor=1.5), 0, 7), ("entropy", dict(entropy=0.5), 1, 7), ("entropy", dict(entropy=50.0), 0, 3)])
+def test_2025_rules_follow_their_definitions(name, kw, seed, steps):
+    """The threshold, factor and entropy strategies (Fast-dLLM, EB-Sampler) on the decoder match a
+    by-definition implementation, token for token."""
+    m = tiny(False)
+    m.length_head.bias[...] = m.length_head.bias[...].at[7].add(50.0)  # seven positions
+    g, p = nnx.split(m)
+    src, sm = ids(80 + seed, (1, 8)), jnp.ones((1, 8), bool)
+    opts = decoding.StrategyOptions(name, steps=steps, hyps=1, **kw)
+    got = np.asarray(decoding.padir_ids(g, p, src, sm, jax.random.key(0), options=opts, widths=(8, 16)))
+    np.testing.assert_array_equal(got[0, :7], _rule_by_definition(m, src, sm, opts, 8))
+
+
+@pytest.mark.parametrize("name", decoding.RULE_STRATEGIES)
+def test_rule_strategies_fill_every_position_within_T_passes(name):
+    m = tiny(False)
+    g, prm = nnx.split(m)
+    src, sm = ids(90, (3, 8)), jnp.ones((3, 8), bool)
+    model = nnx.merge(g, prm)
+    for steps in (1, 5):
+        opts = decoding.StrategyOptions(name, steps=steps, hyps=2, confidence=0.5, dependency=0.5, block=4,
+                                        entropy=0.3)
+        out = np.asarray(decoding.padir_ids(g, prm, src, sm, jax.random.key(0), options=opts, widths=(16,)))
+        for row in out:
+            real = row[row != V.PAD]
+            assert len(real) >= 1 and (real >= V.FIRST_PIECE).all()  # no [MASK] left
+    enc, em, lengths = decoding._encode_lengths(model, src, sm, 2)
+    ran = decoding._strategy_refine(model, enc, em, lengths, opts, 16)["steps"]
+    assert 1 <= int(ran) <= 5
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(name="factor", factor=0.0), ["factor", "> 0"]), (dict(name="entropy", entropy=float("nan")), ["entropy"]),
+    (dict(name="dilated", block=6), ["block", "power of two"]), (dict(name="dilated", block=True), ["block"]),
+    (dict(name="threshold", confidence=True), ["confidence"]),
+])
+def test_rule_strategy_options_out_of_range_are_named(kwargs, words):
+    with pytest.raises(ValueError) as err:
+        decoding.StrategyOptions(**kwargs)
+    for w in words:
+        assert w in str(err.value)

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["RULES", "RULES_2025", "Rule", "make_rule", "random_order", "top_k", "threshold", "factor",
-           "entropy_bound", "dilated", "dependency", "components", "dilated_passes"]
+           "entropy_bound", "dilated", "dependency", "dependency_select", "components", "dilated_passes"]
 
 RULES = ("random", "top_k", "threshold", "factor", "entropy", "dilated", "dependency")
 """The rule names :func:`make_rule` accepts. The 2025 rules are ``threshold``, ``factor``,
@@ -250,21 +250,29 @@ def dependency(n: int, gamma: float, strong) -> Rule:
     strong = jnp.asarray((strong | strong.T) & ~np.eye(n, dtype=bool))
 
     def select(conf, ent, masked, t, key):
-        reach = components(strong, masked)
-        order = jnp.argsort(jnp.where(masked, ent, jnp.inf), stable=True)
-
-        def body(k, carry):
-            chosen, charged = carry
-            i = order[k]
-            # in increasing-entropy order the newcomer is its group's largest, so the group's charge
-            # (sum - max) grows by the group's previous largest entropy (0 for a group not yet drawn)
-            extra = jnp.max(jnp.where(reach[i] & chosen, ent, 0.0))
-            take = masked[i] & ((k == 0) | (charged + extra <= gamma))
-            return chosen.at[i].set(take), charged + jnp.where(take, extra, 0.0)
-
-        return jax.lax.fori_loop(0, n, body, (jnp.zeros(n, bool), jnp.zeros((), ent.dtype)))[0]
+        return dependency_select(ent, masked, strong, gamma)
 
     return Rule("dependency", gamma, n, select)
+
+
+def dependency_select(ent, masked, strong, gamma):
+    """The choice of :func:`dependency` for one state, with the dependent pairs ``strong`` (n, n)
+    bool given per call (the translation decoder reads them off each pass's cross-attention).
+    ent (n,), masked (n,) bool -> (n,) bool."""
+    n = masked.shape[0]
+    reach = components(strong & ~jnp.eye(n, dtype=bool), masked)
+    order = jnp.argsort(jnp.where(masked, ent, jnp.inf), stable=True)
+
+    def body(k, carry):
+        chosen, charged = carry
+        i = order[k]
+        # in increasing-entropy order the newcomer is its group's largest, so the group's charge
+        # (sum - max) grows by the group's previous largest entropy (0 for a group not yet drawn)
+        extra = jnp.max(jnp.where(reach[i] & chosen, ent, 0.0))
+        take = masked[i] & ((k == 0) | (charged + extra <= gamma))
+        return chosen.at[i].set(take), charged + jnp.where(take, extra, 0.0)
+
+    return jax.lax.fori_loop(0, n, body, (jnp.zeros(n, bool), jnp.zeros((), ent.dtype)))[0]
 
 
 def make_rule(name: str, n: int, param, *, strong=None) -> Rule:

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from gmlm_lib.core import unmasking
 from gmlm_lib.mt import reductions
 from gmlm_lib.mt import vocab as V
 
@@ -196,12 +197,15 @@ class PadirOptions:
             raise ValueError(f"PadirOptions.init must be 'random' or 'mask'; got {self.init!r}.")
 
 
-STRATEGIES = ("mask_predict", "dependency")
+STRATEGIES = ("mask_predict", "dependency", "threshold", "factor", "entropy", "dilated", "dependency_entropy")
+
+RULE_STRATEGIES = ("threshold", "factor", "entropy", "dilated", "dependency_entropy")
+"""The strategies that choose each pass's positions by a :mod:`gmlm_lib.core.unmasking` rule."""
 
 
 @dataclasses.dataclass(frozen=True)
 class StrategyOptions:
-    """A PaDIR decoding strategy other than plain refinement (:class:`PadirOptions`), with exactly
+    """A PaDIR decoding strategy other than plain refinement (:class:`PadirOptions`), with at most
     ``steps`` passes T over ``hyps`` length hypotheses, every hypothesis starting from ``[MASK]``.
 
     * ``"mask_predict"`` (Mask-Predict, Ghazvininejad et al., 2019): each pass predicts the masked
@@ -214,10 +218,22 @@ class StrategyOptions:
       heads: the statistic that flags stutter, Section 3.4) exceeds ``dependency``. A dependent
       position waits for a later pass, where it is predicted again given what was committed, as
       a k-Gibbs block is drawn site by site (:func:`gmlm_lib.ising.samplers.dependency_aware`).
-      At least ``ceil(n t / T)`` positions are committed after pass ``t`` (the most confident
-      first), so every position is committed by the last pass; a decode stops early once all
-      are. The uncommitted positions are fed back as their latest prediction (``refill =
+      The uncommitted positions are fed back as their latest prediction (``refill =
       "prediction"``, as plain PaDIR refines) or as ``[MASK]`` (``"mask"``, as Mask-Predict).
+    * the rules of :mod:`gmlm_lib.core.unmasking`, on each position's confidence (probability of its
+      argmax) and entropy (of its predicted distribution over the vocabulary, nats):
+      ``"threshold"`` (Fast-dLLM, arXiv 2505.22618: every position with confidence at least
+      ``confidence``), ``"factor"`` (Fast-dLLM's factor rule with ``f = factor``), ``"entropy"``
+      (EB-Sampler, arXiv 2505.24857: ``sum H - max H <= entropy``), ``"dilated"`` (DUS, arXiv
+      2506.19037: blocks of ``block`` positions) and ``"dependency_entropy"`` (ours: the entropy bound
+      charged only within groups of positions joined by cross-attention similarity above
+      ``dependency`` through uncommitted positions, the translation form of
+      :func:`gmlm_lib.core.unmasking.dependency`). Committed positions are fixed, the others fed back
+      as ``[MASK]``, as these masked-diffusion decoders do.
+
+    Every strategy but Mask-Predict commits at least ``ceil(n t / T)`` positions after pass ``t`` (the
+    most confident first), so all are committed by pass T; a decode stops early once all are, so
+    the adaptive rules can use fewer passes than T.
     """
 
     name: str
@@ -226,6 +242,9 @@ class StrategyOptions:
     confidence: float = 0.5
     dependency: float = 0.9
     refill: str = "prediction"
+    factor: float = 1.0
+    entropy: float = 0.1
+    block: int = 8
 
     def __post_init__(self):
         if self.name not in STRATEGIES:
@@ -237,22 +256,36 @@ class StrategyOptions:
                 raise ValueError(f"StrategyOptions.{field} must be an integer >= 1; got {v!r}.")
         for field in ("confidence", "dependency"):
             v = getattr(self, field)
-            if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
+            if isinstance(v, bool) or not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
                 raise ValueError(f"StrategyOptions.{field} must be in [0, 1]; got {v!r}.")
+        for field in ("factor", "entropy"):
+            v = getattr(self, field)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v <= 0:
+                raise ValueError(f"StrategyOptions.{field} must be a finite number > 0; got {v!r}.")
+        if isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 2 or \
+                self.block & (self.block - 1):
+            raise ValueError(f"StrategyOptions.block (the DUS block size) must be a power of two >= 2; "
+                             f"got {self.block!r}.")
         if self.refill not in ("prediction", "mask"):
             raise ValueError(f"StrategyOptions.refill must be 'prediction' or 'mask'; got {self.refill!r}.")
 
 
-def _predict(model, hyp, tmask, enc_mask, cross_kv, with_attention: bool):
-    """One pass: argmax over the allowed ids (N, W), its log-probability (N, W) and, if asked, the
-    cross-attention distributions averaged over layers and heads (N, W, S + 1)."""
+def _predict(model, hyp, tmask, enc_mask, cross_kv, with_attention: bool, with_entropy: bool = False):
+    """One pass: argmax over the allowed ids (N, W), its log-probability (N, W), if asked the
+    cross-attention distributions averaged over layers and heads (N, W, S + 1), and with
+    ``with_entropy`` a fourth value: the entropy of each position's distribution (N, W), nats."""
     out = model.decode(hyp, tmask, None, enc_mask, cross_kv=cross_kv, return_attention=with_attention)
     logits, weights = out if with_attention else (out, None)
     logits = _forbid(logits, _PADIR_FORBIDDEN)
     top = jnp.max(logits, -1, keepdims=True)
     logp = -jnp.log(jnp.sum(jnp.exp(logits - top), -1))
     cross = None if weights is None else jnp.mean(jnp.stack([c for _, c in weights]), axis=(0, 2))
-    return jnp.where(tmask, reductions.argmax(logits), V.PAD), logp, cross
+    pred = jnp.where(tmask, reductions.argmax(logits), V.PAD)
+    if not with_entropy:
+        return pred, logp, cross
+    logq = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
+    ent = -jnp.sum(jnp.where(jnp.isfinite(logq), jnp.exp(logq) * logq, 0.0), -1)
+    return pred, logp, cross, ent
 
 
 def cross_attention_similarity(cross: jax.Array) -> jax.Array:
@@ -276,6 +309,12 @@ def _commit(p, dep, eligible, quota, threshold):
     return jax.lax.fori_loop(0, p.shape[0], body, jnp.zeros(p.shape, bool))
 
 
+def _ceil_div(a, b: int):
+    """``ceil(a / b)`` for non-negative integers, in integer arithmetic: in float32 ``7 * 1 / 7`` can
+    round above 1 and its ceiling be 2, which would commit a position too many."""
+    return (a + b - 1) // b
+
+
 def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, width: int) -> dict:
     """The passes of a :class:`StrategyOptions` strategy over ``B * hyps`` hypotheses of ``width``
     positions; returns ``ids`` (B, width), ``length`` (B,), ``score`` (B,) (mean log-probability
@@ -288,6 +327,12 @@ def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, wi
     T = options.steps
     hyp = jnp.where(tmask, V.MASK, V.PAD)
     dependency = options.name == "dependency"
+    rule_based = options.name in RULE_STRATEGIES
+    attention = options.name in ("dependency", "dependency_entropy")
+    if rule_based and options.name != "dependency_entropy":
+        param = dict(threshold=options.confidence, factor=options.factor, entropy=options.entropy,
+                     dilated=options.block)[options.name]
+        rule = unmasking.make_rule(options.name, width, param)
 
     def cond(c):
         t, _, _, done, _ = c
@@ -295,12 +340,30 @@ def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, wi
 
     def body(c):
         t, hyp, logp, done, tokens = c
+        if rule_based:
+            pred, lp, att, ent = _predict(model, hyp, tmask, enc_mask, cross, attention, with_entropy=True)
+            tokens = jnp.where(done, tokens, pred)
+            logp = jnp.where(done, logp, lp)
+            open_ = tmask & ~done
+            if options.name == "dependency_entropy":
+                strong = cross_attention_similarity(att) > options.dependency
+                chosen = jax.vmap(lambda e, m, st: unmasking.dependency_select(e, m, st, options.entropy))(
+                    ent, open_, strong)
+            else:
+                chosen = jax.vmap(lambda c_, e, m: rule.select(c_, e, m, t, None))(jnp.exp(lp), ent, open_)
+            chosen = chosen & open_
+            # at least ceil(n (t + 1) / T) committed after this pass: the most confident open ones first
+            need = _ceil_div(n * (t + 1), T) - done.sum(-1) - chosen.sum(-1)
+            rest = open_ & ~chosen
+            order = jnp.argsort(jnp.argsort(jnp.where(rest, -lp, jnp.inf), -1), -1)
+            done = done | chosen | (rest & (order < need[:, None]))
+            return t + 1, jnp.where(done, tokens, jnp.where(tmask, V.MASK, V.PAD)), logp, done, tokens
         pred, lp, att = _predict(model, hyp, tmask, enc_mask, cross, dependency)
         if not dependency:  # Mask-Predict: the masked positions take their new prediction
             masked = (hyp == V.MASK) & tmask
             tokens = jnp.where(masked, pred, tokens)
             logp = jnp.where(masked, lp, logp)
-            remask = jnp.floor(n * (T - 1 - t) / T).astype(jnp.int32)  # after the last pass: none
+            remask = (n * (T - 1 - t)) // T  # after the last pass: none
             rank = jnp.argsort(jnp.argsort(jnp.where(tmask, logp, jnp.inf), -1), -1)
             again = tmask & (rank < remask[:, None])
             return t + 1, jnp.where(again, V.MASK, tokens), logp, ~again & tmask, tokens
@@ -309,7 +372,7 @@ def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, wi
         sim = cross_attention_similarity(att)
         open_ = tmask & ~done
         dep = (sim > options.dependency) & open_[:, :, None] & open_[:, None, :] & ~jnp.eye(width, dtype=bool)
-        quota = jnp.ceil(n * (t + 1) / T).astype(jnp.int32) - done.sum(-1)
+        quota = _ceil_div(n * (t + 1), T) - done.sum(-1)
         new = jax.vmap(_commit, in_axes=(0, 0, 0, 0, None))(jnp.exp(logp), dep, open_, quota, options.confidence)
         done = done | new
         refill = tokens if options.refill == "prediction" else jnp.where(tmask, V.MASK, V.PAD)
