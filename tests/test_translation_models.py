@@ -773,8 +773,13 @@ def test_rule_strategies_fill_every_position_within_T_passes(name):
             real = row[row != V.PAD]
             assert len(real) >= 1 and (real >= V.FIRST_PIECE).all()  # no [MASK] left
     enc, em, lengths = decoding._encode_lengths(model, src, sm, 2)
-    ran = decoding._strategy_refine(model, enc, em, lengths, opts, 16)["steps"]
-    assert 1 <= int(ran) <= 5
+    ran = decoding._strategy_refine(model, enc, em, lengths, opts, 16)
+    passes = np.asarray(decoding.strategy_passes(g, prm, src, sm, options=opts, widths=(16,)))
+    np.testing.assert_array_equal(passes, np.asarray(ran["passes"]))
+    assert passes.max() == int(ran["steps"]) and 1 <= passes.min() and passes.max() <= 5
+    row = int(np.argmin(passes))  # a sentence decoded alone runs the passes counted for it in the batch
+    alone = decoding._strategy_refine(model, enc[row:row + 1], em[row:row + 1], lengths[row:row + 1], opts, 16)
+    assert int(alone["steps"]) == passes[row]
 
 
 @pytest.mark.parametrize("kwargs, words", [

@@ -318,7 +318,9 @@ def _ceil_div(a, b: int):
 def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, width: int) -> dict:
     """The passes of a :class:`StrategyOptions` strategy over ``B * hyps`` hypotheses of ``width``
     positions; returns ``ids`` (B, width), ``length`` (B,), ``score`` (B,) (mean log-probability
-    of the chosen hypothesis' tokens, each when it was last predicted) and ``steps``."""
+    of the chosen hypothesis' tokens, each when it was last predicted), ``steps`` (the passes the
+    batch ran) and ``passes`` (B,): the passes each sentence needed, i.e. what a batch-1 decode of it
+    runs (its hypotheses decode together, so the most any of them needed)."""
     b, l = lengths.shape
     lengths = lengths.reshape(-1)
     cross, enc_mask = hypothesis_cross_kv(model, enc, enc_mask, l)
@@ -335,11 +337,12 @@ def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, wi
         rule = unmasking.make_rule(options.name, width, param)
 
     def cond(c):
-        t, _, _, done, _ = c
+        t, _, _, done, _, _ = c
         return (t < T) & ~jnp.all(done | ~tmask)
 
     def body(c):
-        t, hyp, logp, done, tokens = c
+        t, hyp, logp, done, tokens, used = c
+        used = used + jnp.any(tmask & ~done, -1).astype(jnp.int32)  # rows still open run this pass
         if rule_based:
             pred, lp, att, ent = _predict(model, hyp, tmask, enc_mask, cross, attention, with_entropy=True)
             tokens = jnp.where(done, tokens, pred)
@@ -357,7 +360,7 @@ def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, wi
             rest = open_ & ~chosen
             order = jnp.argsort(jnp.argsort(jnp.where(rest, -lp, jnp.inf), -1), -1)
             done = done | chosen | (rest & (order < need[:, None]))
-            return t + 1, jnp.where(done, tokens, jnp.where(tmask, V.MASK, V.PAD)), logp, done, tokens
+            return t + 1, jnp.where(done, tokens, jnp.where(tmask, V.MASK, V.PAD)), logp, done, tokens, used
         pred, lp, att = _predict(model, hyp, tmask, enc_mask, cross, dependency)
         if not dependency:  # Mask-Predict: the masked positions take their new prediction
             masked = (hyp == V.MASK) & tmask
@@ -366,7 +369,7 @@ def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, wi
             remask = (n * (T - 1 - t)) // T  # after the last pass: none
             rank = jnp.argsort(jnp.argsort(jnp.where(tmask, logp, jnp.inf), -1), -1)
             again = tmask & (rank < remask[:, None])
-            return t + 1, jnp.where(again, V.MASK, tokens), logp, ~again & tmask, tokens
+            return t + 1, jnp.where(again, V.MASK, tokens), logp, ~again & tmask, tokens, used
         tokens = jnp.where(done, tokens, pred)
         logp = jnp.where(done, logp, lp)
         sim = cross_attention_similarity(att)
@@ -376,13 +379,15 @@ def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, wi
         new = jax.vmap(_commit, in_axes=(0, 0, 0, 0, None))(jnp.exp(logp), dep, open_, quota, options.confidence)
         done = done | new
         refill = tokens if options.refill == "prediction" else jnp.where(tmask, V.MASK, V.PAD)
-        return t + 1, jnp.where(done, tokens, refill), logp, done, tokens
+        return t + 1, jnp.where(done, tokens, refill), logp, done, tokens, used
 
-    init = (jnp.int32(0), hyp, jnp.zeros(hyp.shape, jnp.float32), jnp.zeros(hyp.shape, bool), hyp)
-    steps, _, logp, _, tokens = jax.lax.while_loop(cond, body, init)
+    init = (jnp.int32(0), hyp, jnp.zeros(hyp.shape, jnp.float32), jnp.zeros(hyp.shape, bool), hyp,
+            jnp.zeros(hyp.shape[0], jnp.int32))
+    steps, _, logp, _, tokens, used = jax.lax.while_loop(cond, body, init)
     score = (logp * tmask).sum(-1) / n
     pick = jnp.arange(b) * l + jnp.argmax(score.reshape(b, l), -1)
-    return dict(ids=tokens[pick], length=lengths[pick], score=score[pick], steps=steps)
+    return dict(ids=tokens[pick], length=lengths[pick], score=score[pick], steps=steps,
+                passes=used.reshape(b, l).max(-1))
 
 
 def initial_hypothesis(key, shape, mask, vocab_size, init: str):
@@ -549,6 +554,25 @@ def _padir_ids(graphdef, params, src, src_mask, key, *, options, widths: tuple[i
         return run
 
     return jax.lax.switch(jnp.minimum(index, len(widths) - 1), [branch(w) for w in widths], None)
+
+
+def strategy_passes(graphdef, params, src, src_mask, *, options: StrategyOptions, widths: tuple[int, ...]):
+    """The decoder passes each sentence of a :class:`StrategyOptions` decode needs: (B, S) -> (B,)
+    int32, at most ``options.steps`` (fewer when an adaptive rule commits every position early).
+    The same passes as :func:`padir_ids` with the same ``widths``; a batch-1 decode runs that many."""
+    if not isinstance(options, StrategyOptions):
+        raise TypeError(f"strategy_passes counts the passes of a StrategyOptions strategy; got "
+                        f"{type(options).__name__} (plain PaDIR runs its T passes unless it stops early).")
+    widths = tuple(sorted(widths))
+    return jitted(_strategy_passes, graphdef, options=options, widths=widths)(params, src, src_mask)
+
+
+def _strategy_passes(graphdef, params, src, src_mask, *, options, widths: tuple[int, ...]):
+    model = nnx.merge(graphdef, params)
+    enc, enc_mask, lengths = _encode_lengths(model, src, src_mask, options.hyps)
+    index = jnp.searchsorted(jnp.asarray(widths), jnp.max(lengths))
+    branches = [lambda _, w=w: _strategy_refine(model, enc, enc_mask, lengths, options, w)["passes"] for w in widths]
+    return jax.lax.switch(jnp.minimum(index, len(widths) - 1), branches, None)
 
 
 def padir(graphdef, params, src, src_mask, key, *, options: PadirOptions, max_len: int, buckets=(),
