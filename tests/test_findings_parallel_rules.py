@@ -82,3 +82,31 @@ def test_ours_against_the_entropy_rule_alone():
     # strong: at 2 passes ours has no setting (inf), at 3 ours 0.1 against entropy 0.3; weak: all exact
     assert out["ours_vs_entropy"] == math.inf and out["comparisons"] == 4
     assert out["ours_beats_entropy"] == 1
+
+
+def translation_table(ours_bleu: float):
+    rows = [(2, "threshold", 30.0), (2, "entropy", 31.0), (2, "dependency_entropy", 31.5),
+            (4, "threshold", 33.0), (4, "dilated", 32.0), (4, "dependency_entropy", ours_bleu)]
+    return pd.DataFrame(rows, columns=["T", "rule", "BLEU"])
+
+
+@pytest.mark.parametrize("p,verdict", [(0.049, "missed"), (0.05, "met"), (0.051, "met")])
+def test_translation_verdict_by_a_hair(p, verdict):
+    out = F.translation(translation_table(32.5), {2: 0.3, 4: p})
+    assert out["rules_target"] == verdict
+    assert out["ours_vs_best_bleu"] == pytest.approx(-0.5) and out["best_2025_at_T"] == "threshold"
+    assert out["ours_vs_best_p"] == p
+    assert out["ours_worse_at"] == ("T = 4" if verdict == "missed" else "no T")
+
+
+def test_translation_better_is_never_worse_and_best_by_T_names_ours():
+    out = F.translation(translation_table(34.0), {2: 0.001, 4: 0.001})  # significant, but ours is better
+    assert out["rules_target"] == "met"
+    assert out["best_rule_by_T"] == "T = 2: dependency_entropy (31.5); T = 4: dependency_entropy (34.0)"
+
+
+def test_translation_inputs_are_checked():
+    with pytest.raises(ValueError, match="one p-value for each T"):
+        F.translation(translation_table(33.0), {4: 0.5})
+    with pytest.raises(ValueError, match="no 2025 rule"):
+        F.best_2025_by_T(pd.DataFrame([(4, "dependency_entropy", 30.0)], columns=["T", "rule", "BLEU"]))

@@ -792,3 +792,19 @@ def test_rule_strategy_options_out_of_range_are_named(kwargs, words):
         decoding.StrategyOptions(**kwargs)
     for w in words:
         assert w in str(err.value)
+
+
+def test_translator_counts_each_sentences_passes():
+    texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras", "two men", "a cat"] * 10
+    v = V.train(texts, 60)
+    cfg = seq2seq.ModelConfig(vocab=v.size, causal=False, d_model=32, heads=4, enc_layers=1, dec_layers=1,
+                              d_ff=64, max_len=16)
+    tr = translate.Translator(seq2seq.build(cfg), v, buckets=(8, 16))
+    method = translate.Method("padir", padir=decoding.StrategyOptions("threshold", steps=3, hyps=1, confidence=0.9))
+    texts = ["a small dog", "two men", "a cat", "ein Hund"]
+    got = tr.passes(texts, method, batch_size=3)
+    assert got.shape == (4,) and ((1 <= got) & (got <= 3)).all()
+    alone = [int(tr.passes([t], method, batch_size=1)[0]) for t in texts]
+    assert got.tolist() == alone  # a sentence's count does not depend on its batch
+    with pytest.raises(ValueError, match="StrategyOptions"):
+        tr.passes(texts[:1], translate.Method("padir"))

@@ -147,6 +147,22 @@ class Translator:
                 progress.update(len(chunk))
         return out
 
+    def passes(self, texts: list[str], method: Method, *, batch_size: int = 64) -> np.ndarray:
+        """The decoder passes each of ``texts`` needs under a :class:`~gmlm_lib.mt.decoding.StrategyOptions`
+        method (what its batch-1 decode runs): (len(texts),) int, at most the strategy's T, fewer
+        where an adaptive rule commits every position early (:func:`decoding.strategy_passes`)."""
+        self._check(method)
+        if method.kind != "padir" or not isinstance(method.padir, decoding.StrategyOptions):
+            raise ValueError("Translator.passes counts the passes of a StrategyOptions strategy (Method('padir', "
+                             "padir=StrategyOptions(...))); plain PaDIR and AR decoding run a fixed loop.")
+        texts = self._check_texts(texts, batch_size)
+        out = np.zeros(len(texts), dtype=np.int64)
+        for chunk, src, mask, _ in self.batches(texts, batch_size):
+            got = decoding.strategy_passes(self.graphdef, self.params, jnp.asarray(src, jnp.int32),
+                                           jnp.asarray(mask, bool), options=method.padir, widths=self.widths)
+            out[chunk] = np.asarray(jax.device_get(got))[: len(chunk)]
+        return out
+
     def translate_one(self, text: str, method: Method) -> str:
         """End to end for one sentence: tokenise, pad to its bucket, encode and decode, detokenise."""
         if not isinstance(text, str):

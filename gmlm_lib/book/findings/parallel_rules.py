@@ -21,7 +21,7 @@ from gmlm_lib.book.findings.rules import grade
 from gmlm_lib.core.unmasking import RULES_2025
 from gmlm_lib.ising.unmasking import envelope
 
-__all__ = ["RATIO_TARGET", "ours_vs_best", "best_by_budget", "li_cai_check", "findings"]
+__all__ = ["RATIO_TARGET", "ours_vs_best", "best_by_budget", "li_cai_check", "findings", "best_2025_by_T", "translation"]
 
 RATIO_TARGET = 1.0
 """Ours "at least matches" the best 2025 rule when its exact KL is at most the best one's at every
@@ -152,4 +152,49 @@ def findings(frontier: pd.DataFrame, li_cai: pd.DataFrame, budgets, strong_famil
         ours_vs_entropy=float(eb.ratio.max()),
         ours_beats_entropy=int((eb.ratio < 1.0 - 1e-9).sum()),
         comparisons=int(eb.shape[0]),
+    )
+
+
+def best_2025_by_T(table: pd.DataFrame) -> dict:
+    """T -> the 2025 rule with the highest BLEU at that T (``table``: columns ``T``, ``rule``, ``BLEU``;
+    the translation rule names of :data:`gmlm_lib.mt.decoding.RULE_STRATEGIES`)."""
+    _check(table, ("T", "rule", "BLEU"), "table")
+    out = {}
+    for T, part in table.groupby("T", sort=True):
+        rivals = part[part.rule.isin(RULES_2025)]
+        if rivals.empty:
+            raise ValueError(f"table has no 2025 rule at T = {T}: nothing to compare ours with.")
+        out[int(T)] = str(rivals.loc[rivals.BLEU.idxmax(), "rule"])
+    return out
+
+
+def translation(table: pd.DataFrame, p_values: dict, *, ours: str = "dependency_entropy", at_T: int = 4) -> dict:
+    """The translation verdicts: ``table`` one row per (T, rule) with ``BLEU`` (test set);
+    ``p_values`` T -> the paired-bootstrap p-value of ours against the best 2025 rule at that T
+    (:func:`best_2025_by_T`). Returns ``ours_vs_best_bleu`` and ``ours_vs_best_p`` (at ``at_T``),
+    ``best_rule_by_T`` (the best rule at each T, ours included), ``ours_worse_at`` (the T where ours
+    is significantly worse), and ``rules_target``: met when ours is significantly worse at no T."""
+    from gmlm_lib.book.findings.rules import significant
+
+    _check(table, ("T", "rule", "BLEU"), "table")
+    best = best_2025_by_T(table)
+    if set(best) != {int(t) for t in p_values}:
+        raise ValueError(f"p_values must give one p-value for each T of the table {sorted(best)}; got "
+                         f"{sorted(p_values)}.")
+    bleu = {(int(t), r): float(b) for t, r, b in zip(table["T"], table.rule, table.BLEU)}
+    if at_T not in best or (at_T, ours) not in bleu:
+        raise ValueError(f"the table needs ours ({ours!r}) and a 2025 rule at T = {at_T}.")
+    worse = [T for T in sorted(best) if (T, ours) in bleu and bleu[(T, ours)] < bleu[(T, best[T])]
+             and significant(p_values[T])]
+    by_T = []
+    for T, part in table.groupby("T", sort=True):
+        top = part.loc[part.BLEU.idxmax()]
+        by_T.append(f"T = {int(T)}: {top.rule} ({top.BLEU:.1f})")
+    return dict(
+        ours_vs_best_bleu=bleu[(at_T, ours)] - bleu[(at_T, best[at_T])],
+        ours_vs_best_p=float(p_values[at_T]),
+        best_2025_at_T=best[at_T],
+        best_rule_by_T="; ".join(by_T),
+        ours_worse_at=", ".join(f"T = {T}" for T in worse) or "no T",
+        rules_target="missed" if worse else "met",
     )
