@@ -6,8 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import jax
+import numpy as np
 import pytest
 
+from gmlm_lib.core import divergences
+from gmlm_lib.ising import model as ising
+from gmlm_lib.ising import product, samplers
 from gmlm_lib.mt import metrics, seq2seq, training
 
 MODEL = seq2seq.ModelConfig(vocab=40, causal=True, d_model=32, heads=4, enc_layers=1, dec_layers=1, d_ff=64, max_len=16)
@@ -66,3 +71,54 @@ def test_the_command_line_refuses_ambiguous_parameters(args, words):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and words in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda: divergences.kl(np.array([0.5, np.nan]), np.array([0.5, 0.5])), ["q must hold probabilities", "1 NaN"]),
+    (lambda: divergences.kl(np.array([0.5, 0.5]), np.array([np.nan, 0.5])), ["p must hold probabilities"]),
+    (lambda: divergences.tv(np.array([1.5, -0.5]), np.array([0.5, 0.5])), ["q must", "1 negative"]),
+    (lambda: product.product_law(np.array([1.5, 0.2])), ["marginals", "[0, 1]", "1.5"]),
+    (lambda: product.product_law(np.array([np.nan, 0.2])), ["marginals", "NaN"]),
+    (lambda: samplers.stationary_law(np.array([[0.5, 0.7], [0.2, 0.2]])), ["stochastic", "row sums"]),
+    (lambda: samplers.stationary_law(np.ones((2, 3)) / 3), ["square"]),
+    (lambda: ising.enumerate_states(-1), ["n must be an integer >= 0"]),
+    (lambda: ising.enumerate_states(2.5), ["n must be an integer >= 0"]),
+    (lambda: ising.ising_model(1e200 * (1 - np.eye(3)), np.zeros(3)), ["too large", "Scale J and h down"]),
+])
+def test_ising_side_wrong_numbers_are_refused(call, words):
+    """A NaN law, a probability outside [0, 1], a matrix that is not stochastic, a negative n and
+    couplings too large for float64 each give an error naming the argument, never a wrong number."""
+    with jax.enable_x64(True):
+        with pytest.raises(ValueError) as err:
+            call()
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_zero_sites_enumerate_the_one_empty_pattern():
+    with jax.enable_x64(True):
+        assert ising.enumerate_states(0).shape == (1, 0)
+
+
+def test_large_but_exact_couplings_still_work():
+    """|E| up to 1e6 keeps log-probabilities exact to about 1e-10: |J| = 1e3 on three sites is fine."""
+    with jax.enable_x64(True):
+        p = np.asarray(ising.probabilities(ising.ising_model(1e3 * (1 - np.eye(3)), np.zeros(3))))
+    assert p.sum() == pytest.approx(1.0, abs=1e-12) and p[0] == pytest.approx(0.5) and p[-1] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("decode", ["greedy", "beam"])
+def test_decoding_past_the_models_positions_is_refused(decode):
+    """max_len beyond ModelConfig.max_len would read clamped position embeddings: refused, named."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from gmlm_lib.mt import decoding
+
+    g, p = nnx.split(seq2seq.build(MODEL))
+    src, sm = jnp.full((1, 4), 5, jnp.int32), jnp.ones((1, 4), bool)
+    with pytest.raises(ValueError, match=r"max_len must be an integer in \[1, 16\]"):
+        if decode == "greedy":
+            decoding.ar_greedy(g, p, src, sm, max_len=40)
+        else:
+            decoding.ar_beam(g, p, src, sm, max_len=40, beam=2)

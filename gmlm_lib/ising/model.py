@@ -60,6 +60,10 @@ MAX_EXACT_N = 20
 
 _CHUNK_BITS = 16  # states are summed over in chunks of 2^16 to bound memory
 
+MAX_ENERGY = 1e6
+"""Largest ``sum |J_ij| / 2 + sum |h_i|`` (a bound on ``|E(x)|``) a model may have: at that scale float64
+log-weights keep about 1e-10 absolute accuracy, the book's exactness; far above it they do not."""
+
 
 class IsingModel(NamedTuple):
     """Parameters of an Ising model: ``J`` (n, n) symmetric, zero diagonal; ``h`` (n,).
@@ -106,6 +110,13 @@ def ising_model(J, h, *, atol: float = 1e-12) -> IsingModel:
                 f"J must be symmetric: max |J - J^T| = {asym:.3g} > {atol:g}. "
                 "Pass (J + J.T) / 2 if you meant the symmetric part."
             )
+        scale = 0.5 * float(np.abs(Jn).sum()) + float(np.abs(hn).sum())
+        if scale > MAX_ENERGY:
+            raise ValueError(
+                f"the couplings and fields are too large for exact numerics: |E(x)| can reach {scale:.3g}, and "
+                f"above {MAX_ENERGY:g} float64 log-probabilities lose their last digits (at 1e16 a whole unit), "
+                "so probabilities would come out wrong. Scale J and h down (|E| <= 1e6: sum |J_ij| / 2 + "
+                "sum |h_i|).")
         diag = float(np.max(np.abs(np.diag(Jn))))
         if diag > atol:
             raise ValueError(
@@ -169,6 +180,9 @@ def energy(model: IsingModel, x: jax.Array) -> jax.Array:
 def check_exact_n(n: int) -> None:
     """Raise a clear error when ``n`` is too large for exact enumeration, or float64 is off."""
     require_x64("exact enumeration (gmlm_lib.ising)")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n must be an integer >= 0 (the number of sites; 0 enumerates the one empty pattern); "
+                         f"got {n!r}.")
     if n > MAX_EXACT_N:
         raise ValueError(
             f"n = {n} is too large for exact enumeration: the limit is n <= {MAX_EXACT_N} "

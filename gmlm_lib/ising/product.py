@@ -39,6 +39,12 @@ def product_law(marginals: jax.Array) -> jax.Array:
     """The product law with ``P(y_i = +1) = marginals[..., i]``: what one parallel step can
     implement given the state [Proposition 4]. (..., n) -> (..., 2^n)."""
     m = jnp.asarray(marginals, dtype=jnp.float64)
+    if not isinstance(m, jax.core.Tracer):
+        values = np.asarray(m)
+        if not np.all((values >= -1e-12) & (values <= 1 + 1e-12)):  # NaN fails too
+            raise ValueError(f"marginals must be probabilities P(y_i = +1) in [0, 1]; got values from "
+                             f"{np.nanmin(values):.6g} to {np.nanmax(values):.6g}"
+                             f"{' and NaN' if np.isnan(values).any() else ''}.")
     plus = ising.enumerate_states(m.shape[-1]) > 0  # (2^n, n)
     per_site = jnp.where(plus, m[..., None, :], 1.0 - m[..., None, :])  # (..., 2^n, n)
     return jnp.prod(per_site, axis=-1)

@@ -425,6 +425,12 @@ def stationary_law(P: jax.Array) -> jax.Array:
     """The stationary law of an ergodic transition matrix (the left eigenvector for eigenvalue 1),
     by a linear solve in float64. (S, S) -> (S,)."""
     P = np.asarray(P, dtype=np.float64)
+    if P.ndim != 2 or P.shape[0] != P.shape[1]:
+        raise ValueError(f"P must be a square (S, S) transition matrix; got shape {P.shape}.")
+    rows = P.sum(1)
+    if not (np.all(np.isfinite(P)) and np.all(P >= -1e-12) and np.allclose(rows, 1.0, atol=1e-9)):
+        raise ValueError(f"P must be a stochastic matrix (finite, non-negative, rows summing to 1); its row sums "
+                         f"range from {rows.min():.6g} to {rows.max():.6g} and its smallest entry is {P.min():.3g}.")
     S = P.shape[0]
     A = np.vstack([P.T - np.eye(S), np.ones((1, S))])
     b = np.zeros(S + 1)

@@ -90,8 +90,17 @@ def ar_greedy(graphdef, params, src, src_mask, *, max_len: int):
     return jitted(_ar_greedy, graphdef, max_len=max_len)(params, src, src_mask)
 
 
+def _check_max_len(model, max_len):
+    """A decode may not run past the decoder's position embeddings (``ModelConfig.max_len``): JAX
+    would clamp the position index and decode on with a wrong position, silently."""
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or not 1 <= max_len <= model.cfg.max_len:
+        raise ValueError(f"max_len must be an integer in [1, {model.cfg.max_len}] (ModelConfig.max_len, the "
+                         f"positions the model has); got {max_len!r}.")
+
+
 def _ar_greedy(graphdef, params, src, src_mask, *, max_len: int):
     model = nnx.merge(graphdef, params)
+    _check_max_len(model, max_len)
     b = src.shape[0]
     enc, enc_mask = model.encode(src, src_mask)
     cross = model.cross_kv(enc)
@@ -122,6 +131,7 @@ def ar_beam(graphdef, params, src, src_mask, *, max_len: int, beam: int = 4, alp
 
 def _ar_beam(graphdef, params, src, src_mask, alpha, *, max_len: int, beam: int):
     model = nnx.merge(graphdef, params)
+    _check_max_len(model, max_len)
     b, k = src.shape[0], beam
     enc, enc_mask = model.encode(src, src_mask)
     enc, enc_mask = jnp.repeat(enc, k, 0), jnp.repeat(enc_mask, k, 0)
