@@ -42,6 +42,7 @@ RULES = ("random", "top_k", "threshold", "factor", "entropy", "dilated", "depend
 ``entropy`` and ``dilated``; ``random`` and ``top_k`` are the fixed-schedule baselines."""
 
 RULES_2025 = ("threshold", "factor", "entropy", "dilated")
+"""The 2025 rules (Fast-dLLM's two, EB-Sampler's, DUS), against which the book's rule is compared."""
 
 class Rule(NamedTuple):
     """A parallel unmasking rule on ``n`` positions.
@@ -111,7 +112,8 @@ def _schedule(n: int, T) -> tuple[int, ...]:
 
 def random_order(n: int, T: int) -> Rule:
     """``s_t`` uniformly random masked positions in pass ``t``, ``s_t`` from a balanced schedule of
-    ``T`` passes (:func:`_schedule`): the sampler of Li and Cai's theorem (arXiv 2505.21400), and the
+    ``T`` passes (``ceil(n (t + 1) / T) - ceil(n t / T)`` in pass ``t``): the sampler of Li and Cai's
+    theorem (arXiv 2505.21400), and the
     paper's independent parallel step applied to a growing context."""
     n = _check_n(n)
     counts = _schedule(n, T)

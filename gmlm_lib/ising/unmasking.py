@@ -36,10 +36,10 @@ from gmlm_lib.ising.model import IsingModel
 MAX_EXACT_UNMASK_N = 12
 """Largest n for :func:`exact_law`: it visits up to ``3^n`` partial states (531,441 at n = 12)."""
 
-__all__ = ["RULES", "RULES_2025", "MAX_EXACT_UNMASK_N", "Rule", "make_rule", "random_order", "top_k", "threshold",
-           "factor", "entropy_bound", "dilated", "dependency", "site_statistics", "exact_law", "UnmaskState", "Unmasker",
-           "sampler", "sample", "chi_square_check", "mutual_information_sum", "li_cai_rhs", "li_cai_bound", "families", "STRONG_FAMILIES",
-           "envelope", "frontier_ratio"]
+__all__ = ["MAX_EXACT_UNMASK_N", "site_statistics", "ExactLaw", "exact_law", "UnmaskState", "Unmasker", "sampler",
+           "sample", "chi_square_check", "mutual_information_sum", "li_cai_rhs", "li_cai_bound", "families",
+           "STRONG_FAMILIES", "envelope", "frontier_ratio"]
+
 
 def _binary_entropy(p):
     """Entropy in nats of a {-1, +1} variable with ``P(+1) = p`` (0 log 0 = 0). Works on NumPy and JAX arrays."""
@@ -218,7 +218,7 @@ class UnmaskState(NamedTuple):
 
 class Unmasker(NamedTuple):
     """BlackJAX-style: ``init() -> UnmaskState`` (all masked); ``step(key, state) -> (state, chosen)``
-    one pass (a no-op once nothing is masked). ``rule`` the :class:`Rule` it applies."""
+    one pass (a no-op once nothing is masked). ``rule`` the :class:`~gmlm_lib.core.unmasking.Rule` it applies."""
 
     rule: Rule
     init: Callable

@@ -150,7 +150,7 @@ class Translator:
     def passes(self, texts: list[str], method: Method, *, batch_size: int = 64) -> np.ndarray:
         """The decoder passes each of ``texts`` needs under a :class:`~gmlm_lib.mt.decoding.StrategyOptions`
         method (what its batch-1 decode runs): (len(texts),) int, at most the strategy's T, fewer
-        where an adaptive rule commits every position early (:func:`decoding.strategy_passes`)."""
+        where an adaptive rule commits every position early (:func:`gmlm_lib.mt.decoding.strategy_passes`)."""
         self._check(method)
         if method.kind != "padir" or not isinstance(method.padir, decoding.StrategyOptions):
             raise ValueError("Translator.passes counts the passes of a StrategyOptions strategy (Method('padir', "

@@ -21,7 +21,7 @@ from gmlm_lib.book.findings.rules import grade
 from gmlm_lib.core.unmasking import RULES_2025
 from gmlm_lib.ising.unmasking import envelope
 
-__all__ = ["RATIO_TARGET", "ours_vs_best", "best_by_budget", "li_cai_check", "findings", "best_2025_by_T", "translation"]
+__all__ = ["RATIO_TARGET", "FLOOR", "ours_vs_best", "best_by_budget", "li_cai_check", "findings", "best_2025_by_T", "translation"]
 
 RATIO_TARGET = 1.0
 """Ours "at least matches" the best 2025 rule when its exact KL is at most the best one's at every
