@@ -744,6 +744,7 @@ def _rule_by_definition(model, src, sm, opts, width):
     return tokens
 
 
+@pytest.mark.slow  # compiles a decoder per setting
 @pytest.mark.parametrize("name,kw,seed,steps", [
     ("threshold", dict(confidence=0.1), 0, 3), ("threshold", dict(confidence=0.9), 1, 7),
     ("factor", dict(factor=1.5), 0, 7), ("entropy", dict(entropy=0.5), 1, 7), ("entropy", dict(entropy=50.0), 0, 3)])
@@ -759,6 +760,7 @@ def test_2025_rules_follow_their_definitions(name, kw, seed, steps):
     np.testing.assert_array_equal(got[0, :7], _rule_by_definition(m, src, sm, opts, 8))
 
 
+@pytest.mark.slow  # compiles a decoder per setting
 @pytest.mark.parametrize("name", decoding.RULE_STRATEGIES)
 def test_rule_strategies_fill_every_position_within_T_passes(name):
     m = tiny(False)
@@ -794,6 +796,7 @@ def test_rule_strategy_options_out_of_range_are_named(kwargs, words):
         assert w in str(err.value)
 
 
+@pytest.mark.slow  # compiles a decoder per setting
 def test_translator_counts_each_sentences_passes():
     texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras", "two men", "a cat"] * 10
     v = V.train(texts, 60)
