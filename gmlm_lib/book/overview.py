@@ -23,6 +23,7 @@ from gmlm_lib.book import sources
 from gmlm_lib.book.findings.rules import grade
 
 PAGE = Path("book") / "results.md"
+RECORD = "application/papermill.record/text/plain"
 
 
 def _ratio(value) -> str:
@@ -30,7 +31,6 @@ def _ratio(value) -> str:
     number = float(value)
     return "∞ (ours has no setting within a budget that a 2025 rule meets)" if number == float("inf") else \
         f"{number:.3g}x"
-RECORD = "application/papermill.record/text/plain"
 
 
 def glued(ipynb: Path) -> dict:

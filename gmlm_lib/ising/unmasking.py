@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gmlm_lib.core import divergences
 from gmlm_lib.core.precision import require_x64
 from gmlm_lib.core.unmasking import (RULES, RULES_2025, Rule, dependency, dilated, entropy_bound, factor,  # noqa: F401
                                      make_rule, random_order, threshold, top_k)
@@ -38,7 +39,7 @@ MAX_EXACT_UNMASK_N = 12
 
 __all__ = ["MAX_EXACT_UNMASK_N", "site_statistics", "ExactLaw", "exact_law", "UnmaskState", "Unmasker", "sampler",
            "sample", "chi_square_check", "mutual_information_sum", "li_cai_rhs", "li_cai_bound", "families",
-           "STRONG_FAMILIES", "envelope", "frontier_ratio"]
+           "STRONG_FAMILIES", "envelope"]
 
 
 def _binary_entropy(p):
@@ -169,8 +170,7 @@ def exact_law(model: IsingModel, rule: Rule) -> ExactLaw:
             p_full = np.full((live.size, n), 0.5)
             p_full[:, masked] = marg.p_up(U, masked)[live]
             if rule.name == "random":
-                k = rule.counts[min(t, len(rule.counts) - 1)] if t < len(rule.counts) else len(masked)
-                subsets = list(itertools.combinations(masked, min(k, len(masked))))
+                subsets = list(itertools.combinations(masked, rule.counts[t]))  # t < T while any is masked
                 choices = [(A, np.arange(live.size), 1.0 / len(subsets)) for A in subsets]
             else:
                 conf, ent = site_statistics(p_full)
@@ -199,11 +199,9 @@ def exact_law(model: IsingModel, rule: Rule) -> ExactLaw:
     target = joint.reshape(-1)
     if not np.isclose(out.sum(), 1.0, atol=1e-9):
         raise RuntimeError(f"exact_law lost mass: the output law sums to {out.sum():.12f}, not 1 ({rule.label}).")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        kl = float(np.sum(np.where(target > 0, target * (np.log(np.where(target > 0, target, 1.0))
-                                                          - np.log(np.where(out > 0, out, 1e-300))), 0.0)))
+    kl = float(divergences.kl(target, out))
     return ExactLaw(out, float(np.arange(n + 1) @ pass_law), pass_law, target, max(kl, 0.0),
-                    float(0.5 * np.abs(out - target).sum()), max_batch)
+                    float(divergences.tv(out, target)), max_batch)
 
 
 # --- The same decoder as a sampler ---------------------------------------------------------------
@@ -374,13 +372,3 @@ def envelope(passes, kl, budget: float) -> float:
     passes, kl = np.asarray(passes, dtype=float), np.asarray(kl, dtype=float)
     fits = passes <= budget + 1e-9
     return float(kl[fits].min()) if fits.any() else math.inf
-
-
-def frontier_ratio(ours: tuple, best: tuple, budget: float, floor: float = 1e-12) -> float:
-    """Our envelope's KL over the best other envelope's at ``budget`` passes (each ``(passes, kl)``).
-    Both at most ``floor`` (exact to rounding) counts as 1.0; ours without a setting within the
-    budget is ``inf``."""
-    a, b = envelope(*ours, budget), envelope(*best, budget)
-    if a <= floor and b <= floor:
-        return 1.0
-    return a / max(b, floor)

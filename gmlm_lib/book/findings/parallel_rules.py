@@ -17,7 +17,7 @@ import math
 
 import pandas as pd
 
-from gmlm_lib.book.findings.rules import grade
+from gmlm_lib.book.findings.rules import grade, significant
 from gmlm_lib.core.unmasking import RULES_2025
 from gmlm_lib.ising.unmasking import envelope
 
@@ -174,8 +174,6 @@ def translation(table: pd.DataFrame, p_values: dict, *, ours: str = "dependency_
     (:func:`best_2025_by_T`). Returns ``ours_vs_best_bleu`` and ``ours_vs_best_p`` (at ``at_T``),
     ``best_rule_by_T`` (the best rule at each T, ours included), ``ours_worse_at`` (the T where ours
     is significantly worse), and ``rules_target``: met when ours is significantly worse at no T."""
-    from gmlm_lib.book.findings.rules import significant
-
     _check(table, ("T", "rule", "BLEU"), "table")
     best = best_2025_by_T(table)
     if set(best) != {int(t) for t in p_values}:
