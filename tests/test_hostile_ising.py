@@ -27,7 +27,7 @@ def _model(n=3):
     (lambda: ising.random_model(KEY, 0, 1.0, 1.0), ValueError, ["n must be a positive integer"]),
     (lambda: ising.random_model(KEY, 3.5, 1.0, 1.0), ValueError, ["n must be a positive integer"]),
     (lambda: ising.random_model(KEY, 3, -1.0, 1.0), ValueError, ["scales must be >= 0"]),
-    (lambda: ising.sample(_model(), KEY, -1), ValueError, ["num_samples must be >= 0"]),
+    (lambda: ising.sample(_model(), KEY, -1), ValueError, ["num_samples must be an integer >= 0"]),
     (lambda: ising.log_prob(_model(), np.array([[1, 0, 1]])), ValueError, ["-1", "+1"]),
     (lambda: ising.log_prob(_model(), np.array([[1, 1]])), ValueError, ["3"]),
     (lambda: ising.clique_plus_independent(4, 5, 1.0, 0.0), ValueError, ["c"]),

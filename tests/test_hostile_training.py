@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gmlm_lib.book import runner, sources
-from gmlm_lib.mt import batching, seq2seq, training
+from gmlm_lib.mt import batching, runfolder, seq2seq, training
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -157,7 +157,7 @@ def _die_during_save(folder, point):
 
         atomicity.AtomicRenameTemporaryPath.finalize = finalize_or_die
     else:
-        digest, calls = training._digest, []
+        digest, calls = runfolder.digest, []
 
         def digest_or_die(state):
             calls.append(1)
@@ -165,7 +165,7 @@ def _die_during_save(folder, point):
                 die()
             return digest(state)
 
-        training._digest = digest_or_die
+        runfolder.digest = digest_or_die
     training.train(_cfg(), _batcher(), pathlib.Path(folder), progress=False)
 
 
@@ -208,11 +208,11 @@ def test_a_bad_metrics_line_before_the_end_names_the_line(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\nnot json\n{"step": 2, "loss": 1.0}\n')
     with pytest.raises(ValueError, match=r"metrics.jsonl: line 2 is not JSON"):
-        training._rows(tmp_path / "run" / "metrics.jsonl")
+        runfolder.read_metrics(tmp_path / "run" / "metrics.jsonl")
 
 
 def _hold_lock(folder, ready, release):
-    with training._exclusive(pathlib.Path(folder)):
+    with runfolder.exclusive(pathlib.Path(folder)):
         ready.set()
         release.wait(30)
 

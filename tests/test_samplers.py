@@ -357,5 +357,5 @@ def test_cpu_devices_cannot_change_once_jax_runs():
     with pytest.raises(RuntimeError, match="before JAX computes anything"):
         samplers.use_cpu_cores_as_devices(have + 1)
     assert samplers.use_cpu_cores_as_devices(have) == have  # asking for what it has is fine
-    with pytest.raises(ValueError, match="count must be >= 1"):
+    with pytest.raises(ValueError, match="count must be an integer >= 1"):
         samplers.use_cpu_cores_as_devices(0)

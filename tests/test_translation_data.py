@@ -247,4 +247,6 @@ def test_paired_bootstrap_is_sacrebleus_and_reproducible():
     assert table.loc["base", "BLEU"] == pytest.approx(mt_metrics.bleu(base, refs).score)
     assert np.isnan(table.loc["base", "p-value"]) and 0 < table.loc["other", "p-value"] <= 1
     with pytest.raises(ValueError, match="aligned"):
-        mt_metrics.paired_bootstrap([("base", base[:3])], refs)
+        mt_metrics.paired_bootstrap([("base", base[:3]), ("other", other)], refs)
+    with pytest.raises(ValueError, match="at least two"):  # a baseline alone compares nothing
+        mt_metrics.paired_bootstrap([("base", base)], refs)

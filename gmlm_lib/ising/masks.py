@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gmlm_lib.core import checks
+
 
 def check_k(k: int, n: int) -> int:
     """Validate a mask size: an integer with ``1 <= k <= n``."""
@@ -30,9 +32,8 @@ def uniform_k_subsets(key: jax.Array, num: int, n: int, k: int) -> jax.Array:
     a uniform ``k``-subset.
     """
     k = check_k(k, n)
-    if int(num) < 0:
-        raise ValueError(f"num must be >= 0; got {num}.")
-    u = jax.random.uniform(key, (int(num), n))
+    num = checks.integer(num, "num", low=0)
+    u = jax.random.uniform(checks.key(key), (num, n))
     ranks = jnp.argsort(jnp.argsort(u, axis=-1), axis=-1)
     return ranks < k
 

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gmlm_lib.core import checks
 from gmlm_lib.core.precision import require_x64
 
 __all__ = [
@@ -252,7 +253,10 @@ def probabilities(model: IsingModel) -> jax.Array:
 
 
 def _check_subset(subset, n: int) -> np.ndarray:
-    s = np.asarray(subset, dtype=np.int64).reshape(-1)
+    raw = np.asarray(subset)
+    if raw.size and not np.issubdtype(raw.dtype, np.integer):
+        raise TypeError(f"subset must hold site indices (integers); got {subset!r}.")
+    s = raw.astype(np.int64).reshape(-1)
     if s.size == 0:
         raise ValueError("subset must name at least one site.")
     if np.any((s < 0) | (s >= n)):
@@ -278,10 +282,10 @@ def moments(model: IsingModel) -> jax.Array:
 
 def sample(model: IsingModel, key: jax.Array, num_samples: int) -> jax.Array:
     """Exact i.i.d. samples by inverse-CDF over all ``2^n`` states. Returns (num_samples, n) int8."""
-    if int(num_samples) < 0:
-        raise ValueError(f"num_samples must be >= 0; got {num_samples}.")
+    num_samples = checks.integer(num_samples, "num_samples", low=0)
+    key = checks.key(key)
     cdf = jnp.cumsum(probabilities(model))
-    u = jax.random.uniform(key, (int(num_samples),), dtype=jnp.float64) * cdf[-1]
+    u = jax.random.uniform(key, (num_samples,), dtype=jnp.float64) * cdf[-1]
     index = jnp.minimum(jnp.searchsorted(cdf, u, side="right"), cdf.shape[0] - 1)
     return states_from_index(index, model.n)
 
@@ -413,7 +417,10 @@ def log_conditional(model: IsingModel, x: jax.Array, mask: jax.Array, max_size: 
     x = check_spins(x, model.n)
     squeeze = x.ndim == 1
     x = jnp.atleast_2d(x)
-    mask = jnp.broadcast_to(jnp.asarray(mask, dtype=bool), x.shape)
+    mask = checks.mask(mask, "mask", fix="(one row of n sites per state, or one (n,) row for all)")
+    if mask.shape not in ((model.n,), x.shape):
+        raise ValueError(f"mask must have shape ({model.n},) or {x.shape} (one row a state of x); got {mask.shape}.")
+    mask = jnp.broadcast_to(mask, x.shape)
     m = resolve_max_size(mask, max_size)
     idx = mask_to_indices(mask, m)
     lw, lw_obs = _completion_log_weights(model, x, idx, enumerate_states(m))

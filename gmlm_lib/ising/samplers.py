@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from gmlm_lib.core import checks
 from gmlm_lib.core.progress import bar as progress_bar
 from gmlm_lib.ising import model as ising
 from gmlm_lib.ising import product
@@ -469,9 +470,7 @@ def use_cpu_cores_as_devices(count: int | None = None) -> int:
     it already has succeeds); accelerators (GPU, TPU) are not affected. Returns the number of
     CPU devices.
     """
-    count = len(os.sched_getaffinity(0)) if count is None else int(count)
-    if count < 1:
-        raise ValueError(f"count must be >= 1 CPU device; got {count}.")
+    count = len(os.sched_getaffinity(0)) if count is None else checks.integer(count, "count", low=1)
     try:
         jax.config.update("jax_num_cpu_devices", count)
     except RuntimeError as e:
@@ -557,10 +556,11 @@ def run_chains(
     if x0.ndim != 2 or x0.shape[1] != n:
         raise ValueError(f"x0 must be a (num_chains, {n}) batch of start states; got shape {x0.shape}.")
     x0 = ising.check_spins(x0, n, "x0").astype(jnp.int8)
-    num_steps, thin = int(num_steps), int(thin)
-    if num_steps < 0:
-        raise ValueError(f"num_steps must be >= 0; got {num_steps}.")
-    if thin < 1 or num_steps % thin:
+    key = checks.key(key)
+    num_steps = checks.integer(num_steps, "num_steps", low=0)
+    thin = checks.integer(thin, "thin", low=1)
+    chunk = checks.integer(chunk, "chunk", low=1)
+    if num_steps % thin:
         raise ValueError(f"thin must be a positive divisor of num_steps = {num_steps}; got {thin}.")
     C = x0.shape[0]
     sharding = chain_sharding(C)

@@ -7,7 +7,9 @@ One topic a module, imported on first use (``from gmlm_lib.mt import training``)
 - :mod:`~gmlm_lib.mt.vocab`: the joint SentencePiece vocabulary.
 - :mod:`~gmlm_lib.mt.batching`: length-bucketed batches, AR inputs, PaDIR corruption.
 - :mod:`~gmlm_lib.mt.seq2seq`: the encoder-decoder models (AR with a KV cache; PaDIR).
-- :mod:`~gmlm_lib.mt.training`: losses, optimiser, data parallelism, checkpoints and resume.
+- :mod:`~gmlm_lib.mt.training`: the run's configuration, optimiser, data parallelism and the loop with resume.
+- :mod:`~gmlm_lib.mt.objectives`: the AR and PaDIR training losses.
+- :mod:`~gmlm_lib.mt.runfolder`: a run's folder: lock, checkpoints and digests, metrics, provenance record.
 - :mod:`~gmlm_lib.mt.decoding`: greedy, beam and PaDIR refinement; :mod:`~gmlm_lib.mt.reductions`.
 - :mod:`~gmlm_lib.mt.translate`: translation of text, latency and throughput.
 - :mod:`~gmlm_lib.mt.metrics`: SacreBLEU, chrF, stutter (the one stutter rule), paired bootstrap.
@@ -22,6 +24,6 @@ float32 whatever else the program imported.
 
 from gmlm_lib.core.lazy import attach as _attach
 
-__all__ = ["config", "corpus", "vocab", "batching", "seq2seq", "training", "decoding", "reductions", "translate",
+__all__ = ["config", "corpus", "vocab", "batching", "seq2seq", "training", "objectives", "runfolder", "decoding", "reductions", "translate",
            "metrics", "experiment", "pipeline", "stutter_analysis", "decode_costs"]
 __getattr__, __dir__ = _attach(__name__, tuple(__all__))

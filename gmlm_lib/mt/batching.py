@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gmlm_lib.core import checks
 from gmlm_lib.mt import vocab as V
 
 DEFAULT_BUCKETS = (16, 24, 32, 48, 64)
@@ -31,6 +32,7 @@ class Batch:
 
 def pad(rows: list[list[int]], length: int) -> tuple[np.ndarray, np.ndarray]:
     """Right-pad id lists to (len(rows), length) with PAD, and the mask of real tokens."""
+    length = checks.integer(length, "length", low=0)
     out = np.full((len(rows), length), V.PAD, np.int32)
     for i, r in enumerate(rows):
         if len(r) > length:
@@ -39,9 +41,30 @@ def pad(rows: list[list[int]], length: int) -> tuple[np.ndarray, np.ndarray]:
     return out, out != V.PAD
 
 
+def check_buckets(buckets, name: str = "buckets") -> tuple[int, ...]:
+    """``buckets`` as a tuple of increasing positive integers (the padded lengths a run compiles
+    for); anything else is refused, never sorted or replaced silently."""
+    if isinstance(buckets, (str, bytes)) or not isinstance(buckets, (list, tuple)):
+        raise TypeError(f"{name} must be a list of increasing positive integers (padded lengths), e.g. "
+                        f"{list(DEFAULT_BUCKETS)}; got {buckets!r}.")
+    out = tuple(checks.integer(b, f"{name}[{i}]", low=1) for i, b in enumerate(buckets))
+    if not out:
+        raise ValueError(f"{name} must hold at least one length, e.g. {list(DEFAULT_BUCKETS)}; got an empty list.")
+    if any(a >= b for a, b in zip(out, out[1:])):
+        raise ValueError(f"{name} must be strictly increasing (the smallest bucket that fits is used); got "
+                         f"{list(out)}: pass {sorted(set(out))}.")
+    return out
+
+
 def bucket_of(src_len: int, tgt_len: int, buckets) -> int:
-    """Smallest bucket holding the source and the target plus one (EOS or BOS); -1 if none."""
-    need = max(src_len, tgt_len + 1)
+    """Smallest bucket holding the source and the target plus one (EOS or BOS); -1 if none fits
+    (the caller drops and counts that pair). ``buckets``: increasing lengths (:func:`check_buckets`)."""
+    buckets = check_buckets(buckets)
+    src_len, tgt_len = checks.integer(src_len, "src_len", low=0), checks.integer(tgt_len, "tgt_len", low=0)
+    return _smallest(max(src_len, tgt_len + 1), buckets)
+
+
+def _smallest(need: int, buckets: tuple[int, ...]) -> int:
     for b in buckets:
         if need <= b:
             return b
@@ -66,13 +89,17 @@ class Batcher:
     def __post_init__(self):
         if len(self.src) != len(self.tgt):
             raise ValueError(f"src and tgt must be aligned; got {len(self.src)} and {len(self.tgt)} sequences.")
+        self.buckets = check_buckets(self.buckets)
+        self.batch_tokens = checks.integer(self.batch_tokens, "batch_tokens", low=1)
+        self.seed = checks.integer(self.seed, "seed")
+        self.multiple = checks.integer(self.multiple, "multiple", low=1)
         if self.batch_tokens < max(self.buckets) * self.multiple:
             raise ValueError(f"batch_tokens = {self.batch_tokens} is too small: it must hold at least "
                              f"{self.multiple} sequence(s) of the largest bucket ({max(self.buckets)} tokens).")
         self.groups: dict[int, np.ndarray] = {}
         kept = {}
         for i, (s, t) in enumerate(zip(self.src, self.tgt)):
-            b = bucket_of(len(s), len(t), self.buckets) if t else -1
+            b = _smallest(max(len(s), len(t) + 1), self.buckets) if t else -1
             if b > 0:
                 kept.setdefault(b, []).append(i)
         self.groups = {b: np.array(ix) for b, ix in sorted(kept.items())}
@@ -129,6 +156,8 @@ class Batcher:
 def ar_inputs(tgt: jax.Array, tgt_mask: jax.Array):
     """Teacher forcing: (B, L) targets -> decoder input ``[BOS] y`` and output ``y [EOS]`` (B, L + 1),
     and the mask of positions that carry loss."""
+    checks.shape(tgt, "tgt", (None, None), what="(batch, length)")
+    checks.shape(tgt_mask, "tgt_mask", tuple(tgt.shape), what="(the shape of tgt)")
     b = tgt.shape[0]
     lengths = tgt_mask.sum(-1)
     dec_in = jnp.concatenate([jnp.full((b, 1), V.BOS, tgt.dtype), tgt], 1)
@@ -143,6 +172,12 @@ def corrupt(key, tgt: jax.Array, tgt_mask: jax.Array, vocab_size: int, unmasking
     """PaDIR's training input [App. L.1.2]: each real position keeps its correct token with
     probability ``unmasking_rate``; the others become uniform random pieces (``fill="random"``)
     or ``[MASK]``. Padding stays PAD."""
+    checks.shape(tgt, "tgt", (None, None), what="(batch, length)")
+    tgt_mask = checks.mask(tgt_mask, "tgt_mask", tuple(tgt.shape), what="(the shape of tgt)")
+    if not isinstance(unmasking_rate, jax.core.Tracer):
+        checks.real(unmasking_rate, "unmasking_rate", low=0.0, high=1.0)
+    if fill not in ("random", "mask"):
+        raise ValueError(f"fill must be 'random' or 'mask'; got {fill!r}.")
     k1, k2 = jax.random.split(key)
     keep = jax.random.bernoulli(k1, unmasking_rate, tgt.shape)
     if fill == "mask":

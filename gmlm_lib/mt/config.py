@@ -23,9 +23,9 @@ import typing
 from typing import Any
 
 from gmlm_lib.core import settings
-from gmlm_lib.mt import seq2seq, training
+from gmlm_lib.mt import batching, seq2seq, training
 
-__all__ = ["Experiment", "KINDS", "FIELDS", "PRESETS", "AUTO", "resolve", "get", "from_parameters", "from_yaml"]
+__all__ = ["Experiment", "KINDS", "FIELDS", "PRESETS", "AUTO", "ACCELERATORS", "BACKENDS", "resolve", "get", "from_parameters", "from_yaml"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +96,9 @@ class Experiment:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0: {'all' if 'sentences' in name else 'none'}); "
                                  f"got {getattr(self, name)!r}.")
-        for name in ("eval_steps", "latency_steps", "latency_hyps", "train_buckets", "decode_buckets"):
+        for name in ("train_buckets", "decode_buckets"):
+            batching.check_buckets(getattr(self, name), name)
+        for name in ("eval_steps", "latency_steps", "latency_hyps"):
             values = getattr(self, name)
             if not values or min(values) < 1:
                 raise ValueError(f"{name} must be a non-empty list of integers >= 1; got {list(values)!r}.")
@@ -198,6 +200,10 @@ def _coerce(name: str, value, source: str):
 
 AUTO = "auto"
 """The preset name that :func:`resolve` turns into the preset of the backend the program runs on."""
+ACCELERATORS = ("gpu", "tpu", "cuda", "rocm")
+"""The JAX backends on which ``"auto"`` means the GPU preset."""
+BACKENDS = ("cpu", "metal") + ACCELERATORS
+"""The backend names :func:`resolve` accepts."""
 
 
 def resolve(preset: str, backend: str | None = None) -> str:
@@ -213,7 +219,10 @@ def resolve(preset: str, backend: str | None = None) -> str:
         import jax
 
         backend = jax.default_backend()
-    return "multi30k_gpu" if backend in ("gpu", "tpu", "cuda", "rocm") else "multi30k_cpu"
+    elif backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS} (what jax.default_backend() returns), or None for the "
+                         f"backend this program runs on; got {backend!r}.")
+    return "multi30k_gpu" if backend in ACCELERATORS else "multi30k_cpu"
 
 
 def get(preset: str = "multi30k_cpu", overrides: dict | None = None, *, source: str = "") -> Experiment:

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from gmlm_lib.core import unmasking
+from gmlm_lib.core import checks, unmasking
 from gmlm_lib.mt import reductions
 from gmlm_lib.mt import vocab as V
 
@@ -199,10 +199,8 @@ class PadirOptions:
     early_stop: bool = True
 
     def __post_init__(self):
-        if self.steps < 1:
-            raise ValueError(f"PadirOptions.steps must be >= 1; got {self.steps}.")
-        if self.hyps < 1:
-            raise ValueError(f"PadirOptions.hyps must be >= 1; got {self.hyps}.")
+        checks.integer(self.steps, "PadirOptions.steps", low=1)
+        checks.integer(self.hyps, "PadirOptions.hyps", low=1)
         if self.init not in ("random", "mask"):
             raise ValueError(f"PadirOptions.init must be 'random' or 'mask'; got {self.init!r}.")
 
@@ -598,9 +596,11 @@ def padir(graphdef, params, src, src_mask, key, *, options: PadirOptions, max_le
 
 def strip(ids: np.ndarray, *, drop_repeats: bool = False) -> list[list[int]]:
     """Rows of ids -> lists up to (not including) the first EOS or PAD; with ``drop_repeats``
-    consecutive repeated tokens are merged (PaDIR's post-processing after the last step)."""
+    consecutive repeated tokens are merged (PaDIR's post-processing after the last step). (B, L) ids."""
+    ids = np.asarray(ids)
+    checks.shape(ids, "ids", (None, None), what="(batch, length): one row of token ids a sentence")
     rows = []
-    for row in np.asarray(ids):
+    for row in ids:
         out = []
         for tok in row.tolist():
             if tok in (V.EOS, V.PAD):

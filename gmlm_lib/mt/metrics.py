@@ -98,6 +98,13 @@ def paired_bootstrap(systems: list[tuple[str, list[str]]], refs: list[str], *, n
     if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
         raise ValueError(f"paired_bootstrap(n_samples=...) must be an integer >= 1 of resamples; got {n_samples!r} "
                          "(sacrebleu would silently run its default of 1000 for 0).")
+    if isinstance(systems, (str, dict)) or not isinstance(systems, (list, tuple)) or len(systems) < 2 or \
+            not all(isinstance(s, (list, tuple)) and len(s) == 2 and isinstance(s[0], str) for s in systems):
+        raise ValueError("paired_bootstrap(systems=...) must be a list of at least two (name, hypotheses) pairs: "
+                         "the baseline first, then each system compared with it.")
+    names = [name for name, _ in systems]
+    if len(set(names)) != len(names):
+        raise ValueError(f"paired_bootstrap: system names must differ (they index the table); got {names}.")
     for name, hyps in systems:
         _check(hyps, refs)
     test = PairedTest(systems, {"BLEU": sacrebleu.metrics.BLEU()}, [refs], test_type="bs", n_samples=n_samples)

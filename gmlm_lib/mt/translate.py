@@ -58,7 +58,10 @@ class Method:
 
 
 class Translator:
-    """``model`` (a trained :class:`gmlm_lib.mt.seq2seq.Seq2Seq`) with its ``vocab``."""
+    """``model`` (a trained :class:`gmlm_lib.mt.seq2seq.Seq2Seq`) with its ``vocab``. Sources are
+    padded to the smallest of ``buckets`` (increasing lengths) that holds them; buckets above the
+    model's ``max_len`` are not used (it cannot encode longer sources), and a list with none at or
+    below it is refused."""
 
     def __init__(self, model, vocab: V.Vocab, *, buckets=(16, 32, 64), seed: int = 0):
         if vocab.size != model.cfg.vocab:
@@ -68,7 +71,11 @@ class Translator:
         self.cfg = model.cfg
         self.graphdef, self.params = nnx.split(model)
         self.vocab = vocab
-        self.buckets = tuple(b for b in sorted(buckets) if b <= self.cfg.max_len) or (self.cfg.max_len,)
+        buckets = batching.check_buckets(buckets)
+        self.buckets = tuple(b for b in buckets if b <= self.cfg.max_len)  # longer sources cannot be encoded
+        if not self.buckets:
+            raise ValueError(f"Translator: every bucket of {list(buckets)} exceeds the model's max_len = "
+                             f"{self.cfg.max_len}; pass buckets up to {self.cfg.max_len}, e.g. ({self.cfg.max_len},).")
         self.key = jax.random.key(seed)
         self.widths = decoding.hypothesis_widths(self.buckets, self.cfg.max_len)  # PaDIR's hypothesis widths
 

@@ -1,0 +1,74 @@
+"""The training objectives of the translation models [Section 3.2, App. L.1.2]: the AR baseline's
+teacher-forced next-token loss and PaDIR's multi-stage denoising loss with its length loss.
+
+Both read from the run's :class:`gmlm_lib.mt.training.TrainConfig` only ``kind``,
+``label_smoothing`` and, for PaDIR, ``unmasking_rate``, ``fill``, ``stages``,
+``length_loss_weight`` and ``model.vocab``. They are pure functions of the model, the batch and a
+``jax.random`` key, traced inside the training step (:func:`gmlm_lib.mt.training.make_step`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from gmlm_lib.mt import batching, reductions, seq2seq
+from gmlm_lib.mt import vocab as V
+
+if TYPE_CHECKING:
+    from gmlm_lib.mt.training import TrainConfig
+
+__all__ = ["cross_entropy", "ar_loss", "padir_loss", "loss_fn"]
+
+
+def cross_entropy(logits, labels, mask, smoothing: float):
+    """Label-smoothed cross-entropy summed over ``mask``, and the number of tokens it covers:
+    (1 - eps) * NLL + eps * mean over the vocabulary of -log p. logits (..., V), labels and mask (...)."""
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32))
+    nll = -jnp.take_along_axis(logp, labels[..., None], -1)[..., 0]
+    ce = (1.0 - smoothing) * nll - smoothing * logp.mean(-1)
+    return (ce * mask).sum(), mask.sum()
+
+
+def ar_loss(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key):
+    """The AR baseline's loss: teacher-forced next-token cross-entropy on ``y [EOS]`` given
+    ``[BOS] y`` (:func:`gmlm_lib.mt.batching.ar_inputs`), per target token. Returns ``(loss, parts)``."""
+    k_enc, _, k_dec = jax.random.split(key, 3)  # the keys PaDIR's loss uses for its encoder and decoder
+    enc, enc_mask = model.encode(batch["src"], batch["src_mask"], k_enc)
+    dec_in, out, mask = batching.ar_inputs(batch["tgt"], batch["tgt_mask"])
+    logits = model.decode(dec_in, mask, enc, enc_mask, k_dec)
+    total, count = cross_entropy(logits, out, mask, cfg.label_smoothing)
+    loss = total / count
+    return loss, dict(token_loss=loss, tokens=count)
+
+
+def padir_loss(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key):
+    """PaDIR's loss [App. L.1.2]: the mean over ``cfg.stages`` stages of the per-token loss on every
+    target position, stage 1 given the corrupted target (:func:`gmlm_lib.mt.batching.corrupt`: each
+    position kept with probability ``unmasking_rate``), each later stage given the previous stage's
+    own argmax (gradients stopped); plus ``length_loss_weight`` times the length predictor's
+    cross-entropy. Returns ``(loss, parts)``."""
+    k_enc, k_cor, k_dec = jax.random.split(key, 3)
+    src, sm, tgt, tm = batch["src"], batch["src_mask"], batch["tgt"], batch["tgt_mask"]
+    enc, enc_mask = model.encode(src, sm, k_enc)
+    hyp = batching.corrupt(k_cor, tgt, tm, cfg.model.vocab, cfg.unmasking_rate, cfg.fill)
+    token_loss = 0.0
+    for stage, k in enumerate(jax.random.split(k_dec, cfg.stages)):
+        logits = model.decode(hyp, tm, enc, enc_mask, k)
+        total, count = cross_entropy(logits, tgt, tm, cfg.label_smoothing)
+        token_loss = token_loss + total / count / cfg.stages
+        if stage + 1 < cfg.stages:  # the next stage refines this stage's own prediction
+            pred = reductions.argmax(logits.at[..., : V.FIRST_PIECE].set(-jnp.inf)).astype(tgt.dtype)
+            hyp = jax.lax.stop_gradient(jnp.where(tm, pred, V.PAD))
+    length_loss = optax.softmax_cross_entropy_with_integer_labels(model.length_logits(enc), tm.sum(-1)).mean()
+    loss = token_loss + cfg.length_loss_weight * length_loss
+    return loss, dict(token_loss=token_loss, length_loss=length_loss, tokens=count)
+
+
+def loss_fn(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key):
+    """The loss of ``cfg.kind`` ("ar": :func:`ar_loss`, "padir": :func:`padir_loss`) on one batch
+    (``src``, ``src_mask`` (B, S); ``tgt``, ``tgt_mask`` (B, L)): ``(mean loss, parts)``."""
+    return (ar_loss if cfg.kind == "ar" else padir_loss)(model, cfg, batch, key)

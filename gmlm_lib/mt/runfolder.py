@@ -1,0 +1,326 @@
+"""A training run's folder: its lock, checkpoints and their digests, metrics log and provenance record.
+
+A run lives in a folder (written by :func:`gmlm_lib.mt.training.train`):
+
+* ``config.json``: the :class:`~gmlm_lib.mt.training.TrainConfig`;
+* ``data.json``: the fingerprint of the batches it trains on (:func:`check_data`);
+* ``checkpoints/``: Orbax checkpoints (:func:`checkpoint_manager`), each with a SHA-256 of its
+  arrays in ``checkpoint_digests.json`` (:func:`digest`), verified on restore (:func:`restore`); a
+  damaged one is moved into ``checkpoints_damaged/`` (:data:`DAMAGED`), never deleted;
+* ``metrics.jsonl``: one JSON line per logged update (:func:`read_metrics`);
+* ``run.json``: provenance, rewritten whole at every checkpoint (:class:`RunRecord`);
+* ``.lock``: held by the one process training there (:func:`exclusive`).
+
+File and system errors are translated at this boundary: a missing, cut or unreadable file, a folder
+that is a file, a full disk, each is one line naming the file, what is wrong and what to do
+(:class:`RunFolderError`, :func:`read_json`, :func:`save_checkpoint`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import pathlib
+import socket
+import time
+import warnings
+from typing import TYPE_CHECKING, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+
+from gmlm_lib.core import records
+from gmlm_lib.mt import batching
+
+if TYPE_CHECKING:
+    from gmlm_lib.mt.training import TrainConfig
+
+__all__ = ["RunFolderError", "RunFolderBusy", "DAMAGED", "read_json", "folder", "read_metrics", "keep_metrics",
+           "losses", "check_data", "exclusive", "digest", "all_finite", "move_aside", "restore", "checkpoint_digests",
+           "checkpoint_manager", "save_checkpoint", "RunRecord"]
+
+
+class RunFolderError(OSError):
+    """A run folder, or a file in it, that cannot be used as it is; its message (one line) names the
+    file, what is wrong with it and what to do."""
+
+
+def folder(run_dir: str | os.PathLike, *, must_exist: bool = True) -> pathlib.Path:
+    """``run_dir`` as an absolute path, refused (:class:`RunFolderError`) when it is a file, or when
+    ``must_exist`` and it does not exist."""
+    path = pathlib.Path(run_dir).expanduser().resolve()
+    if path.exists() and not path.is_dir():
+        raise RunFolderError(f"{path} is a file, not a run folder; pass the folder that train() wrote "
+                                            "(it holds config.json and checkpoints/).")
+    if must_exist and not path.exists():
+        raise RunFolderError(f"run folder {path} does not exist; pass the folder that train() wrote, or "
+                                           "train the run there first.")
+    return path
+
+
+def read_json(path: pathlib.Path, what: str, fix: str = "") -> dict:
+    """The JSON object in ``path`` (``what`` says what the file is, e.g. "the run's TrainConfig");
+    a missing, unreadable, cut or non-object file is a one-line :class:`RunFolderError` naming it,
+    with ``fix`` (or the default advice: restore the file from a copy, or train again in a new folder)."""
+    fix = fix or "restore it from a copy of the run folder, or train the run again in a new folder."
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise RunFolderError(f"{path} does not exist ({what}): {path.parent} is not a complete run "
+                                           f"folder; {fix}") from None
+    except IsADirectoryError:
+        raise RunFolderError(f"{path} is a folder, not {what}; {fix}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise RunFolderError(f"cannot read {path} ({what}): {err.__class__.__name__}: {err}; {fix}") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise RunFolderError(f"{path} ({what}) is not valid JSON ({err.msg} at line {err.lineno}, column "
+                                        f"{err.colno}): it was cut short or damaged; {fix}") from None
+    if not isinstance(value, dict):
+        raise RunFolderError(f"{path} ({what}) holds a JSON {type(value).__name__}, not an object; {fix}")
+    return value
+
+
+def _disk_full(err: BaseException) -> bool:
+    text = f"{type(err).__name__}: {err}"
+    return getattr(err, "errno", None) == errno.ENOSPC or "RESOURCE_EXHAUSTED" in text or "No space left" in text
+
+
+def save_checkpoint(manager: ocp.CheckpointManager, step: int, state: dict, run_dir: pathlib.Path,
+                    last_good: int) -> None:
+    """Save ``state`` as checkpoint ``step`` and wait for it. A full disk (Orbax's
+    ``RESOURCE_EXHAUSTED`` or ``ENOSPC``) is one line naming the folder, the checkpoint still good
+    (``last_good``) and the fix, instead of Orbax's traceback."""
+    try:
+        manager.save(step, args=ocp.args.StandardSave(state), force=True)
+        manager.wait_until_finished()
+    except Exception as err:
+        if not _disk_full(err):
+            raise
+        raise RunFolderError(f"no space left on the disk of {run_dir} while writing the checkpoint of "
+                                           f"step {step}; free disk space (or move the run folder) and call train() "
+                                           f"again: it resumes from the checkpoint of step {last_good}.") from None
+
+
+def read_metrics(path: pathlib.Path) -> list[dict]:
+    """The lines of ``metrics.jsonl`` (none when it does not exist). A last line cut short (a kill
+    while it was written) is dropped with a warning; a bad line before it is an error naming it."""
+    if not path.exists():
+        return []
+    lines = [(i, l) for i, l in enumerate(path.read_text().splitlines(), 1) if l.strip()]
+    rows = []
+    for pos, (i, line) in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if pos == len(lines) - 1:
+                warnings.warn(f"{path}: line {i} is cut short ({err.msg}), as a kill while it was written leaves "
+                              "it; it is dropped and the run resumes from its last checkpoint.", stacklevel=3)
+                break
+            raise ValueError(f"{path}: line {i} is not JSON ({err.msg}); the metrics log is damaged. Remove that "
+                             "line (or the whole file, losing the logged losses) and run again.") from None
+    return rows
+
+
+def keep_metrics(path: pathlib.Path, upto: int):
+    """Drop metric lines written after step ``upto`` (they belong to the lost part of a killed run)."""
+    if path.exists():
+        path.write_text("".join(json.dumps(r) + "\n" for r in read_metrics(path) if r["step"] <= upto))
+
+
+def losses(path: pathlib.Path) -> list[tuple[int, float]]:
+    """``(step, loss)`` of every line of ``metrics.jsonl``."""
+    return [(r["step"], r["loss"]) for r in read_metrics(path)]
+
+
+def check_data(run_dir: pathlib.Path, batcher: batching.Batcher, teacher: str = "") -> str | None:
+    """The batcher's fingerprint, checked against the one the run folder was started with
+    (``data.json``): resuming or reusing a run on other data (other sentences, vocabulary, batch
+    size, seed or device count) is an error. A folder with checkpoints but no ``data.json`` was
+    trained before fingerprints were recorded: a warning says its data cannot be checked, and
+    ``None`` is returned (nothing is recorded for it). ``teacher`` (the fingerprint of the model a
+    run starts from, if any) is folded in, so a run cannot resume from another teacher."""
+    path = run_dir / "data.json"
+    fingerprint = batcher.fingerprint()
+    if teacher:
+        fingerprint = hashlib.sha256((fingerprint + teacher).encode()).hexdigest()
+    if path.exists():
+        recorded = read_json(path, "the fingerprint of the data the run trains on").get("fingerprint")
+        if not isinstance(recorded, str):
+            raise RunFolderError(f"{path} records no data fingerprint; restore it from a copy of the run "
+                                            "folder, or train the run again in a new folder.")
+        if recorded != fingerprint:
+            raise ValueError(f"{run_dir} was trained on other data (batcher fingerprint {recorded[:12]}, this batcher's "
+                             f"{fingerprint[:12]}): other sentences, targets, vocabulary, batch size, seed, device "
+                             "count or teacher; use a new run folder for new data.")
+        return fingerprint
+    ckpt = run_dir / "checkpoints"
+    if ckpt.is_dir() and any(ckpt.iterdir()):
+        warnings.warn(f"{run_dir} has checkpoints but no data.json (trained before data fingerprints were recorded): "
+                      "its training data cannot be checked against this batcher's.", stacklevel=3)
+        return None
+    records.write_record(path, dict(fingerprint=fingerprint, pairs=len(batcher.src), dropped=batcher.dropped))
+    return fingerprint
+
+
+class RunFolderBusy(RuntimeError):
+    """Another process is training in the same run folder."""
+
+
+@contextlib.contextmanager
+def exclusive(run_dir: pathlib.Path):
+    """Hold an exclusive lock on ``run_dir`` (``run_dir/.lock``, ``fcntl.flock``) while training: a
+    second process on the same folder would interleave its metrics and checkpoints. The lock file
+    names the holder; the operating system releases the lock when the holder exits or is killed."""
+    import fcntl
+
+    path = run_dir / ".lock"
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise RunFolderBusy(f"{run_dir} is being trained by {holder}; wait for it to finish (or stop it), or "
+                                "train in another run folder.") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"process {os.getpid()} on {socket.gethostname()}, since "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime())}")
+        f.flush()
+        try:
+            yield
+        finally:
+            f.seek(0)
+            f.truncate()
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def digest(state) -> str:
+    """SHA-256 of every array of ``state`` (params and optimiser state), in tree order: written with
+    each checkpoint and compared on restore, so a damaged checkpoint cannot pass for a good one."""
+    h = hashlib.sha256()
+    for leaf in jax.tree.leaves(jax.device_get(state)):
+        a = np.asarray(leaf)
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def all_finite(tree) -> bool:
+    return all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact))
+
+
+DAMAGED = "checkpoints_damaged"  # where a damaged checkpoint is moved, kept for inspection
+
+
+def move_aside(run_dir: pathlib.Path, step: int) -> pathlib.Path:
+    """Move checkpoint ``step`` out of ``checkpoints/`` into ``checkpoints_damaged/<step>`` (a new name
+    if that exists), so that training never reads it again and nothing is deleted; returns where it went."""
+    src = run_dir / "checkpoints" / str(step)
+    aside = run_dir / DAMAGED
+    aside.mkdir(exist_ok=True)
+    dest, n = aside / str(step), 1
+    while dest.exists():
+        dest, n = aside / f"{step}.{n}", n + 1
+    os.replace(src, dest)
+    return dest
+
+
+def restore(make_manager: Callable[[], ocp.CheckpointManager], run_dir: pathlib.Path, target: dict, *,
+             move_damaged: bool = True) -> tuple[int, dict | None, ocp.CheckpointManager]:
+    """The newest checkpoint that restores, matches the digest written with it and holds only finite
+    numbers: ``(step, state, manager)``, with ``(0, None, manager)`` when the folder has none. A damaged
+    newer checkpoint is reported with a warning that says so and where it went (``move_damaged``:
+    moved into ``checkpoints_damaged/``, never deleted, for training to write that step again), and
+    the previous one is tried with a fresh manager (Orbax's manager keeps what it inferred from a
+    damaged checkpoint, which would make every older one look damaged too). A checkpoint without a
+    recorded digest (a folder from before digests were written) is used with a warning that it could
+    not be verified beyond its finite numbers. ``make_manager`` opens ``run_dir/checkpoints``."""
+    digests = checkpoint_digests(run_dir)
+    manager = make_manager()
+    skipped: set[int] = set()
+    while True:
+        candidates = sorted((s for s in manager.all_steps() if s not in skipped), reverse=True)
+        if not candidates:
+            return 0, None, manager
+        step = candidates[0]
+        want = digests.get(str(step))
+        try:
+            state = manager.restore(step, args=ocp.args.StandardRestore(target))
+            problem = ("its digest differs from the one written with it" if want is not None and digest(state) != want
+                       else "it holds non-finite numbers" if not all_finite(state) else None)
+        except Exception as err:  # Orbax/TensorStore raise many kinds on a damaged file
+            problem = f"it cannot be read ({type(err).__name__}: {str(err).splitlines()[0][:160]})"
+        if problem is None:
+            if want is None:
+                warnings.warn(f"{run_dir}: the checkpoint of step {step} has no recorded digest (a run folder from "
+                              "before digests were written): only its finite numbers could be checked; its config "
+                              "and data were checked against config.json and data.json.", stacklevel=3)
+            return step, state, manager
+        manager.close()
+        where = f" It was moved to {move_aside(run_dir, step)} (kept, not deleted)." if move_damaged else ""
+        skipped.add(step)
+        older = [s for s in candidates[1:]]
+        warnings.warn(f"{run_dir}: the checkpoint of step {step} is damaged ({problem}).{where} "
+                      + (f"Falling back to step {max(older)}." if older else "No older checkpoint: training restarts "
+                         "from step 0."), stacklevel=3)
+        manager = make_manager()
+
+
+def checkpoint_digests(run_dir: pathlib.Path) -> dict:
+    path = run_dir / "checkpoint_digests.json"
+    try:
+        return json.loads(path.read_text()) if path.exists() else {}
+    except json.JSONDecodeError:
+        warnings.warn(f"{path} is damaged; the checkpoints are checked for finite numbers only.", stacklevel=3)
+        return {}
+
+
+def checkpoint_manager(run_dir: pathlib.Path, every: int) -> ocp.CheckpointManager:
+    """Orbax, synchronous (a kill during a save leaves the previous checkpoint whole), two kept."""
+    return ocp.CheckpointManager(
+        run_dir / "checkpoints",
+        options=ocp.CheckpointManagerOptions(save_interval_steps=every, max_to_keep=2,
+                                             enable_async_checkpointing=False))
+
+
+class RunRecord:
+    """``run.json`` of a run being trained: the segments of earlier calls up to the checkpoint this
+    call resumed from, and this call's own segment (its steps, time, tokens, commit and machine).
+    :meth:`write` rewrites the whole record at a checkpoint and at the end."""
+
+    def __init__(self, path: pathlib.Path, cfg: "TrainConfig", batcher: batching.Batcher, start: int, init: dict,
+                 fingerprint: str | None, parameters: int, prev: dict):
+        self.path, self.cfg, self.batcher, self.init, self.prev = path, cfg, batcher, init, prev
+        self.fingerprint, self.parameters = fingerprint, parameters
+        # a killed call's segment may run past the checkpoint it is resumed from: cut it there
+        self.earlier = [g for g in prev.get("segments", []) if g["start"] < start]
+        if self.earlier and self.earlier[-1]["end"] > start:
+            self.earlier[-1] = dict(self.earlier[-1], end=start)
+        self.segment = dict(start=start, end=start, wall_s=0.0, tokens=0, commit=records.git_commit(),
+                            hardware=records.hardware_summary())
+        self.t0, self.tokens = time.perf_counter(), 0
+
+    def write(self, done: int, final_loss: float | None) -> dict:
+        self.segment.update(end=done, wall_s=time.perf_counter() - self.t0, tokens=self.tokens)
+        segments = self.earlier + [self.segment]
+        timed = [g for g in segments if "tokens" in g and g["end"] > g["start"] and g["wall_s"] > 0]
+        record = dict(
+            config=self.cfg.to_dict(), commit=self.segment["commit"], hardware=records.environment(), init=self.init,
+            data_fingerprint=self.fingerprint or self.prev.get("data_fingerprint"), parameters=self.parameters,
+            dropped_pairs=self.batcher.dropped, batches_per_epoch=len(self.batcher), steps=self.cfg.steps, done=done,
+            final_loss=final_loss, wall_s=sum(g["wall_s"] for g in segments), segments=segments,
+            tokens_per_s=(sum(g["tokens"] for g in timed) / sum(g["wall_s"] for g in timed)) if timed
+            else self.prev.get("tokens_per_s"),
+        )
+        records.write_record(self.path, record)
+        return json.loads(json.dumps(record))  # as a later call reads it back (tuples become lists)
+
+
