@@ -12,6 +12,8 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
 from pathlib import Path
 
@@ -40,9 +42,39 @@ def _overrides(pairs: list[list[str]]) -> dict:
     return {name: _parse_value(value, name) for name, value in pairs}
 
 
+_ADVICE = {errno.ENOSPC: "free disk space and run again; nothing committed was replaced (a run writes its "
+                         "notebook only once every cell has succeeded)",
+           errno.EACCES: "check the permissions of that path, or run from a folder you can write to",
+           errno.EROFS: "the file system is read-only: run from a writable copy of the book",
+           errno.ENOENT: "check the path (a chapter is notebooks/NAME.md; run folders are under runs/)"}
+
+
+def describe(err: BaseException) -> str:
+    """One line for an error the command line stops on: the library's own message (which names the
+    file or argument and the fix) or, for a bare system error, what failed, on which file and what to do."""
+    if isinstance(err, OSError) and err.errno in _ADVICE and err.strerror:
+        where = f" ({err.filename})" if err.filename else ""
+        return f"{err.strerror}{where}: {_ADVICE[err.errno]}."
+    message = err.args[0] if isinstance(err, KeyError) and err.args else str(err)  # a KeyError's str is a repr
+    text = " ".join(str(message).split("\n")).strip() or type(err).__name__
+    return text if isinstance(err, runner.NotebookRunError) else f"{type(err).__name__}: {text}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``python -m gmlm_lib.book`` command line (``run``, ``check``, ``sync``, ``provenance``, ``labels``);
-    returns the exit status."""
+    returns the exit status. An error it stops on (a failed cell, a bad parameter, a missing or unreadable
+    file, a full disk) is one line on stderr, ``error: ...``, and exit status 1; a traceback is left only
+    for a bug of the tools themselves (``GMLM_TRACEBACK=1`` shows one for every error)."""
+    try:
+        return _main(argv)
+    except (runner.NotebookRunError, OSError, ValueError, TypeError, KeyError) as err:
+        if os.environ.get("GMLM_TRACEBACK") == "1":
+            raise
+        print(f"error: {describe(err)}", file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gmlm_lib.book", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="execute chapters through papermill")

@@ -101,7 +101,7 @@ def mask(x, name: str, expected: tuple | None = None, *, what: str = "", fix: st
     bad = ~((values == 0) | (values == 1))
     if bad.any():
         raise ValueError(f"{name} must be a boolean mask: every entry True/False or 0/1; got {int(bad.sum())} "
-                         f"other entries (e.g. {values[bad].flat[0]!r}), which would be read as True.{_fix(fix)}")
+                         f"other entries (e.g. {values[bad].flat[0].item()!r}), which would be read as True.{_fix(fix)}")
     return jnp.asarray(values.astype(bool))
 
 

@@ -52,11 +52,18 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     separator inside a line (it would split one sentence in two for a reader that honours it),
     a gzip file that is cut short or corrupt."""
     path = pathlib.Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"corpus file {str(path)!r} is a folder; pass one of the text files in it (one sentence "
+                                "a line).")
     if not path.is_file():
         raise FileNotFoundError(f"corpus file {str(path)!r} does not exist; check the path (or the "
                                 f"{ENV_VAR} environment variable for Multi30k).")
     try:
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        data = path.read_bytes()
+    except OSError as err:
+        raise OSError(f"cannot read corpus file {path} ({err.strerror or err}); check its permissions.") from None
+    try:
+        raw = gzip.decompress(data) if path.suffix == ".gz" else data
     except (OSError, EOFError, zlib.error) as err:
         raise ValueError(f"corpus file {path} is not a complete gzip file ({err}); download or copy it again.") from None
     if raw.startswith(codecs.BOM_UTF8):

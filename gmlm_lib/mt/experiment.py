@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import json
 import os
 import pathlib
 import time
@@ -21,7 +20,7 @@ import time
 
 from gmlm_lib.core import records
 from gmlm_lib.core.progress import bar as progress_bar
-from gmlm_lib.mt import corpus, seq2seq, training, translate
+from gmlm_lib.mt import corpus, runfolder, seq2seq, training, translate
 from gmlm_lib.mt import vocab as V
 
 #: The trained models of a run folder, by subfolder name.
@@ -51,6 +50,9 @@ def open_run(root: str | pathlib.Path, need=MODELS) -> RunFolder:
     root = pathlib.Path(root)
     how = ("produce it with the PaDIR chapter: papermill notebooks/padir.ipynb out.ipynb -p run_root "
            "<folder> (it writes <folder>/<src>-<tgt>/), then pass that folder here")
+    if root.exists() and not root.is_dir():
+        raise runfolder.RunFolderError(f"{root} is a file, not a run folder; pass the folder that holds spm.model and "
+                                       f"the models' folders ({', '.join(MODELS)}).")
     if not (root / "spm.model").is_file():
         raise FileNotFoundError(f"run folder {str(root)!r} has no spm.model; {how}.")
     unknown = set(need) - set(MODELS + OPTIONAL) - {"distilled"}
@@ -65,7 +67,7 @@ def open_run(root: str | pathlib.Path, need=MODELS) -> RunFolder:
                 raise FileNotFoundError(f"run folder {str(root)!r} has no trained {name!r} model; {how}.")
             continue
         models[name] = training.load(root / name)
-        records[name] = json.loads((root / name / "run.json").read_text())
+        records[name] = runfolder.read_json(root / name / "run.json", f"the {name!r} model's provenance record")
     found = sorted(root.glob("distilled.*.gz"))
     if not found and "distilled" in need:
         raise FileNotFoundError(f"run folder {str(root)!r} has no distilled.<tgt>.gz; {how}.")
@@ -106,8 +108,9 @@ def distil(translator: translate.Translator, sources: list[str], method: transla
         if not record_path.exists():
             raise ValueError(f"{path} has no record {record_path.name} (an older or interrupted run?); "
                              "delete the file to decode again.")
-        record = json.loads(record_path.read_text())
-        if record["method"] != want or record["sentences"] != len(sources):
+        record = runfolder.read_json(record_path, "the record of the distilled targets",
+                                     fix=f"delete {path.name} and {record_path.name} to decode again.")
+        if record.get("method") != want or record["sentences"] != len(sources):
             raise ValueError(f"{path} was decoded with {record['method']} from {record['sentences']:,} sentences, "
                              f"not with {want} from {len(sources):,}: use another run folder, or delete the file "
                              "to decode again.")

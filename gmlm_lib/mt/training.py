@@ -20,7 +20,6 @@ import time
 from typing import Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
@@ -133,6 +132,21 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
+        """The config written by :meth:`to_dict` (``config.json``); a missing required field or an
+        unknown one is a ``ValueError`` naming them."""
+        if not isinstance(d, dict) or not isinstance(d.get("model"), dict):
+            raise ValueError("TrainConfig.from_dict needs a mapping with a 'model' mapping (what to_dict writes); got "
+                             f"{type(d).__name__}{'' if not isinstance(d, dict) else ' without model'}.")
+        for what, fields, given in (("TrainConfig", dataclasses.fields(cls), d),
+                                    ("ModelConfig", dataclasses.fields(seq2seq.ModelConfig), d["model"])):
+            names = {f.name for f in fields}
+            required = {f.name for f in fields if f.default is dataclasses.MISSING
+                        and f.default_factory is dataclasses.MISSING}
+            unknown, missing = sorted(set(given) - names), sorted(required - set(given))
+            if unknown or missing:
+                raise ValueError(f"{what}.from_dict: " + "; ".join(
+                    ([f"unknown field(s) {unknown}"] if unknown else []) + ([f"missing {missing}"] if missing else []))
+                    + f" (the fields are {sorted(names)}).")
         d = dict(d)
         d["model"] = seq2seq.ModelConfig(**d["model"])
         d["buckets"] = tuple(d.get("buckets", batching.DEFAULT_BUCKETS))

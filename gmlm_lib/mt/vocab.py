@@ -14,6 +14,8 @@ from typing import Iterable, Sequence
 
 import sentencepiece as spm
 
+from gmlm_lib.core import checks
+
 PAD, EOS, BOS, UNK, MASK, LENGTH = range(6)
 FIRST_PIECE = 6
 SPECIALS = ("[MASK]", "[LENGTH]")
@@ -80,8 +82,8 @@ def train(texts: Iterable[str], size: int = 8000, *, model_type: str = "unigram"
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise ValueError("vocab.train: texts is empty; pass the training sentences of both languages.")
-    if size <= FIRST_PIECE + 1:
-        raise ValueError(f"vocab.train: size must be larger than {FIRST_PIECE + 1}; got {size}.")
+    size = checks.integer(size, "vocab.train: size", low=FIRST_PIECE + 2)
+    seed_sentencepiece_size = checks.integer(seed_sentencepiece_size, "vocab.train: seed_sentencepiece_size", low=1)
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(texts), model_writer=model, vocab_size=size, model_type=model_type,

@@ -1,0 +1,321 @@
+"""Nothing silent, round two (issue 48), the rest: one way of checking arguments (gmlm_lib.core.checks)
+at the public boundaries, and file and system errors at the run-folder boundary translated into one
+line naming the file, what is wrong and what to do."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gmlm_lib.core import checks, divergences
+from gmlm_lib.ising import masks
+from gmlm_lib.ising import model as ising
+from gmlm_lib.ising import samplers
+from gmlm_lib.mt import batching, config, corpus, decoding, experiment, metrics, runfolder, seq2seq, training, vocab
+
+MODEL = seq2seq.ModelConfig(vocab=40, causal=True, d_model=32, heads=4, enc_layers=1, dec_layers=1, d_ff=64, max_len=16)
+KEY = jax.random.key(0)
+
+
+def _pair():
+    with jax.enable_x64(True):
+        return ising.ising_model(np.array([[0.0, 0.5], [0.5, 0.0]]), np.array([0.1, -0.2]))
+
+
+# -- the one way: core.checks ------------------------------------------------------------------------------
+@pytest.mark.parametrize("value, error, words", [
+    (2.9, TypeError, "n must be an integer; got 2.9"),
+    (3.0, TypeError, "never rounded"),
+    ("3", TypeError, "got '3' (str)"),
+    (True, TypeError, "n must be an integer"),
+    (-1, ValueError, "n must be an integer >= 0; got -1"),
+])
+def test_a_count_is_never_rounded_or_parsed(value, error, words):
+    with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
+        checks.integer(value, "n", low=0)
+
+
+def test_counts_numbers_and_masks_that_are_right_pass_unchanged():
+    assert checks.integer(np.int64(3), "n", low=0) == 3 and type(checks.integer(np.int64(3), "n")) is int
+    assert checks.integer(np.array(4), "n") == 4
+    assert checks.real(1, "x", low=0.0) == 1.0 and checks.real(np.float32(0.5), "x", high=1.0) == 0.5
+    np.testing.assert_array_equal(checks.mask(np.array([0, 1, 1]), "m", (3,)), [False, True, True])
+    np.testing.assert_array_equal(checks.mask([True, False], "m", (None,)), [True, False])
+    assert checks.key(KEY) is KEY and checks.key(jax.random.PRNGKey(0)).shape == (2,)
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(low=0.0, low_open=True), r"finite number in \(0, inf\]; got 0.0"),
+    (dict(high=0.0, high_open=True), r"in \[-inf, 0\)"),
+])
+def test_an_open_end_of_a_range_is_refused(kw, words):
+    with pytest.raises(ValueError, match=words):
+        checks.real(0.0, "rate", **kw)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "0.5", True])
+def test_a_number_is_finite_and_a_number(value):
+    with pytest.raises((TypeError, ValueError), match="rate must be"):
+        checks.real(value, "rate", low=0.0, high=1.0)
+
+
+def test_a_mask_of_one_half_is_not_read_as_true():
+    with pytest.raises(ValueError, match=r"m must be a boolean mask.*1 other entries \(e.g. 0.5\)"):
+        checks.mask(np.array([0.5, 0.0]), "m")
+    with pytest.raises(ValueError, match=r"m must have shape \(3,\) \(sites\); got \(2,\)"):
+        checks.mask(np.array([True, False]), "m", (3,), what="(sites)")
+
+    @jax.jit
+    def traced(m):
+        return checks.mask(m, "m")
+
+    with pytest.raises(TypeError, match="boolean array inside jit"):
+        traced(jnp.array([1.0, 0.0]))
+    assert traced(jnp.array([True, False])).dtype == bool
+
+
+@pytest.mark.parametrize("value", [0, "key", np.zeros(3, np.uint32), None])
+def test_a_key_is_a_jax_random_key(value):
+    with pytest.raises(TypeError, match=r"key must be a jax.random key, e.g. jax.random.key\(0\)"):
+        checks.key(value)
+
+
+# -- the Ising side ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("call, error, words", [
+    (lambda m: ising.sample(m, KEY, 2.9), TypeError, "num_samples must be an integer; got 2.9"),
+    (lambda m: ising.sample(m, KEY, "3"), TypeError, "num_samples must be an integer"),
+    (lambda m: ising.sample(m, KEY, True), TypeError, "num_samples must be an integer"),
+    (lambda m: ising.sample(m, 0, 3), TypeError, "key must be a jax.random key"),
+    (lambda m: ising.log_conditional(m, np.array([1, -1]), np.array([0.5, 0.0])), ValueError,
+     "mask must be a boolean mask"),
+    (lambda m: ising.log_conditional(m, np.array([1, -1]), np.array([True, False, True])), ValueError,
+     "mask must have shape (2,) or (1, 2)"),
+    (lambda m: ising.marginal(m, [0.5]), TypeError, "subset must hold site indices (integers)"),
+    (lambda m: masks.uniform_k_subsets(KEY, 2.5, 3, 1), TypeError, "num must be an integer; got 2.5"),
+    (lambda m: samplers.run_chains(KEY, samplers.k_gibbs(m, 1), np.ones((2, 2), np.int8), 2.5), TypeError,
+     "num_steps must be an integer; got 2.5"),
+    (lambda m: samplers.run_chains(KEY, samplers.k_gibbs(m, 1), np.ones((2, 2), np.int8), 4, chunk=0), ValueError,
+     "chunk must be an integer >= 1"),
+])
+def test_ising_counts_masks_and_keys_are_checked(call, error, words):
+    m = _pair()
+    with jax.enable_x64(True):
+        with pytest.raises(error) as err:
+            call(m)
+    assert words in str(err.value)
+
+
+@pytest.mark.parametrize("q, p, words", [
+    ([0.5, 0.6], [0.5, 0.5], "q must be a law: each row (last axis) summing to 1; a row sums to 1.1"),
+    ([2.0, 0.0], [0.5, 0.5], "q must be a law"),
+    ([0.5, 0.5], [0.2, 0.3, 0.5], "q and p must be laws on the same states"),
+    (0.5, [0.5, 0.5], "got a scalar"),
+])
+def test_divergences_refuse_what_is_not_a_pair_of_laws(q, p, words):
+    with jax.enable_x64(True):
+        for f in (divergences.kl, divergences.tv):
+            with pytest.raises(ValueError) as err:
+                f(np.array(q), np.array(p))
+            assert words in str(err.value)
+
+
+def test_divergences_of_laws_still_work_in_float32_and_broadcast():
+    q = np.full((3, 4), 0.25, np.float32)
+    p = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+    assert divergences.kl(q, p).shape == (3,) and float(divergences.tv(q, q).max()) == 0.0
+
+
+# -- the translation side -----------------------------------------------------------------------------------
+SRC, TGT = [[7, 8, 9], [10, 11]], [[7, 8], [9, 10, 11]]
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: batching.Batcher(SRC, TGT, batch_tokens=2500.5, buckets=(8, 16)), TypeError,
+     "batch_tokens must be an integer; got 2500.5"),
+    (lambda: batching.Batcher(SRC, TGT, batch_tokens="64", buckets=(8, 16)), TypeError, "batch_tokens must be an integer"),
+    (lambda: batching.Batcher(SRC, TGT, batch_tokens=64, buckets=(16, 8)), ValueError,
+     "buckets must be strictly increasing (the smallest bucket that fits is used); got [16, 8]: pass [8, 16]"),
+    (lambda: batching.Batcher(SRC, TGT, batch_tokens=64, buckets=()), ValueError, "buckets must hold at least one length"),
+    (lambda: batching.Batcher(SRC, TGT, batch_tokens=64, buckets="16"), TypeError, "buckets must be a list"),
+    (lambda: batching.Batcher(SRC, TGT, batch_tokens=64, buckets=(8, 16.5)), TypeError, "buckets[1] must be an integer"),
+    (lambda: batching.bucket_of(-3, 3, (8, 16)), ValueError, "src_len must be an integer >= 0"),
+    (lambda: batching.pad([[1, 2]], 2.5), TypeError, "length must be an integer; got 2.5"),
+    (lambda: batching.corrupt(KEY, jnp.ones((2, 4), jnp.int32), jnp.ones((2, 4), bool), 10, 1.5), ValueError,
+     "unmasking_rate must be a finite number in [0, 1]; got 1.5"),
+    (lambda: batching.corrupt(KEY, jnp.ones((2, 4), jnp.int32), jnp.ones((2, 3), bool), 10, 0.5), ValueError,
+     "tgt_mask must have shape (2, 4) (the shape of tgt); got (2, 3)"),
+    (lambda: batching.corrupt(KEY, jnp.ones((2, 4), jnp.int32), jnp.full((2, 4), 0.5), 10, 0.5), ValueError,
+     "tgt_mask must be a boolean mask"),
+    (lambda: batching.ar_inputs(jnp.ones((2, 4), jnp.int32), jnp.ones((2, 3), bool)), ValueError,
+     "tgt_mask must have shape (2, 4)"),
+    (lambda: training.TrainConfig(kind="ar", model=MODEL, steps=6, warmup=1, buckets=(16, 8)), ValueError,
+     "TrainConfig.buckets must be strictly increasing"),
+    (lambda: training.TrainConfig.from_dict({"kind": "ar", "steps": 3}), ValueError, "a 'model' mapping"),
+    (lambda: training.TrainConfig.from_dict({"kind": "ar", "bogus": 1, "model": {"vocab": 40, "causal": True}}),
+     ValueError, "TrainConfig.from_dict: unknown field(s) ['bogus']"),
+    (lambda: training.TrainConfig.from_dict({"kind": "ar", "model": {"causal": True}}), ValueError,
+     "ModelConfig.from_dict: missing ['vocab']"),
+    (lambda: decoding.PadirOptions(steps=2.5), TypeError, "PadirOptions.steps must be an integer; got 2.5"),
+    (lambda: decoding.strip(np.array([1, 2, 3])), ValueError, "ids must have shape (any, any) (batch, length)"),
+    (lambda: config.resolve("auto", "quantum"), ValueError, "backend must be one of"),
+    (lambda: config.get("multi30k_cpu", {"train_buckets": [64, 32]}), ValueError,
+     "train_buckets must be strictly increasing"),
+    (lambda: vocab.train(["a b c"] * 10, size=2.5), TypeError, "vocab.train: size must be an integer; got 2.5"),
+    (lambda: metrics.paired_bootstrap([("base", ["a b"])], ["a b"]), ValueError,
+     "at least two (name, hypotheses) pairs"),
+    (lambda: metrics.paired_bootstrap([("a", ["x"]), ("a", ["y"])], ["x"]), ValueError, "names must differ"),
+])
+def test_translation_values_are_refused_not_guessed(call, error, words):
+    with pytest.raises(error) as err:
+        call()
+    assert words in str(err.value)
+
+
+def test_a_translator_refuses_buckets_it_cannot_use():
+    from gmlm_lib.mt import translate
+
+    class Vocab:
+        size = 40
+
+    model = seq2seq.build(MODEL)
+    with pytest.raises(ValueError, match="every bucket of \\[32, 64\\] exceeds the model's max_len = 16"):
+        translate.Translator(model, Vocab(), buckets=(32, 64))
+    with pytest.raises(ValueError, match="strictly increasing"):
+        translate.Translator(model, Vocab(), buckets=(16, 8))
+    assert translate.Translator(model, Vocab(), buckets=(8, 16, 32)).buckets == (8, 16)  # 32: beyond max_len
+
+
+# -- file and system errors: one line, naming the file and the fix --------------------------------------------
+def _one_line(err: BaseException) -> str:
+    text = str(err.value if hasattr(err, "value") else err)
+    assert "\n" not in text and "Traceback" not in text, text
+    return text
+
+
+def test_load_says_which_file_is_wrong_and_what_to_do(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(runfolder.RunFolderError) as err:
+        training.load(f)
+    assert f"{f} is a file, not a run folder" in _one_line(err)
+    with pytest.raises(runfolder.RunFolderError) as err:
+        training.load(tmp_path / "nope")
+    assert "does not exist" in _one_line(err) and "train the run there first" in str(err.value)
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(runfolder.RunFolderError) as err:
+        training.load(run)
+    assert "config.json does not exist (the run's TrainConfig)" in _one_line(err)
+    (run / "config.json").write_text('{"kind": "ar", "steps": ')
+    with pytest.raises(runfolder.RunFolderError) as err:
+        training.load(run)
+    assert "is not valid JSON" in _one_line(err) and "cut short or damaged" in str(err.value)
+    (run / "config.json").write_text("[1, 2]")
+    with pytest.raises(runfolder.RunFolderError, match="holds a JSON list, not an object"):
+        training.load(run)
+    (run / "config.json").write_text(json.dumps({"kind": "ar", "model": {"vocab": 40}}))
+    with pytest.raises(runfolder.RunFolderError) as err:
+        training.load(run)
+    assert "is not a TrainConfig this library can read" in _one_line(err) and "missing ['causal']" in str(err.value)
+    cfg = training.TrainConfig(kind="ar", model=MODEL, steps=6, warmup=1, buckets=(8, 16))
+    (run / "config.json").write_text(json.dumps(cfg.to_dict()))
+    with pytest.raises(runfolder.RunFolderError) as err:
+        training.load(run)
+    assert "has no checkpoint in checkpoints/" in _one_line(err)
+    assert isinstance(err.value, OSError)  # what callers catching file errors expect
+
+
+def test_train_refuses_a_file_as_its_folder_and_a_cut_record(tmp_path):
+    cfg = training.TrainConfig(kind="ar", model=MODEL, steps=2, warmup=1, batch_tokens=64, buckets=(8, 16))
+    batcher = batching.Batcher(SRC, TGT, batch_tokens=64, buckets=(8, 16))
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(runfolder.RunFolderError, match="is a file, not a run folder"):
+        training.train(cfg, batcher, f, progress=False)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text('{"kind": ')
+    with pytest.raises(runfolder.RunFolderError) as err:
+        training.train(cfg, batcher, run, progress=False)
+    assert f"{run / 'config.json'} (the run's TrainConfig) is not valid JSON" in _one_line(err)
+    assert (run / "config.json").read_text() == '{"kind": '  # nothing overwritten
+    (run / "config.json").unlink()
+    (run / "data.json").write_text("{}")
+    with pytest.raises(runfolder.RunFolderError, match="records no data fingerprint"):
+        training.train(cfg, batcher, run, progress=False)
+
+
+def test_a_full_disk_during_a_checkpoint_save_is_one_line(tmp_path):
+    class FullDisk:
+        def save(self, *args, **kwargs):
+            raise ValueError("RESOURCE_EXHAUSTED: Error writing local file \"/x/ocdbt.process_0/d/0\": No space left "
+                             "on device [OS error: No space left on device]\n  (40 more frames)")
+
+        def wait_until_finished(self):
+            pass
+
+    with pytest.raises(runfolder.RunFolderError) as err:
+        runfolder.save_checkpoint(FullDisk(), 500, {}, tmp_path, last_good=250)
+    text = _one_line(err)
+    assert f"no space left on the disk of {tmp_path}" in text and "step 500" in text
+    assert "free disk space" in text and "resumes from the checkpoint of step 250" in text
+
+    class Other(FullDisk):
+        def save(self, *args, **kwargs):
+            raise KeyError("not a disk problem")
+
+    with pytest.raises(KeyError):  # anything else is not disguised as a full disk
+        runfolder.save_checkpoint(Other(), 500, {}, tmp_path, last_good=250)
+
+
+def test_run_folder_and_corpus_errors_name_the_path(tmp_path):
+    from gmlm_lib.mt import translate
+
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(runfolder.RunFolderError, match="is a file, not a run folder"):
+        experiment.open_run(f)
+    with pytest.raises(IsADirectoryError, match="is a folder; pass one of the text files in it"):
+        corpus.read_lines(tmp_path)
+    out, rec = tmp_path / "distilled.de.gz", tmp_path / "distilled.json"
+    out.write_bytes(b"")
+    rec.write_text('{"method": ')
+    with pytest.raises(runfolder.RunFolderError) as err:
+        experiment.distil(None, ["a"], translate.Method("greedy"), out)
+    assert "delete distilled.de.gz and distilled.json to decode again" in _one_line(err)
+
+
+def test_read_json_reports_a_folder_and_an_unreadable_file(tmp_path):
+    with pytest.raises(runfolder.RunFolderError, match="is a folder, not the thing"):
+        runfolder.read_json(tmp_path, "the thing")
+    path = tmp_path / "bad.json"
+    path.write_bytes(b"\xff\xfe{")
+    with pytest.raises(runfolder.RunFolderError, match="cannot read .*bad.json"):
+        runfolder.read_json(path, "the thing")
+    path.write_text('{"a": 1}')
+    assert runfolder.read_json(path, "the thing") == {"a": 1}
+
+
+def test_the_command_line_stops_with_one_line(capsys, monkeypatch):
+    import errno
+
+    from gmlm_lib.book import __main__ as cli
+    from gmlm_lib.book import sources
+
+    monkeypatch.chdir(sources.find_root(pathlib.Path(__file__).parent))
+    assert cli.main(["run", "smoke", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: FileNotFoundError: 'nope' is not a chapter of the book") and err.count("\n") == 1
+    assert cli.main(["run", "smoke", "gmlm_ising_testbed", "-p", "bogus", "3"]) == 1
+    assert capsys.readouterr().err.startswith('error: KeyError: unknown parameter(s) [\'bogus\']')
+    full = OSError(errno.ENOSPC, "No space left on device", "/book/_build/x.ipynb")
+    assert cli.describe(full) == ("No space left on device (/book/_build/x.ipynb): free disk space and run again; "
+                                  "nothing committed was replaced (a run writes its notebook only once every cell has "
+                                  "succeeded).")
+    assert cli.describe(runfolder.RunFolderError("run folder /r does not exist; pass ...")) == \
+        "RunFolderError: run folder /r does not exist; pass ..."
