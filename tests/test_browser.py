@@ -18,6 +18,7 @@ from conftest import ROOT
 # Problems known on pages whose chapters wait for the translation retrain (their new code is on the
 # branch retrain, merged after its full runs): page -> the start of the problem's description.
 KNOWN: dict[str, str] = {}
+_ONE_PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 
 
 def _need_browser():
@@ -73,6 +74,13 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
         "no MathJax": re.sub(r'<script[^>]*mathjax/tex-chtml\.js[^>]*></script>', "", text),
         "broken image": text.replace("</article>", '<img src="no-such-figure.png" alt="gone"></article>', 1),
         "wide table": text.replace("</article>", "<table><tr>" + "<td>1234567.891</td>" * 60 + "</tr></table></article>", 1),
+        "long decimals": text.replace("</article>", "<table><tr><td>1411.006051</td><td>0.5000</td></tr></table></article>", 1),
+        "unnumbered reference": text.replace("</article>", '<p><a class="reference internal" href="#top">Proposition '
+                                             "</a> and <a class=\"reference internal\" href=\"#top\">Theorem 2</a></p></article>", 1),
+        "blurry figure": text.replace("</article>", f'<figure><img src="data:image/png;base64,{_ONE_PIXEL_PNG}" '
+                                      'style="width: 400px" alt="one pixel"></figure></article>', 1),
+        "small svg text": text.replace("</article>", '<figure><svg width="400" height="100" viewBox="0 0 400 100"><text '
+                                       'x="10" y="50" font-size="6">tiny</text></svg></figure></article>', 1),
     }
     drv = browser.open_browser()
     try:
@@ -87,3 +95,31 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     assert any("untypeset TeX" in p or "none rendered" in p for p in found["no MathJax"]), found["no MathJax"]
     assert any(p.startswith("broken image: no-such-figure.png") for p in found["broken image"]), found["broken image"]
     assert any(p.startswith("table ") and "px wide" in p for p in found["wide table"]), found["wide table"]
+    assert found["long decimals"] == ["table cell with more than 4 decimals: '1411.006051'"], found["long decimals"]
+    assert found["unnumbered reference"] == ["cross-reference without its number: 'Proposition'"]
+    assert len(found["blurry figure"]) == 1 and found["blurry figure"][0].startswith(
+        "raster figure with 0.00 image pixels per displayed pixel (at least 2)"), found["blurry figure"]
+    assert found["small svg text"] == ["inline SVG text renders at 4.5 pt (at least 9)"], found["small svg text"]
+
+
+def test_svg_figure_text_is_measured_at_its_displayed_size(tmp_path):
+    """Matplotlib's path-drawn text: 6 pt ticks shown at the figure's own width are 6 pt, at half its
+    width 3 pt; a font-size attribute in user units scales with the displayed width."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    ax.plot([0, 1])
+    ax.tick_params(labelsize=6)
+    ax.set_title("title", fontsize=14)
+    fig.savefig(tmp_path / "f.svg")
+    plt.close(fig)
+    assert browser.svg_text_pt(tmp_path / "f.svg", 6.4 * 96) == pytest.approx(6.0)
+    assert browser.svg_text_pt(tmp_path / "f.svg", 6.4 * 48) == pytest.approx(3.0)
+    (tmp_path / "g.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="100" height="50" viewBox="0 0 100 50">'
+                                    '<text font-size="12px">a</text><text style="font-size: 16px">b</text></svg>')
+    assert browser.svg_text_pt(tmp_path / "g.svg", 50) == pytest.approx(12 * 0.5 * 0.75)
+    (tmp_path / "h.svg").write_text('<svg width="100" height="50"><rect width="1" height="1"/></svg>')
+    assert browser.svg_text_pt(tmp_path / "h.svg", 50) is None and browser.svg_text_pt(None, 50) is None

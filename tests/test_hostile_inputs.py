@@ -79,7 +79,7 @@ def test_vocab_boundaries(vocab, tmp_path):
         V.Vocab.load(tmp_path / "missing.model")
     with pytest.raises(ValueError, match="texts is empty"):
         V.train(["", "  "], size=60)
-    with pytest.raises(ValueError, match="size must be larger"):
+    with pytest.raises(ValueError, match=r"size must be an integer >= 8; got 3"):
         V.train(["a b c"], size=3)
     with pytest.raises(TypeError, match="not one string"):
         V.train("a dog runs", size=60)

@@ -319,3 +319,36 @@ def test_the_command_line_stops_with_one_line(capsys, monkeypatch):
                                   "succeeded).")
     assert cli.describe(runfolder.RunFolderError("run folder /r does not exist; pass ...")) == \
         "RunFolderError: run folder /r does not exist; pass ..."
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: ising.ising_model([["0", "1"], ["1", "0"]], [0, 0]), TypeError, "J must hold numbers"),
+    (lambda: ising.random_model(0, 3, 0.1, 0.1), TypeError, "key must be a jax.random key"),
+    (lambda: metrics.bleu(["a"], ["a"], tokenize="nope"), ValueError, "bleu(tokenize=...) must be one of"),
+    (lambda: metrics.words(None), TypeError, "words(text) needs one sentence as a string"),
+    (lambda: seq2seq.build(MODEL, 2.5), TypeError, "seed must be an integer; got 2.5"),
+    (lambda: seq2seq.ModelConfig(vocab=40.5, causal=True), TypeError, "ModelConfig.vocab must be an integer"),
+    (lambda: seq2seq.ModelConfig(vocab=40, causal=True, d_model="32"), TypeError, "ModelConfig.d_model must be an integer"),
+    (lambda: seq2seq.ModelConfig(vocab=40, causal="yes"), TypeError, "ModelConfig.causal must be True or False"),
+    (lambda: vocab.train([None, "a b"]), TypeError, "item 0 is NoneType"),
+])
+def test_a_fresh_battery_of_wrong_values_is_refused(call, error, words):
+    """Calls of the same kinds as the issue's, on functions it did not name."""
+    with jax.enable_x64(True):
+        with pytest.raises(error) as err:
+            call()
+    assert words in str(err.value)
+
+
+def test_counts_as_numpy_integers_are_counts():
+    assert decoding.StrategyOptions("threshold", steps=np.int64(3)).steps == 3
+    assert type(decoding.StrategyOptions("threshold", steps=np.int64(3)).steps) is int
+
+
+def test_a_run_folder_root_that_is_a_file_is_refused(tmp_path):
+    from gmlm_lib.mt import pipeline
+
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(runfolder.RunFolderError, match="is a file, not a run folder"):
+        pipeline.run_folder(config.get("multi30k_tiny"), f)

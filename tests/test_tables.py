@@ -40,6 +40,25 @@ def test_formats_and_bad_arguments():
         present(df, formats={"y": "{}"})
     with pytest.raises(TypeError, match="table must be a pandas DataFrame or Series"):
         present([1, 2])
-    with pytest.raises(ValueError, match="digits must be >= 0"):
+    with pytest.raises(ValueError, match=r"digits must be an integer in \[0, 4\]"):
         present(df, digits=-1)
-    assert "1.235" in _cells(present(df["x"]))
+    with pytest.raises(ValueError, match=r"digits must be an integer in \[0, 4\]"):
+        present(df, digits=6)
+    with pytest.raises(ValueError, match="shows more than 4 decimals"):
+        present(df, formats={"x": "{:.6f}"})
+    assert "1.23" in _cells(present(df["x"]))
+
+
+def test_a_column_keeps_its_decimals_and_never_shows_more_than_four():
+    """Three significant digits of a column's smallest value, at most 4 decimals; a column of tiny
+    values in scientific notation; whole numbers without decimals; a value the decimals would round
+    to zero in scientific notation (never 0.000)."""
+    df = pd.DataFrame({"near one": [1.000024, 1.0027], "tiny": [0.00312, 0.0007], "counts": [13518.0, 20.0],
+                       "mixed": [1411.006051, 7.69], "small": [0.5, 0.00004], "p": [0.0004, 0.2],
+                       "bleu": [27.7834, 24.06]})
+    cells = _cells(present(df, formats={"p": "p", "bleu": "bleu", "small": "{:.3f}"}))
+    assert cells[len(df.columns):] == ["1.00", "3.12e-03", "13518", "1411.01", "0.500", "&lt; 0.001", "27.8",
+                                       "1.00", "7.00e-04", "20", "7.69", "0.000", "0.200", "24.1"]
+    assert all(not re.search(r"\d\.\d{5,}", c) for c in cells)
+    assert _cells(present(pd.DataFrame({"x": [0.5, 0.00004]}), digits=3))[1:] == ["0.500", "4.0e-05"]
+    assert _cells(present(pd.DataFrame({"x": [0.0123, 0.5]})))[1:] == ["0.0123", "0.5000"]

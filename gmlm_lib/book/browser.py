@@ -7,7 +7,13 @@ reports what a reader would see as broken:
 - untypeset TeX: ``\\(``, ``\\[`` or ``$$`` left in the page's text outside code, math that MathJax
   did not render, or a MathJax error box;
 - a broken image (not loaded, or zero width);
-- a table wider than the content column;
+- a table wider than the content column, or a table cell with a number of more than
+  :data:`MAX_DECIMALS` digits after the decimal point (a reader cannot compare ``1411.006051``);
+- a figure a reader cannot read: a raster image (PNG, JPEG) with fewer than :data:`MIN_DENSITY`
+  image pixels per displayed pixel, or an SVG figure whose smallest text renders under
+  :data:`MIN_TEXT_PT` points at its displayed size (from its font sizes and its scale);
+- a cross-reference without its number ("Proposition " where "Proposition 3" was meant: a
+  reference to a box that has no number needs its own text);
 - a "What this run found" box taller than one 1400 x 900 screen;
 - a JavaScript error or a failed request in the browser's console.
 
@@ -23,13 +29,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 WINDOW = (1400, 900)  # the screen a "What this run found" box must fit
+MAX_DECIMALS = 4
+"""The most digits after the decimal point a number in a table cell may show."""
+MIN_DENSITY = 2.0
+"""The fewest image pixels per displayed (CSS) pixel of a raster figure: sharp on a high-density screen."""
+MIN_TEXT_PT = 9.0
+"""The smallest text size, in points (1 pt = 4/3 CSS px), of an SVG figure at its displayed size."""
+NUMBERED = ("Proposition", "Definition", "Theorem", "Lemma", "Corollary", "Figure", "Fig.", "Table", "Equation",
+            "Example", "Exercise", "Remark", "Algorithm", "Assumption", "Conjecture", "Axiom", "Claim", "Listing")
+"""The words a numbered cross-reference starts with; one of them alone is a reference that lost its number."""
 SKIP = ("genindex.html", "search.html", "py-modindex.html")  # Sphinx's generated index pages
 
 _PAGE_SCRIPT = r"""
 const done = arguments[arguments.length - 1];
 const ready = (window.MathJax && MathJax.startup && MathJax.startup.promise) || Promise.resolve();
 const timeout = new Promise(r => setTimeout(() => r("timeout"), 90000));
+const limits = arguments;
 Promise.race([ready.then(() => "ok", e => "error: " + e), timeout]).then(state => {
+  try {
   const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
   const column = article.getBoundingClientRect().width;
   const clone = article.cloneNode(true);
@@ -45,11 +62,33 @@ Promise.race([ready.then(() => "ok", e => "error: " + e), timeout]).then(state =
   const tables = Array.from(article.querySelectorAll("table"))
     .map(t => ({width: Math.round(t.getBoundingClientRect().width), text: t.innerText.slice(0, 60)}))
     .filter(t => t.width > column + 1);
+  const decimals = Array.from(article.querySelectorAll("td, th"))
+    .map(c => c.innerText.trim())
+    .filter(t => new RegExp("(^|[^\\w.])\\d+\\.\\d{" + (limits[0] + 1) + ",}(?![\\d.])")
+      .test(t.replace(/arXiv[:\s]*\d{4}\.\d{4,5}(v\d+)?/g, "")))  // an arXiv number is a name, not a decimal
+    .slice(0, 5);
+  const figures = "figure img, .cell_output img, .output img";  // figures, not badges or icons in the text
+  const rasters = Array.from(article.querySelectorAll(figures))
+    .filter(i => i.complete && i.naturalWidth > 0 && !/\.svg(\?|#|$)|^data:image\/svg/i.test(i.currentSrc || i.src))
+    .map(i => ({src: (i.getAttribute("src") || "").slice(0, 80), density: i.naturalWidth / Math.max(1, i.getBoundingClientRect().width)}));
+  const svgImages = Array.from(article.querySelectorAll(figures))
+    .filter(i => i.complete && /\.svg(\?|#|$)/i.test(i.currentSrc || i.src))
+    .map(i => ({src: i.getAttribute("src"), shown: i.getBoundingClientRect().width}));
+  const svgText = Array.from(article.querySelectorAll("figure svg text, .cell_output svg text"))
+    .filter(t => !t.closest("mjx-container"))
+    .map(t => t.getBoundingClientRect().height ? parseFloat(getComputedStyle(t).fontSize) * (t.getScreenCTM() ? Math.hypot(t.getScreenCTM().b, t.getScreenCTM().d) : 1) : Infinity);
+  const smallestSvgText = svgText.length ? Math.min(...svgText) : null;
+  const words = limits[1];
+  const unnumbered = Array.from(article.querySelectorAll("a.reference.internal"))
+    .map(a => a.textContent.replace(/\s+/g, " ").trim())
+    .filter(t => words.includes(t));
   const boxes = Array.from(article.querySelectorAll(".admonition"))
     .filter(b => (b.querySelector(".admonition-title") || {}).textContent === "What this run found")
     .map(b => Math.round(b.getBoundingClientRect().height));
   done({state, column: Math.round(column), tex, mathSpans, rendered,
-        mathErrors: document.querySelectorAll("mjx-merror").length, images, tables, boxes});
+        mathErrors: document.querySelectorAll("mjx-merror").length, images, tables, boxes, decimals, rasters,
+        svgImages, smallestSvgText, unnumbered});
+  } catch (e) { done({state: "the check's script failed: " + e}); }
 });
 """
 
@@ -98,9 +137,11 @@ def check_page(drv, path: Path, html_root: Path, screenshots: Path | None = None
     name = path.relative_to(html_root).as_posix()
     drv.get_log("browser")  # drop what earlier pages logged
     drv.get(path.resolve().as_uri())
-    seen = drv.execute_async_script(_PAGE_SCRIPT)
+    seen = drv.execute_async_script(_PAGE_SCRIPT, MAX_DECIMALS, list(NUMBERED))
     report = PageReport(name)
     p = report.problems
+    if seen["state"].startswith("the check's script failed"):
+        raise RuntimeError(f"{name}: {seen['state']}")
     if seen["state"] != "ok":
         p.append(f"MathJax did not finish typesetting ({seen['state']})")
     if seen["tex"]:
@@ -111,6 +152,16 @@ def check_page(drv, path: Path, html_root: Path, screenshots: Path | None = None
         p.append(f"{seen['mathErrors']} MathJax error(s)")
     p += [f"broken image: {src}" for src in seen["images"]]
     p += [f"table {t['width']} px wide in a {seen['column']} px column: {t['text']!r}" for t in seen["tables"]]
+    p += [f"table cell with more than {MAX_DECIMALS} decimals: {t!r}" for t in seen["decimals"]]
+    p += [f"raster figure with {r['density']:.2f} image pixels per displayed pixel (at least {MIN_DENSITY:g}): "
+          f"{r['src']}" for r in seen["rasters"] if r["density"] < MIN_DENSITY]
+    for img in seen["svgImages"]:
+        smallest = svg_text_pt(_local(path, img["src"]), img["shown"])
+        if smallest is not None and smallest < MIN_TEXT_PT:
+            p.append(f"SVG figure text renders at {smallest:.1f} pt (at least {MIN_TEXT_PT:g}): {img['src']}")
+    if seen["smallestSvgText"] is not None and seen["smallestSvgText"] * 0.75 < MIN_TEXT_PT:
+        p.append(f"inline SVG text renders at {seen['smallestSvgText'] * 0.75:.1f} pt (at least {MIN_TEXT_PT:g})")
+    p += [f"cross-reference without its number: {t!r}" for t in seen["unnumbered"]]
     p += [f"'What this run found' box is {h} px tall, more than the {WINDOW[1]} px screen" for h in seen["boxes"]
           if h > WINDOW[1]]
     for entry in drv.get_log("browser"):
@@ -122,6 +173,40 @@ def check_page(drv, path: Path, html_root: Path, screenshots: Path | None = None
         drv.save_screenshot(str(shot))
         report.screenshot = shot
     return report
+
+
+def _local(page: Path, src: str) -> Path | None:
+    """The file an ``<img src>`` of ``page`` names, when it is a local relative path."""
+    if not src or "://" in src or src.startswith("data:"):
+        return None
+    return (page.parent / src.split("#")[0].split("?")[0]).resolve()
+
+
+def svg_text_pt(svg: Path | None, shown_px: float) -> float | None:
+    """The smallest text of the SVG file ``svg``, in points, when it is displayed ``shown_px`` CSS pixels
+    wide: each font size (a ``font-size`` attribute or style, in px or pt) times the displayed width
+    over the SVG's own width (its ``viewBox``, else its ``width``). Matplotlib's SVGs draw text as glyph
+    paths in a group scaled by the font size over 100, so such a ``scale(s -s)`` counts as size
+    ``100 s``. ``None`` when the file cannot be read or holds no text."""
+    import re
+
+    if svg is None or not svg.is_file() or shown_px <= 0:
+        return None
+    text = svg.read_text(errors="replace")
+    head = re.search(r"<svg\b[^>]*>", text)
+    if head is None:
+        return None
+    width = re.search(r'\bwidth="([\d.]+)(pt|px)?"', head.group(0))
+    view = re.search(r'viewBox="[\d.\-]+ [\d.\-]+ ([\d.]+) [\d.]+"', head.group(0))
+    own = float(view.group(1)) if view else float(width.group(1)) if width else None
+    if not own:
+        return None
+    sizes = [float(v) * (4 / 3 if unit == "pt" else 1.0) for v, unit in  # in the SVG's user units
+             re.findall(r"font-size(?:=\"|:\s*)([\d.]+)(px|pt)?", text)]
+    sizes += [100 * float(v) for v in re.findall(r'<g [^>]*transform="translate\([^)]*\) scale\(([\d.]+) -[\d.]+\)"', text)]
+    if not sizes:
+        return None
+    return min(sizes) * shown_px / own * 0.75  # user units -> displayed CSS px -> points (1 px = 0.75 pt)
 
 
 def book_pages(html_root: Path) -> list[Path]:

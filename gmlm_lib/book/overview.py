@@ -81,7 +81,7 @@ ROWS: tuple[Row, ...] = (
         lambda g: g["order_verdict"]),
     Row("Theorem 3: the C_P bound", "efficiency_is_mixing",
         "Γₖ ⪯ C_P(k) Γ_MLE (a proof)",
-        lambda g: f"largest ratio to the bound {g['max_tightness']:.6f} (at most 1 up to rounding), exact",
+        lambda g: f"largest ratio to the bound {g['max_tightness']:.4f} (at most 1 up to rounding), exact",
         lambda g: grade(g["max_tightness"], 1.0 + 1e-9, at_least=False)),
     Row("Figure 3: k-Gibbs against independent parallel", "kgibbs_vs_parallel",
         "k-Gibbs with k ≥ c mixes, independent parallel is stuck (qualitative)",

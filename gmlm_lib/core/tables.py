@@ -2,43 +2,116 @@
 
 Why: pandas' ``Styler`` writes bare ``<table>`` markup, a float index prints as ``0.500000``, a
 0..N index means nothing to a reader, and a missing value printed as ``nan`` does not say why it
-is missing. The spacing of the cells is the book's CSS (``book/_static/tables.css``).
+is missing. Numbers get one rule (:func:`column_format`): a column's decimals are fixed, three
+significant digits of its smallest value and never more than :data:`MAX_DECIMALS`, and a value
+too small for them is written in scientific notation, never as ``0.000``. The spacing of the cells
+is the book's CSS (``book/_static/tables.css``).
 """
 
 from __future__ import annotations
 
+import math
 import numbers
+import re
 
+import numpy as np
 import pandas as pd
 
+__all__ = ["MAX_DECIMALS", "FORMATS", "column_format", "present"]
 
-def present(table: pd.DataFrame | pd.Series, *, digits: int = 3, missing: str = "—", formats: dict | None = None,
-            index_digits: int | None = None):
+MAX_DECIMALS = 4
+"""The most digits after the decimal point a table cell shows (the browser check fails a page with more)."""
+
+
+def _p_value(v: float) -> str:
+    return "&lt; 0.001" if v < 0.001 else f"{v:.3f}"  # HTML: the Styler writes cells unescaped
+
+
+FORMATS = {
+    "bleu": "{:.1f}",
+    "p": _p_value,
+    "ms": "{:.1f} ms",
+    "s": "{:.1f} s",
+    "min": "{:.1f} min",
+    "count": "{:,.0f}",
+    "ratio": "{:.2f}x",
+    "sci": "{:.1e}",
+}
+"""Named formats of the book's quantities, usable as values of :func:`present`'s ``formats``: BLEU with
+one decimal, p-values with three (``< 0.001`` below), times with their unit, counts with thousands
+separators, ratios as ``1.23x``, and scientific notation with two significant digits."""
+
+
+def column_format(values, digits: int | None = None):
+    """The formatter of one float column: ``digits`` decimals, or (``None``) the decimals that show
+    three significant digits of the smallest magnitude among its finite non-zero values, at most
+    :data:`MAX_DECIMALS` (none when every value is a whole number); a column whose smallest value is
+    below 1e-3 or at least 1e6 is in scientific notation. A non-zero value that the decimals would
+    show as zero is written in scientific notation."""
+    finite = np.abs(np.asarray([v for v in values if isinstance(v, numbers.Real) and math.isfinite(v) and v != 0],
+                               dtype=float))
+    if digits is None:
+        if finite.size == 0:
+            digits = 0
+        else:
+            typical = float(finite.min())
+            if typical < 1e-3 or typical >= 1e6:
+                return lambda v: f"{v:.2e}"
+            digits = int(min(MAX_DECIMALS, max(0, 2 - math.floor(math.log10(typical)))))
+            if all(float(v).is_integer() for v in finite):
+                digits = 0
+
+    def fmt(v):
+        if v != 0 and abs(v) < 0.5 * 10.0 ** -digits:
+            return f"{v:.1e}"
+        return f"{v:.{digits}f}"
+
+    return fmt
+
+
+_DECIMALS_IN = re.compile(r"\.(\d+)[fe%]")
+
+
+def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missing: str = "—",
+            formats: dict | None = None, index_digits: int | None = None):
     """``table`` as a ``Styler`` for display.
 
-    ``table`` is a DataFrame, or a Series shown as a one-column table. ``digits`` is the number of
-    decimals of every float cell that ``formats`` (``{column: format string or callable}``) does
-    not name. ``missing`` is the word shown for NaN, None and infinite cells: say why they are
-    missing ("not reached", "no finite minimiser", "baseline"); a dash only when there is nothing
-    to say. ``index_digits`` is the number of decimals of a float index and of float column labels
-    (by default as many as their values need, at most ``digits``). A plain 0..N index is hidden;
-    any other index is kept, since it names the rows.
+    ``table`` is a DataFrame, or a Series shown as a one-column table. Every float cell that
+    ``formats`` does not name follows :func:`column_format` (``digits``: fixed decimals for all
+    of them, at most :data:`MAX_DECIMALS`; ``None``: chosen per column). ``formats`` maps a column to
+    a format string, a callable, or a name of :data:`FORMATS` (``"bleu"``, ``"p"``, ``"ms"``, ...); a
+    format string with more than :data:`MAX_DECIMALS` decimals is refused. ``missing`` is the word
+    shown for NaN, None and infinite cells: say why they are missing ("not reached", "no finite
+    minimiser", "baseline"); a dash only when there is nothing to say. ``index_digits`` is the number
+    of decimals of a float index and of float column labels (by default as many as their values
+    need, at most :data:`MAX_DECIMALS`). A plain 0..N index is hidden; any other index is kept, since
+    it names the rows.
     """
     if isinstance(table, pd.Series):
         table = table.to_frame()
     if not isinstance(table, pd.DataFrame):
         raise TypeError(f"table must be a pandas DataFrame or Series; got {type(table).__name__}.")
-    if digits < 0:
-        raise ValueError(f"digits must be >= 0; got {digits}.")
+    if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int)
+                               or not 0 <= digits <= MAX_DECIMALS):
+        raise ValueError(f"digits must be an integer in [0, {MAX_DECIMALS}] (or None: chosen per column); got {digits!r}.")
     shown = table.copy()
     numeric = shown.select_dtypes("number").columns
     shown[numeric] = shown[numeric].where(~shown[numeric].isin([float("inf"), float("-inf")]))
-    styler = shown.style.format(precision=digits, na_rep=missing, thousands=None)
-    for column, fmt in (formats or {}).items():
+    styler = shown.style.format(precision=digits if digits is not None else 3, na_rep=missing, thousands=None)
+    formats = dict(formats or {})
+    for column, fmt in formats.items():
         if column not in shown.columns:
             raise KeyError(f"formats names column {column!r}, which the table does not have; its columns: "
                            f"{list(shown.columns)}.")
+        if isinstance(fmt, str) and fmt in FORMATS:
+            fmt = FORMATS[fmt]
+        if isinstance(fmt, str) and any(int(d) > MAX_DECIMALS for d in _DECIMALS_IN.findall(fmt)):
+            raise ValueError(f"formats[{column!r}] = {fmt!r} shows more than {MAX_DECIMALS} decimals; a reader cannot "
+                             "compare such numbers: use fewer, or scientific notation ('sci').")
         styler = styler.format(fmt, subset=[column], na_rep=missing)
+    for column in shown.columns:
+        if column not in formats and pd.api.types.is_float_dtype(shown[column]):
+            styler = styler.format(column_format(shown[column].tolist(), digits), subset=[column], na_rep=missing)
     bare = isinstance(shown.index, pd.RangeIndex) and shown.index.name is None
     if bare:
         styler = styler.hide(axis="index")
@@ -48,7 +121,7 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int = 3, missing: str = 
         for level in range(labels.nlevels):  # a float level prints with the decimals it needs
             values = labels.get_level_values(level)
             if pd.api.types.is_float_dtype(values):
-                places = index_digits if index_digits is not None else _places(values, digits)
+                places = index_digits if index_digits is not None else _places(values, MAX_DECIMALS)
                 styler = styler.format_index(precision=places, axis=axis, level=level)
     return styler
 

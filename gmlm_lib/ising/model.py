@@ -92,6 +92,11 @@ def ising_model(J, h, *, atol: float = 1e-12) -> IsingModel:
     self-couplings; ``x_i^2 = 1`` would only shift ``log Z``), ``h`` a finite (n,) vector.
     """
     require_x64("gmlm_lib.ising.model.ising_model")
+    for name, value in (("J", J), ("h", h)):
+        kind = np.asarray(value).dtype.kind if not isinstance(value, jax.core.Tracer) else "f"
+        if kind not in "biuf":
+            raise TypeError(f"{name} must hold numbers; got an array of dtype {np.asarray(value).dtype} (strings are "
+                            "not parsed: convert them with np.asarray(..., dtype=float) if you mean numbers).")
     J = jnp.asarray(J, dtype=jnp.float64)
     h = jnp.asarray(h, dtype=jnp.float64)
     if J.ndim != 2 or J.shape[0] != J.shape[1]:
@@ -130,6 +135,7 @@ def ising_model(J, h, *, atol: float = 1e-12) -> IsingModel:
 def random_model(key: jax.Array, n: int, coupling_scale: float, field_scale: float) -> IsingModel:
     """A random Ising model: ``J_ij ~ N(0, coupling_scale^2)`` for i<j, ``h_i ~ N(0, field_scale^2)``."""
     require_x64("gmlm_lib.ising.model.random_model")
+    key = checks.key(key)
     if not (isinstance(n, (int, np.integer)) and n >= 1):
         raise ValueError(f"n must be a positive integer; got {n!r}.")
     if coupling_scale < 0 or field_scale < 0:

@@ -258,10 +258,8 @@ class StrategyOptions:
         if self.name not in STRATEGIES:
             raise ValueError(f"StrategyOptions.name must be one of {STRATEGIES} (plain refinement: PadirOptions); "
                              f"got {self.name!r}.")
-        for field in ("steps", "hyps"):
-            v = getattr(self, field)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"StrategyOptions.{field} must be an integer >= 1; got {v!r}.")
+        for field in ("steps", "hyps", "block"):
+            object.__setattr__(self, field, checks.integer(getattr(self, field), f"StrategyOptions.{field}", low=1))
         for field in ("confidence", "dependency"):
             v = getattr(self, field)
             if isinstance(v, bool) or not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
@@ -270,8 +268,7 @@ class StrategyOptions:
             v = getattr(self, field)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v <= 0:
                 raise ValueError(f"StrategyOptions.{field} must be a finite number > 0; got {v!r}.")
-        if isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 2 or \
-                self.block & (self.block - 1):
+        if self.block < 2 or self.block & (self.block - 1):
             raise ValueError(f"StrategyOptions.block (the DUS block size) must be a power of two >= 2; "
                              f"got {self.block!r}.")
         if self.refill not in ("prediction", "mask"):

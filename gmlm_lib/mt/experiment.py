@@ -17,7 +17,6 @@ import os
 import pathlib
 import time
 
-
 from gmlm_lib.core import records
 from gmlm_lib.core.progress import bar as progress_bar
 from gmlm_lib.mt import corpus, runfolder, seq2seq, training, translate

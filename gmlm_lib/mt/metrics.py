@@ -20,6 +20,9 @@ class Score:
     signature: str
 
 
+TOKENIZERS = tuple(sorted(sacrebleu.metrics.BLEU.TOKENIZERS))
+"""SacreBLEU's tokenizer names that :func:`bleu` accepts ("13a" is its default)."""
+
 def _check(hyps, refs):
     for name, value in (("hyps", hyps), ("refs", refs)):
         if isinstance(value, str) or not all(isinstance(x, str) for x in value):
@@ -39,6 +42,8 @@ def bleu(hyps: list[str], refs: list[str], *, tokenize: str = "13a", lowercase: 
     _check(hyps, refs)
     if not isinstance(lowercase, bool):
         raise TypeError(f"bleu(lowercase=...) must be True or False; got {lowercase!r}.")
+    if tokenize not in TOKENIZERS:
+        raise ValueError(f"bleu(tokenize=...) must be one of SacreBLEU's tokenizers {TOKENIZERS}; got {tokenize!r}.")
     metric = sacrebleu.metrics.BLEU(tokenize=tokenize, lowercase=lowercase)
     return Score(metric.corpus_score(hyps, [refs]).score, str(metric.get_signature()))
 
@@ -52,6 +57,8 @@ def chrf(hyps: list[str], refs: list[str]) -> Score:
 
 def words(text: str) -> list[str]:
     """Lower-cased whitespace words with punctuation stripped at their edges (empty ones dropped)."""
+    if not isinstance(text, str):
+        raise TypeError(f"words(text) needs one sentence as a string; got {type(text).__name__}.")
     out = []
     for w in text.lower().split():
         w = _EDGE.sub("", w)

@@ -26,7 +26,7 @@ import tempfile
 
 import jax
 
-from gmlm_lib.mt import batching, config, corpus, experiment, training, translate
+from gmlm_lib.mt import batching, config, corpus, experiment, runfolder, training, translate
 from gmlm_lib.mt import vocab as V
 
 __all__ = ["Data", "run_folder", "load_data", "vocabulary", "batcher", "train_teacher", "train_shallow",
@@ -46,7 +46,7 @@ def run_folder(exp: config.Experiment, root: str | pathlib.Path | None = None) -
     """Where the run folder of ``exp`` lives: ``root`` if given, else ``<run_root>/<src>-<tgt>``; an
     empty ``run_root`` is a fresh temporary folder (removed with the process's ``TMPDIR`` in a book run)."""
     if root is not None:
-        return pathlib.Path(root)
+        return runfolder.folder(root, must_exist=False)
     base = pathlib.Path(exp.run_root) if exp.run_root else pathlib.Path(tempfile.mkdtemp(prefix="padir-"))
     return base / f"{exp.src_lang}-{exp.tgt_lang}"
 

@@ -217,7 +217,8 @@ def all_finite(tree) -> bool:
     return all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact))
 
 
-DAMAGED = "checkpoints_damaged"  # where a damaged checkpoint is moved, kept for inspection
+DAMAGED = "checkpoints_damaged"
+"""The folder of a run folder where a damaged checkpoint is moved (kept for inspection, never deleted)."""
 
 
 def move_aside(run_dir: pathlib.Path, step: int) -> pathlib.Path:
@@ -309,6 +310,8 @@ class RunRecord:
         self.t0, self.tokens = time.perf_counter(), 0
 
     def write(self, done: int, final_loss: float | None) -> dict:
+        """Rewrite ``run.json`` whole for a run ``done`` updates in (``final_loss``: ``None`` until it
+        has finished), and return the record as a later call reads it back."""
         self.segment.update(end=done, wall_s=time.perf_counter() - self.t0, tokens=self.tokens)
         segments = self.earlier + [self.segment]
         timed = [g for g in segments if "tokens" in g and g["end"] > g["start"] and g["wall_s"] > 0]

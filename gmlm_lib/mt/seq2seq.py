@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from gmlm_lib.core import checks
 from gmlm_lib.mt import vocab as V
 
 NEG = -1e9  # logit of a masked attention key; exp underflows to exactly 0 in float32
@@ -49,8 +50,10 @@ class ModelConfig:
 
     def __post_init__(self):
         for name in ("vocab", "d_model", "heads", "enc_layers", "dec_layers", "d_ff", "max_len"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"ModelConfig.{name} must be a positive integer; got {getattr(self, name)!r}.")
+            checks.integer(getattr(self, name), f"ModelConfig.{name}", low=1)
+        for name in ("causal", "positional_attention"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"ModelConfig.{name} must be True or False; got {getattr(self, name)!r}.")
         if self.vocab <= V.FIRST_PIECE:
             raise ValueError(f"ModelConfig.vocab = {self.vocab} must exceed the {V.FIRST_PIECE} special ids.")
         if self.d_model % self.heads:
@@ -322,6 +325,7 @@ def params_fingerprint(model: nnx.Module) -> str:
 
 def build(cfg: ModelConfig, seed: int = 0) -> Seq2Seq:
     """A freshly initialised :class:`Seq2Seq` for ``cfg``; ``seed`` fixes the initial weights."""
+    seed = checks.integer(seed, "seed")
     return Seq2Seq(cfg, rngs=nnx.Rngs(seed))
 
 

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from gmlm_lib.core import checks
 from gmlm_lib.mt import decoding, metrics
 
 STATISTICS = ("self_fwd", "self_bwd", "tv", "cos")
@@ -87,6 +88,8 @@ def auroc(scores, labels) -> float:
 def bootstrap_indices(clusters, key, n_boot: int = 1000) -> list[np.ndarray]:
     """``n_boot`` resamples, drawn with ``key``, of whole clusters (sentences: the pairs of one
     sentence stay together) with replacement; each is an index array into ``clusters``."""
+    n_boot = checks.integer(n_boot, "n_boot", low=1)
+    key = checks.key(key)
     clusters = np.asarray(clusters)
     names, inverse = np.unique(clusters, return_inverse=True)
     members = [np.flatnonzero(inverse == j) for j in range(len(names))]

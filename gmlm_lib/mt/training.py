@@ -132,7 +132,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
-        """The config written by :meth:`to_dict` (``config.json``); a missing required field or an
+        """The config written by ``to_dict`` (``config.json``); a missing required field or an
         unknown one is a ``ValueError`` naming them."""
         if not isinstance(d, dict) or not isinstance(d.get("model"), dict):
             raise ValueError("TrainConfig.from_dict needs a mapping with a 'model' mapping (what to_dict writes); got "

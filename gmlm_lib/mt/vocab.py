@@ -79,6 +79,11 @@ def train(texts: Iterable[str], size: int = 8000, *, model_type: str = "unigram"
         raise ValueError(f"vocab.train: model_type must be 'unigram', 'bpe', 'char' or 'word'; got {model_type!r}.")
     if not 0.0 < character_coverage <= 1.0:
         raise ValueError(f"vocab.train: character_coverage must be in (0, 1]; got {character_coverage!r}.")
+    texts = list(texts)
+    bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+    if bad is not None:
+        raise TypeError(f"vocab.train: texts must hold strings, one sentence each; item {bad} is "
+                        f"{type(texts[bad]).__name__}.")
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise ValueError("vocab.train: texts is empty; pass the training sentences of both languages.")
