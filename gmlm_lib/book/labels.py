@@ -234,7 +234,7 @@ _SETTING = re.compile(r",\s*(on\s.+)$")
 
 def _where(chapter: str, kind: str, target: str) -> str:
     if kind == "prf" and target:
-        return f"{{prf:ref}}`{target}` ({{doc}}`../notebooks/{chapter}`)"
+        return f"{{prf:ref}}`stated here <{target}>` ({{doc}}`../notebooks/{chapter}`)"  # the boxes carry no number
     if kind in ("section", "analogue"):
         where = f"{{doc}}`../notebooks/{chapter}`, *{_TAG.sub('', target).strip()}*"
         if kind == "analogue":
