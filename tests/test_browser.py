@@ -15,9 +15,13 @@ from gmlm_lib.book import browser, sources
 from conftest import ROOT
 
 
-# Problems known on pages whose chapters wait for the translation retrain (their new code is on the
-# branch retrain, merged after its full runs): page -> the start of the problem's description.
-KNOWN: dict[str, str] = {}
+# Problems known on pages whose chapters wait for the GPU run of the translation experiment (issue 45):
+# their tables and figures were made before the book's table formatter and retina figures, and the staged
+# sources that the GPU run executes have both. page -> the starts of the problems' descriptions.
+_BEFORE_FORMATTER = ("table cell with more than 4 decimals", "raster figure with")
+KNOWN: dict[str, tuple[str, ...]] = {**{f"notebooks/{name}.html": _BEFORE_FORMATTER
+                                        for name in ("stutter", "dependency_decoding", "ablations")},
+                                     "notebooks/padir.html": ("raster figure with",)}
 _ONE_PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 
 
@@ -47,9 +51,10 @@ def test_every_page_reads_in_a_browser(built_book):
     pages = {r.page for r in reports}
     assert {f"notebooks/{name}.html" for name in sources.toc_notebooks(ROOT)} <= pages
     by_page = {r.page: r.problems for r in reports}
-    for page, start in KNOWN.items():  # still there (else remove it from KNOWN), and nothing else on that page
-        assert any(p.startswith(start) for p in by_page[page]), f"{page} no longer shows {start!r}: remove it from KNOWN"
-        by_page[page] = [p for p in by_page[page] if not p.startswith(start)]
+    for page, starts in KNOWN.items():  # still there (else remove it from KNOWN), and nothing else on that page
+        for start in starts:
+            assert any(p.startswith(start) for p in by_page[page]), f"{page} no longer shows {start!r}: remove it from KNOWN"
+        by_page[page] = [p for p in by_page[page] if not p.startswith(starts)]
     broken = {page: problems for page, problems in by_page.items() if problems}
     assert not broken, "\n".join(f"{page}: {'; '.join(p)}" for page, p in broken.items())
     assert all(r.screenshot.is_file() and r.screenshot.stat().st_size > 10_000 for r in reports)

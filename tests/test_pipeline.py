@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from gmlm_lib.mt import config, corpus, experiment, pipeline, translate
+from gmlm_lib.mt import config, corpus, experiment, pipeline, runfolder, translate, vocab
 
 pytestmark = pytest.mark.slow
 
@@ -97,3 +97,16 @@ def test_run_folder_is_under_run_root_or_temporary(tmp_path):
     assert pipeline.run_folder(exp) == tmp_path / "de-en"
     assert pipeline.run_folder(exp, tmp_path / "x") == tmp_path / "x"
     assert pipeline.run_folder(TINY).name == "en-de" and pipeline.run_folder(TINY) != pipeline.run_folder(TINY)
+
+
+def test_a_folder_whose_vocabulary_is_not_its_models_is_refused(built, tmp_path):
+    """spm.model of another run (another size) beside these models: refused on opening, not decoded into garbage."""
+    src, folder = built
+    root = tmp_path / "en-de"
+    shutil.copytree(src, root)
+    other = vocab.train(PAIRS.src + PAIRS.tgt, size=folder.vocab.size // 2)
+    assert other.size != folder.vocab.size
+    other.save(root / "spm.model")
+    with pytest.raises(runfolder.RunFolderError, match=rf"has {other.size:,} pieces but the 'ar' model .* was built for "
+                                                         rf"{folder.vocab.size:,}"):
+        experiment.open_run(root)

@@ -62,3 +62,13 @@ def test_a_column_keeps_its_decimals_and_never_shows_more_than_four():
     assert all(not re.search(r"\d\.\d{5,}", c) for c in cells)
     assert _cells(present(pd.DataFrame({"x": [0.5, 0.00004]}), digits=3))[1:] == ["0.500", "4.0e-05"]
     assert _cells(present(pd.DataFrame({"x": [0.0123, 0.5]})))[1:] == ["0.0123", "0.5000"]
+
+
+def test_a_transposed_table_and_an_object_index_still_get_the_rule():
+    cost = pd.DataFrame({"a": dict(steps=120, final_loss=4.690732, commit="abc"),
+                         "b": dict(steps=120, final_loss=0.327017, commit="def")}).T  # every column object dtype
+    cells = _cells(present(cost))
+    assert "4.691" in cells and "0.327" in cells and "abc" in cells
+    mixed = pd.DataFrame({"J": [2.0, 2.0, 0.5], "s": ["x", "y", "x"], "v": [1.0, 2.0, 3.0]}).astype({"J": object})
+    cells = _cells(present(mixed.set_index(["J", "s"])))
+    assert "2.0" in cells and "0.5" in cells and "2.000000" not in cells

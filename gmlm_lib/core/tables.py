@@ -95,6 +95,11 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missi
                                or not 0 <= digits <= MAX_DECIMALS):
         raise ValueError(f"digits must be an integer in [0, {MAX_DECIMALS}] (or None: chosen per column); got {digits!r}.")
     shown = table.copy()
+    for column in shown.columns:  # a transposed table keeps numbers as objects: they are floats to a reader
+        values = shown[column]
+        if values.dtype == object and values.notna().any() and all(
+                isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values.dropna()):
+            shown[column] = values.astype(float)
     numeric = shown.select_dtypes("number").columns
     shown[numeric] = shown[numeric].where(~shown[numeric].isin([float("inf"), float("-inf")]))
     styler = shown.style.format(precision=digits if digits is not None else 3, na_rep=missing, thousands=None)
@@ -120,7 +125,9 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missi
             continue
         for level in range(labels.nlevels):  # a float level prints with the decimals it needs
             values = labels.get_level_values(level)
-            if pd.api.types.is_float_dtype(values):
+            floats = pd.api.types.is_float_dtype(values) or (values.dtype == object and len(values) > 0 and all(
+                isinstance(v, float) for v in values))
+            if floats:
                 places = index_digits if index_digits is not None else _places(values, MAX_DECIMALS)
                 styler = styler.format_index(precision=places, axis=axis, level=level)
     return styler

@@ -71,7 +71,14 @@ def open_run(root: str | pathlib.Path, need=MODELS) -> RunFolder:
     if not found and "distilled" in need:
         raise FileNotFoundError(f"run folder {str(root)!r} has no distilled.<tgt>.gz; {how}.")
     distilled = corpus.read_lines(found[0]) if found else None
-    return RunFolder(root, V.Vocab.load(root / "spm.model"), models, records, distilled)
+    vocab = V.Vocab.load(root / "spm.model")
+    for name, (cfg, _) in models.items():
+        if cfg.model.vocab != vocab.size:
+            raise runfolder.RunFolderError(
+                f"{root / 'spm.model'} has {vocab.size:,} pieces but the {name!r} model in {root / name} was built for "
+                f"{cfg.model.vocab:,}: the vocabulary is not the one the model was trained with (a folder assembled "
+                "from two runs?); put back the run's own spm.model, or train the models again in a new folder.")
+    return RunFolder(root, vocab, models, records, distilled)
 
 
 @dataclasses.dataclass
