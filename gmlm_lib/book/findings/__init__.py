@@ -11,5 +11,5 @@ chapter's markdown, so rewording one needs ``make sync``, not a rerun.
 from gmlm_lib.book.findings.rules import ALPHA, grade, significant
 from gmlm_lib.core.lazy import attach as _attach
 
-__all__ = ["ALPHA", "grade", "significant", "rules", "padir", "parallel_rules"]
-__getattr__, __dir__ = _attach(__name__, ("rules", "padir", "parallel_rules"))
+__all__ = ["ALPHA", "grade", "significant", "rules", "padir", "parallel_rules", "masking_more"]
+__getattr__, __dir__ = _attach(__name__, ("rules", "padir", "parallel_rules", "masking_more"))

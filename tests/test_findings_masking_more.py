@@ -1,0 +1,43 @@
+"""The Theorem 2 chapter's verdicts (gmlm_lib.book.findings.masking_more) on small hand-made tables:
+each bar met and missed by a hair, the k = n rows (NaN by design) ignored, nothing graded from nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gmlm_lib.book.findings import masking_more as theorem2
+
+
+def _checks(equality=(1e-12, 5e-11), order=(1e-3, 0.0, np.nan), gen_eig=(0.9, 1.0, np.nan)):
+    n = max(len(equality), len(order), len(gen_eig))
+    pad = lambda xs: list(xs) + [np.nan] * (n - len(xs))  # noqa: E731
+    return pd.DataFrame({theorem2.COLUMNS["equality"]: pad(equality), theorem2.COLUMNS["order"]: pad(order),
+                         theorem2.COLUMNS["gen_eig"]: pad(gen_eig)})
+
+
+def test_every_bar_met():
+    got = theorem2.findings(_checks())
+    assert (got["equality_verdict"], got["order_verdict"], got["gen_eig_verdict"]) == ("met", "met", "met")
+    assert got["max_h_minus_sigma"] == 5e-11 and got["min_lambda"] == 0.0 and got["max_gen_eig"] == 1.0
+    assert (got["equality_bar"], got["order_bar"]) == (theorem2.EQUALITY_BAR, theorem2.ORDER_BAR)
+
+
+@pytest.mark.parametrize("field, table, want", [
+    ("equality_verdict", _checks(equality=(1.001e-10,)), "missed"),
+    ("equality_verdict", _checks(equality=(0.999e-10,)), "met"),
+    ("order_verdict", _checks(order=(-1.001e-10, 1.0)), "missed"),
+    ("order_verdict", _checks(order=(-0.999e-10, 1.0)), "met"),
+    ("gen_eig_verdict", _checks(gen_eig=(1 + 2e-10,)), "missed"),
+    ("gen_eig_verdict", _checks(gen_eig=(1 + 0.5e-10,)), "met"),
+])
+def test_a_bar_met_or_missed_by_a_hair(field, table, want):
+    assert theorem2.findings(table)[field] == want
+
+
+def test_nothing_is_graded_from_a_missing_column_or_an_empty_one():
+    with pytest.raises(KeyError, match="no column"):
+        theorem2.findings(_checks().drop(columns=theorem2.COLUMNS["order"]))
+    with pytest.raises(ValueError, match="holds no value to grade"):
+        theorem2.findings(_checks(order=(np.nan, np.nan)))
