@@ -56,10 +56,10 @@ def folder(run_dir: str | os.PathLike, *, must_exist: bool = True) -> pathlib.Pa
     path = pathlib.Path(run_dir).expanduser().resolve()
     if path.exists() and not path.is_dir():
         raise RunFolderError(f"{path} is a file, not a run folder; pass the folder that train() wrote "
-                                            "(it holds config.json and checkpoints/).")
+                             "(it holds config.json and checkpoints/).")
     if must_exist and not path.exists():
         raise RunFolderError(f"run folder {path} does not exist; pass the folder that train() wrote, or "
-                                           "train the run there first.")
+                             "train the run there first.")
     return path
 
 
@@ -72,7 +72,7 @@ def read_json(path: pathlib.Path, what: str, fix: str = "") -> dict:
         text = path.read_text()
     except FileNotFoundError:
         raise RunFolderError(f"{path} does not exist ({what}): {path.parent} is not a complete run "
-                                           f"folder; {fix}") from None
+                             f"folder; {fix}") from None
     except IsADirectoryError:
         raise RunFolderError(f"{path} is a folder, not {what}; {fix}") from None
     except (OSError, UnicodeDecodeError) as err:
@@ -81,7 +81,7 @@ def read_json(path: pathlib.Path, what: str, fix: str = "") -> dict:
         value = json.loads(text)
     except json.JSONDecodeError as err:
         raise RunFolderError(f"{path} ({what}) is not valid JSON ({err.msg} at line {err.lineno}, column "
-                                        f"{err.colno}): it was cut short or damaged; {fix}") from None
+                             f"{err.colno}): it was cut short or damaged; {fix}") from None
     if not isinstance(value, dict):
         raise RunFolderError(f"{path} ({what}) holds a JSON {type(value).__name__}, not an object; {fix}")
     return value
@@ -104,7 +104,7 @@ def save_checkpoint(manager: ocp.CheckpointManager, step: int, state: dict, run_
         if not _disk_full(err):
             raise
         raise RunFolderError(f"no space left on the disk of {run_dir} while writing the checkpoint of "
-                                           f"step {step}; free disk space (or move the run folder) and call train() "
+                             f"step {step}; free disk space (or move the run folder) and call train() "
                                            f"again: it resumes from the checkpoint of step {last_good}.") from None
 
 
@@ -154,7 +154,7 @@ def check_data(run_dir: pathlib.Path, batcher: batching.Batcher, teacher: str = 
         recorded = read_json(path, "the fingerprint of the data the run trains on").get("fingerprint")
         if not isinstance(recorded, str):
             raise RunFolderError(f"{path} records no data fingerprint; restore it from a copy of the run "
-                                            "folder, or train the run again in a new folder.")
+                                 "folder, or train the run again in a new folder.")
         if recorded != fingerprint:
             raise ValueError(f"{run_dir} was trained on other data (batcher fingerprint {recorded[:12]}, this batcher's "
                              f"{fingerprint[:12]}): other sentences, targets, vocabulary, batch size, seed, device "
