@@ -10,7 +10,7 @@ import pytest
 
 from gmlm_lib.mt import config, corpus, experiment, pipeline, runfolder, translate, vocab
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]  # one worker builds the run folder once for all
+pytestmark = pytest.mark.slow
 
 PAIRS = corpus.Parallel([f"a dog number {i} runs" for i in range(60)] + [f"two cats sit {i}" for i in range(60)],
                         [f"ein hund nummer {i} rennt" for i in range(60)] + [f"zwei katzen sitzen {i}" for i in range(60)],
