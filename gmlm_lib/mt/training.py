@@ -27,7 +27,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from gmlm_lib.core import records
+from gmlm_lib.core import checks, records
 from gmlm_lib.core.progress import bar as progress_bar
 from gmlm_lib.mt import batching, objectives, runfolder, seq2seq
 from gmlm_lib.mt.runfolder import DAMAGED, RunFolderBusy, RunFolderError
@@ -76,13 +76,8 @@ class TrainConfig:
         if self.model.causal != (self.kind == "ar"):
             raise ValueError(f"TrainConfig.kind = {self.kind!r} needs ModelConfig.causal = {self.kind == 'ar'}.")
         for name in ("steps", "batch_tokens", "checkpoint_every", "log_every", "stages", "warmup", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise TypeError(f"TrainConfig.{name} must be an integer; got {value!r} ({type(value).__name__}): a "
-                                "count is never rounded silently.")
-        for name in ("steps", "batch_tokens", "checkpoint_every", "log_every", "stages"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"TrainConfig.{name} must be a positive integer; got {getattr(self, name)!r}.")
+            checks.integer(getattr(self, name), f"TrainConfig.{name}",
+                           low=None if name in ("warmup", "seed") else 1)
         for name, low, high in (("learning_rate", 0.0, math.inf), ("clip_norm", 0.0, math.inf)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low < value < high):
