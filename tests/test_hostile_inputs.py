@@ -97,7 +97,7 @@ def test_vocab_boundaries(vocab, tmp_path):
     (lambda: decoding.PadirOptions(init="zeros"), ValueError, ["init"]),
     (lambda: translate.Method("sampling"), ValueError, ["Method.kind"]),
     (lambda: translate.Method("beam", beam=0), ValueError, ["Method.beam", ">= 1"]),
-    (lambda: translate.Method("beam", beam=2.5), ValueError, ["Method.beam"]),
+    (lambda: translate.Method("beam", beam=2.5), TypeError, ["Method.beam", "never rounded"]),
     (lambda: translate.Method("beam", alpha=float("nan")), ValueError, ["Method.alpha"]),
 ])
 def test_translation_option_boundaries(call, error, words):

@@ -27,7 +27,7 @@ def _cfg(**kw):
     ("learning_rate", -1e-3, ValueError, "learning_rate must be a finite number > 0"),
     ("learning_rate", float("nan"), ValueError, "learning_rate"),
     ("clip_norm", -1.0, ValueError, "clip_norm must be a finite number > 0"),
-    ("weight_decay", -0.1, ValueError, "weight_decay must be a finite number in"),
+    ("weight_decay", -0.1, ValueError, "weight_decay must be a finite number >= 0"),
     ("min_lr_ratio", 1.5, ValueError, "min_lr_ratio"),
     ("steps", 2.5, TypeError, "steps must be an integer; got 2.5"),
     ("batch_tokens", 2500.5, TypeError, "batch_tokens must be an integer"),
@@ -48,7 +48,7 @@ def test_a_string_of_references_is_not_scored_character_by_character():
 
 @pytest.mark.parametrize("n", [0, -5, 2.5, True])
 def test_paired_bootstrap_needs_a_count_of_resamples(n):
-    with pytest.raises(ValueError, match="n_samples"):
+    with pytest.raises((TypeError, ValueError), match="n_samples"):
         metrics.paired_bootstrap([("a", ["x y"]), ("b", ["x z"])], ["x y"], n_samples=n)
 
 
@@ -82,14 +82,14 @@ def test_the_command_line_refuses_ambiguous_parameters(args, words):
     (lambda: samplers.stationary_law(np.array([[0.5, 0.7], [0.2, 0.2]])), ["stochastic", "row sums"]),
     (lambda: samplers.stationary_law(np.ones((2, 3)) / 3), ["square"]),
     (lambda: ising.enumerate_states(-1), ["n must be an integer >= 0"]),
-    (lambda: ising.enumerate_states(2.5), ["n must be an integer >= 0"]),
+    (lambda: ising.enumerate_states(2.5), ["n must be an integer", "never rounded"]),
     (lambda: ising.ising_model(1e200 * (1 - np.eye(3)), np.zeros(3)), ["too large", "Scale J and h down"]),
 ])
 def test_ising_side_wrong_numbers_are_refused(call, words):
     """A NaN law, a probability outside [0, 1], a matrix that is not stochastic, a negative n and
     couplings too large for float64 each give an error naming the argument, never a wrong number."""
     with jax.enable_x64(True):
-        with pytest.raises(ValueError) as err:
+        with pytest.raises((ValueError, TypeError)) as err:  # TypeError: a count given as a float
             call()
     for w in words:
         assert w in str(err.value)

@@ -50,8 +50,9 @@ def test_counts_numbers_and_masks_that_are_right_pass_unchanged():
 
 
 @pytest.mark.parametrize("kw, words", [
-    (dict(low=0.0, low_open=True), r"finite number in \(0, inf\]; got 0.0"),
-    (dict(high=0.0, high_open=True), r"in \[-inf, 0\)"),
+    (dict(low=0.0, low_open=True), r"rate must be a finite number > 0; got 0.0"),
+    (dict(high=0.0, high_open=True), r"rate must be a finite number < 0; got 0.0"),
+    (dict(low=0.0, high=0.0, low_open=True), r"rate must be a finite number in \(0, 0\]; got 0.0"),
 ])
 def test_an_open_end_of_a_range_is_refused(kw, words):
     with pytest.raises(ValueError, match=words):

@@ -209,7 +209,7 @@ def test_schedules_and_dilation():
 
 
 @pytest.mark.parametrize("call,match", [
-    (lambda: um.threshold(4, 1.5), "tau must be in"),
+    (lambda: um.threshold(4, 1.5), r"tau must be a finite number in \[0, 1\]"),
     (lambda: um.threshold(4, float("nan")), "finite"),
     (lambda: um.factor(4, 0.0), "f must be"),
     (lambda: um.entropy_bound(4, -1.0), "gamma must be"),

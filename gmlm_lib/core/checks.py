@@ -67,8 +67,15 @@ def real(value, name: str, *, low: float = -math.inf, high: float = math.inf, lo
     below = value < low or (low_open and value == low)
     above = value > high or (high_open and value == high)
     if not math.isfinite(value) or below or above:
-        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-        raise ValueError(f"{name} must be a finite number in {interval}; got {value!r}.{_fix(fix)}")
+        if math.isinf(high) and math.isinf(low):
+            where = ""
+        elif math.isinf(high):
+            where = f" {'>' if low_open else '>='} {low:g}"
+        elif math.isinf(low):
+            where = f" {'<' if high_open else '<='} {high:g}"
+        else:
+            where = f" in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise ValueError(f"{name} must be a finite number{where}; got {value!r}.{_fix(fix)}")
     return value
 
 

@@ -34,6 +34,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gmlm_lib.core import checks
+
 __all__ = ["RULES", "RULES_2025", "Rule", "make_rule", "random_order", "top_k", "threshold", "factor",
            "entropy_bound", "dilated", "dependency", "dependency_select", "components", "dilated_passes"]
 
@@ -69,25 +71,15 @@ class Rule(NamedTuple):
 
 
 def _check_n(n) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be an integer >= 1 (the number of positions); got {n!r}.")
-    return int(n)
+    return checks.integer(n, "n", low=1, fix="n is the number of positions.")
 
 
 def _check_unit(name: str, value, *, low_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number; got {value!r}.")
-    value = float(value)
-    if not (0.0 < value <= 1.0 if low_open else 0.0 <= value <= 1.0):
-        raise ValueError(f"{name} must be in {'(0, 1]' if low_open else '[0, 1]'}; got {value!r}.")
-    return value
+    return checks.real(value, name, low=0.0, high=1.0, low_open=low_open)
 
 
 def _check_positive(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not math.isfinite(value) \
-            or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0; got {value!r}.")
-    return float(value)
+    return checks.real(value, name, low=0.0, low_open=True)
 
 
 def _rank(score, masked):

@@ -18,11 +18,7 @@ from gmlm_lib.core import checks
 
 def check_k(k: int, n: int) -> int:
     """Validate a mask size: an integer with ``1 <= k <= n``."""
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool):
-        raise TypeError(f"k must be an integer; got {k!r}.")
-    if not 1 <= k <= n:
-        raise ValueError(f"k = {k} is out of range: k-pseudolikelihood needs 1 <= k <= n = {n}.")
-    return int(k)
+    return checks.integer(k, "k", low=1, high=n, fix=f"k-pseudolikelihood masks k of the n = {n} sites.")
 
 
 def uniform_k_subsets(key: jax.Array, num: int, n: int, k: int) -> jax.Array:

@@ -136,8 +136,7 @@ def random_model(key: jax.Array, n: int, coupling_scale: float, field_scale: flo
     """A random Ising model: ``J_ij ~ N(0, coupling_scale^2)`` for i<j, ``h_i ~ N(0, field_scale^2)``."""
     require_x64("gmlm_lib.ising.model.random_model")
     key = checks.key(key)
-    if not (isinstance(n, (int, np.integer)) and n >= 1):
-        raise ValueError(f"n must be a positive integer; got {n!r}.")
+    n = checks.integer(n, "n", low=1, fix="n is the number of sites.")
     if coupling_scale < 0 or field_scale < 0:
         raise ValueError(f"scales must be >= 0; got coupling_scale={coupling_scale}, field_scale={field_scale}.")
     kj, kh = jax.random.split(key)
@@ -187,9 +186,7 @@ def energy(model: IsingModel, x: jax.Array) -> jax.Array:
 def check_exact_n(n: int) -> None:
     """Raise a clear error when ``n`` is too large for exact enumeration, or float64 is off."""
     require_x64("exact enumeration (gmlm_lib.ising)")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"n must be an integer >= 0 (the number of sites; 0 enumerates the one empty pattern); "
-                         f"got {n!r}.")
+    n = checks.integer(n, "n", low=0, fix="n is the number of sites; 0 enumerates the one empty pattern.")
     if n > MAX_EXACT_N:
         raise ValueError(
             f"n = {n} is too large for exact enumeration: the limit is n <= {MAX_EXACT_N} "

@@ -18,6 +18,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from gmlm_lib.core import checks
 from gmlm_lib.core.progress import bar as progress_bar
 
 DTYPE = jnp.float32
@@ -38,8 +39,7 @@ class Config:
 
     def __post_init__(self):
         for name in ("vocab", "outputs", "length", "d_model", "heads", "layers", "d_ff"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"Config.{name} must be a positive integer; got {getattr(self, name)!r}.")
+            object.__setattr__(self, name, checks.integer(getattr(self, name), f"Config.{name}", low=1))
         if self.d_model % self.heads:
             raise ValueError(f"Config.d_model = {self.d_model} must be divisible by heads = {self.heads}.")
 

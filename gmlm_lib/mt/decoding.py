@@ -261,13 +261,11 @@ class StrategyOptions:
         for field in ("steps", "hyps", "block"):
             object.__setattr__(self, field, checks.integer(getattr(self, field), f"StrategyOptions.{field}", low=1))
         for field in ("confidence", "dependency"):
-            v = getattr(self, field)
-            if isinstance(v, bool) or not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
-                raise ValueError(f"StrategyOptions.{field} must be in [0, 1]; got {v!r}.")
+            object.__setattr__(self, field, checks.real(getattr(self, field), f"StrategyOptions.{field}", low=0.0,
+                                                        high=1.0))
         for field in ("factor", "entropy"):
-            v = getattr(self, field)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v <= 0:
-                raise ValueError(f"StrategyOptions.{field} must be a finite number > 0; got {v!r}.")
+            object.__setattr__(self, field, checks.real(getattr(self, field), f"StrategyOptions.{field}", low=0.0,
+                                                        low_open=True))
         if self.block < 2 or self.block & (self.block - 1):
             raise ValueError(f"StrategyOptions.block (the DUS block size) must be a power of two >= 2; "
                              f"got {self.block!r}.")

@@ -9,6 +9,8 @@ from typing import Sequence
 
 import sacrebleu
 
+from gmlm_lib.core import checks
+
 _EDGE = re.compile(r"^\W+|\W+$")
 
 
@@ -102,9 +104,8 @@ def paired_bootstrap(systems: list[tuple[str, list[str]]], refs: list[str], *, n
     import pandas as pd  # noqa: PLC0415
     from sacrebleu.significance import PairedTest  # noqa: PLC0415
 
-    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
-        raise ValueError(f"paired_bootstrap(n_samples=...) must be an integer >= 1 of resamples; got {n_samples!r} "
-                         "(sacrebleu would silently run its default of 1000 for 0).")
+    n_samples = checks.integer(n_samples, "paired_bootstrap(n_samples=...)", low=1,
+                               fix="It counts resamples (sacrebleu would silently run its default of 1000 for 0).")
     if isinstance(systems, (str, dict)) or not isinstance(systems, (list, tuple)) or len(systems) < 2 or \
             not all(isinstance(s, (list, tuple)) and len(s) == 2 and isinstance(s[0], str) for s in systems):
         raise ValueError("paired_bootstrap(systems=...) must be a list of at least two (name, hypotheses) pairs: "

@@ -78,17 +78,11 @@ class TrainConfig:
         for name in ("steps", "batch_tokens", "checkpoint_every", "log_every", "stages", "warmup", "seed"):
             checks.integer(getattr(self, name), f"TrainConfig.{name}",
                            low=None if name in ("warmup", "seed") else 1)
-        for name, low, high in (("learning_rate", 0.0, math.inf), ("clip_norm", 0.0, math.inf)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low < value < high):
-                raise ValueError(f"TrainConfig.{name} must be a finite number > 0; got {value!r} (a negative "
-                                 f"{name} trains uphill).")
-        for name, low, high in (("weight_decay", 0.0, math.inf), ("min_lr_ratio", 0.0, 1.0),
-                                ("length_loss_weight", 0.0, math.inf)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low <= value <= high) \
-                    or not math.isfinite(value):
-                raise ValueError(f"TrainConfig.{name} must be a finite number in [{low:g}, {high:g}]; got {value!r}.")
+        for name in ("learning_rate", "clip_norm"):
+            checks.real(getattr(self, name), f"TrainConfig.{name}", low=0.0, low_open=True,
+                        fix=f"A negative {name} trains uphill.")
+        for name, high in (("weight_decay", math.inf), ("min_lr_ratio", 1.0), ("length_loss_weight", math.inf)):
+            checks.real(getattr(self, name), f"TrainConfig.{name}", low=0.0, high=high)
         if not 0 <= self.warmup < self.steps:
             raise ValueError(f"TrainConfig.warmup must be in [0, steps = {self.steps}); got {self.warmup}.")
         if self.optimizer not in ("adamw", "adafactor"):

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from gmlm_lib.core import checks
 from gmlm_lib.core.progress import bar
 from gmlm_lib.mt import batching, decoding
 from gmlm_lib.mt import vocab as V
@@ -37,8 +38,7 @@ class Method:
     def __post_init__(self):
         if self.kind not in ("greedy", "beam", "padir"):
             raise ValueError(f"Method.kind must be 'greedy', 'beam' or 'padir'; got {self.kind!r}.")
-        if isinstance(self.beam, bool) or not isinstance(self.beam, int) or self.beam < 1:
-            raise ValueError(f"Method.beam must be an integer >= 1 (1 is greedy); got {self.beam!r}.")
+        object.__setattr__(self, "beam", checks.integer(self.beam, "Method.beam", low=1, fix="1 is greedy."))
         if not isinstance(self.padir, (decoding.PadirOptions, decoding.StrategyOptions)):
             raise TypeError("Method.padir must be decoding.PadirOptions or decoding.StrategyOptions; got "
                             f"{type(self.padir).__name__}.")
