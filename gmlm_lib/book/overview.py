@@ -69,6 +69,8 @@ class Row:
 
 
 def _agree(g: dict) -> int:
+    if "choices_supported" in g:  # glued by gmlm_lib.book.findings.ablations
+        return int(g["choices_supported"])
     better = "the baseline's choice is better"
     return sum(str(g.get(k, "")).startswith(better) for k in ("stage_verdict", "pos_verdict", "dist_verdict")) + \
         (not str(g.get("unmask_verdict", "")).startswith("our numbers disagree"))

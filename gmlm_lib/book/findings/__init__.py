@@ -8,8 +8,10 @@ the chapter's result tables into every value and verdict its text glues; the sen
 chapter's markdown, so rewording one needs ``make sync``, not a rerun.
 """
 
-from gmlm_lib.book.findings.rules import ALPHA, grade, significant
+from gmlm_lib.book.findings.rules import ALPHA, compare, grade, listed, significant
 from gmlm_lib.core.lazy import attach as _attach
 
-__all__ = ["ALPHA", "grade", "significant", "rules", "padir", "parallel_rules", "masking_more"]
-__getattr__, __dir__ = _attach(__name__, ("rules", "padir", "parallel_rules", "masking_more"))
+_MODULES = ("rules", "padir", "stutter", "dependency_decoding", "parallel_rules", "ablations", "masking_more", "testbed",
+            "efficiency", "kgibbs")
+__all__ = ["ALPHA", "compare", "grade", "listed", "significant", *_MODULES]
+__getattr__, __dir__ = _attach(__name__, _MODULES)

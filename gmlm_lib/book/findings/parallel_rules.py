@@ -17,7 +17,7 @@ import math
 
 import pandas as pd
 
-from gmlm_lib.book.findings.rules import grade, significant
+from gmlm_lib.book.findings.rules import compare, grade
 from gmlm_lib.core.unmasking import RULES_2025
 from gmlm_lib.ising.unmasking import envelope
 
@@ -182,8 +182,8 @@ def translation(table: pd.DataFrame, p_values: dict, *, ours: str = "dependency_
     bleu = {(int(t), r): float(b) for t, r, b in zip(table["T"], table.rule, table.BLEU)}
     if at_T not in best or (at_T, ours) not in bleu:
         raise ValueError(f"the table needs ours ({ours!r}) and a 2025 rule at T = {at_T}.")
-    worse = [T for T in sorted(best) if (T, ours) in bleu and bleu[(T, ours)] < bleu[(T, best[T])]
-             and significant(p_values[T])]
+    worse = [T for T in sorted(best) if (T, ours) in bleu
+             and compare(bleu[(T, ours)] - bleu[(T, best[T])], p_values[T]) < 0]
     by_T = []
     for T, part in table.groupby("T", sort=True):
         top = part.loc[part.BLEU.idxmax()]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["ALPHA", "grade", "significant"]
+__all__ = ["ALPHA", "grade", "significant", "compare", "listed"]
 
 ALPHA = 0.05
 """The book's one significance level: p < ALPHA is significant (paired bootstrap, two systems)."""
@@ -34,3 +34,24 @@ def significant(p: float, alpha: float = ALPHA) -> bool:
         raise ValueError(f"p must be in [0, 1] and alpha in (0, 1); got p = {p}, alpha = {alpha}.")
     return p < alpha
 
+
+
+def compare(difference: float, p: float, alpha: float = ALPHA) -> int:
+    """How a system compares with its baseline: ``+1`` significantly better (``difference > 0`` and
+    :func:`significant`), ``-1`` significantly worse, ``0`` when the test cannot tell them apart.
+
+    ``difference`` is the system's score minus the baseline's (e.g. BLEU). A difference of exactly 0 is
+    never significant: SacreBLEU's paired bootstrap gives two identical systems p = 1/(n + 1), which
+    read alone would call identical outputs significantly different."""
+    difference = _number("difference", difference)
+    if not significant(p, alpha) or difference == 0.0:
+        return 0
+    return 1 if difference > 0 else -1
+
+
+def listed(items, empty: str = "none") -> str:
+    """A short list for a sentence: ``"2, 4 and 8"``; ``empty`` when there is nothing to list."""
+    items = [f"{x:g}" if isinstance(x, float) else str(x) for x in items]
+    if not items:
+        return empty
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]

@@ -1,0 +1,112 @@
+"""The verdicts of the ablations chapter (``notebooks/ablations.md``) [Section 3.3, Appendix L.2].
+
+Each of the paper's rules of thumb is one row of the chapter's table, compared with the baseline by the
+book's one rule (:func:`gmlm_lib.book.findings.rules.compare`: paired bootstrap, p < ALPHA, a zero
+difference never significant). The sentences stay in the chapter; this module returns the short words
+and numbers they glue.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from gmlm_lib.book.findings.rules import ALPHA, compare, grade, listed
+
+__all__ = ["BUDGET_MIN", "VARIANTS", "WORDS", "choice_verdict", "rates", "grid", "findings"]
+
+BUDGET_MIN = 120.0
+"""The chapter's budget: training and evaluation, minutes."""
+VARIANTS = {"stage": "1 training stage", "pos": "no positional attention", "dist": "no distillation",
+            "remask": "no stutter re-masking", "init": "[MASK] initial hypothesis"}
+"""Glue key prefix -> the table row that drops one of the baseline's choices."""
+WORDS = {-1: "the baseline's choice is better", 1: "the variant is better here", 0: "no significant difference"}
+"""How the variant compares with the baseline (:func:`compare` of the variant minus the baseline)."""
+
+
+def _check(table: pd.DataFrame, columns) -> None:
+    missing = [c for c in columns if c not in table.columns]
+    if missing or "baseline" not in table.index:
+        raise ValueError(f"the ablations table must have a 'baseline' row and the columns {list(columns)}; "
+                         f"missing columns {missing}, rows {list(table.index)[:8]}.")
+
+
+def _call(table: pd.DataFrame, name: str) -> int:
+    return compare(float(table.loc[name, "BLEU"]) - float(table.loc["baseline", "BLEU"]),
+                   float(table.loc[name, "p vs baseline"]))
+
+
+def choice_verdict(table: pd.DataFrame, name: str) -> str:
+    """One of :data:`WORDS`: row ``name`` (a variant) against the baseline row."""
+    _check(table, ("BLEU", "p vs baseline"))
+    return WORDS[_call(table, name)]
+
+
+def rates(table: pd.DataFrame, base_rate: float, variant_rates: dict) -> dict:
+    """The "mask a lot" rule of thumb. ``variant_rates``: table row -> its unmasking rate (rows with the
+    baseline's rate are ignored). A rate above ``base_rate`` masks *less*; the paper's rule says each
+    such rate should be worse. Returns ``unmask_line`` (every rate's BLEU, p against the baseline),
+    ``unmask_best`` (the rate with the highest BLEU), ``unmask_less_better`` / ``unmask_less_worse`` (the
+    rates that mask less and are significantly better / worse) and ``unmask_verdict``: "our numbers
+    agree" (every such rate significantly worse), "our numbers partly agree" (some), "our numbers
+    disagree" (one significantly better), "the test set cannot tell the rates apart", or "not tested"."""
+    _check(table, ("BLEU", "p vs baseline"))
+    pairs = sorted([(float(base_rate), "baseline")] + [(float(r), n) for n, r in variant_rates.items()
+                                                        if float(r) != float(base_rate)])
+    bleu = {n: float(table.loc[n, "BLEU"]) for _, n in pairs}
+    line = "; ".join(f"unmasking {r:g} (masking {1 - r:.0%}): {bleu[n]:.1f}"
+                     + ("" if n == "baseline" else f" (p = {float(table.loc[n, 'p vs baseline']):.3f})")
+                     for r, n in pairs)
+    calls = {r: _call(table, n) for r, n in pairs if r > base_rate}
+    better, worse = [r for r, c in calls.items() if c > 0], [r for r, c in calls.items() if c < 0]
+    if not calls:
+        verdict = "not tested"
+    elif better:
+        verdict = "our numbers disagree"
+    elif len(worse) == len(calls):
+        verdict = "our numbers agree"
+    elif worse:
+        verdict = "our numbers partly agree"
+    else:
+        verdict = "the test set cannot tell the rates apart"
+    return dict(unmask_line=line, unmask_best=f"{max(pairs, key=lambda x: bleu[x[1]])[0]:g}",
+                unmask_less_better=listed(better), unmask_less_worse=listed(worse), unmask_verdict=verdict)
+
+
+def grid(cells: pd.DataFrame) -> dict:
+    """The refinement grid: ``cells`` one row per (T, #hyp) with ``T``, ``hyps``, ``BLEU`` and
+    ``median ms``. Returns the best cell (``grid_best_T``, ``grid_best_hyps``, ``grid_best_bleu``,
+    ``grid_best_ms``) and the best single-pass cell (``grid_t1_*``; the best cell when T = 1 was not run)."""
+    best = cells.sort_values("BLEU").iloc[-1]
+    one = cells[cells["T"] == 1]
+    t1 = one.sort_values("BLEU").iloc[-1] if len(one) else best
+    out = {}
+    for key, row in (("grid_best", best), ("grid_t1", t1)):
+        out.update({f"{key}_T": int(row["T"]), f"{key}_hyps": int(row["hyps"]), f"{key}_bleu": float(row["BLEU"]),
+                    f"{key}_ms": float(row["median ms"])})
+    return out
+
+
+def findings(table: pd.DataFrame, cells: pd.DataFrame, *, base_rate: float, variant_rates: dict, train_min: float,
+             eval_min: float) -> dict:
+    """Every verdict and derived number of the chapter's recommendations and box: ``{key}_verdict``,
+    ``{key}_bleu`` and ``{key}_p`` for each of :data:`VARIANTS` ("not run" and NaN for a row the table
+    lacks), :func:`rates`, :func:`grid`, ``choices_supported`` (how many of the four training-time rules,
+    mask a lot, two stages, positional attention and distillation, beat their ablation significantly; the
+    masking rule only when every rate that masks less is significantly worse), the stutter of the baseline and two variants, the time spent and
+    ``budget_met`` against :data:`BUDGET_MIN`, and ``p_significant`` (the book's ALPHA)."""
+    _check(table, ("BLEU", "p vs baseline", "stutter /100 words"))
+    out = dict(base_bleu=float(table.loc["baseline", "BLEU"]), p_significant=ALPHA, budget_min=BUDGET_MIN,
+               total_train_min=float(train_min), eval_min=float(eval_min), total_min=float(train_min + eval_min),
+               budget_met=grade(train_min + eval_min, BUDGET_MIN, at_least=False),
+               base_stutter=float(table.loc["baseline", "stutter /100 words"]))
+    for key, name in VARIANTS.items():
+        run = name in table.index
+        out[f"{key}_verdict"] = choice_verdict(table, name) if run else "not run"
+        out[f"{key}_bleu"] = float(table.loc[name, "BLEU"]) if run else float("nan")
+        out[f"{key}_p"] = float(table.loc[name, "p vs baseline"]) if run else float("nan")
+        if key in ("dist", "remask"):
+            out[f"{key}_stutter"] = float(table.loc[name, "stutter /100 words"]) if run else float("nan")
+    out.update(rates(table, base_rate, variant_rates))
+    out["choices_supported"] = sum(out[f"{key}_verdict"] == WORDS[-1] for key in ("stage", "pos", "dist")) + \
+        (out["unmask_verdict"] == "our numbers agree")
+    return {**out, **grid(cells)}

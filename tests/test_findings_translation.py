@@ -1,0 +1,159 @@
+"""The translation chapters' verdicts (gmlm_lib.book.findings: stutter, dependency_decoding, ablations)
+on small hand-made tables: each bar met and missed by a hair, p = 0.049 against 0.051, a zero difference
+never significant, and nothing graded from a missing row."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gmlm_lib.book import findings
+from gmlm_lib.book.findings import ablations, dependency_decoding, stutter
+
+
+# --- the one significance rule ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("difference, p, want", [
+    (0.3, 0.049, 1), (0.3, 0.051, 0), (-0.3, 0.049, -1), (-0.3, 0.051, 0),
+    (0.0, 0.001, 0),  # SacreBLEU gives identical systems p = 1/(n+1): a zero difference is never significant
+])
+def test_compare_is_the_one_rule(difference, p, want):
+    assert findings.compare(difference, p) == want
+
+
+def test_compare_refuses_a_missing_difference():
+    with pytest.raises(ValueError, match="difference"):
+        findings.compare(float("nan"), 0.01)
+
+
+@pytest.mark.parametrize("items, want", [([], "none"), ([4], "4"), ([2, 4], "2 and 4"), ([1, 2, 8], "1, 2 and 8"),
+                                         ([0.3, 0.5], "0.3 and 0.5")])
+def test_listed(items, want):
+    assert findings.listed(items) == want
+
+
+# --- dependency_decoding ------------------------------------------------------------------------------
+
+def _frontier(dep=(30.0, 31.0), p_dep=(0.5, 0.049), mp=(29.0, 30.0), p_mp=(0.01, 0.3)):
+    rows = []
+    for i, T in enumerate((2, 4)):
+        rows += [dict(T=T, strategy="plain PaDIR", BLEU=30.0 if T == 4 else 29.5, **{"p vs plain": np.nan},
+                      **{"median ms": 10.0}),
+                 dict(T=T, strategy="Mask-Predict", BLEU=mp[i], **{"p vs plain": p_mp[i]}, **{"median ms": 11.0}),
+                 dict(T=T, strategy="dependency-aware", BLEU=dep[i], **{"p vs plain": p_dep[i]}, **{"median ms": 12.0})]
+    return pd.DataFrame(rows).set_index(["T", "strategy"])
+
+
+@pytest.mark.parametrize("dep4, p4, want", [
+    (31.001, 0.049, "met"), (30.999, 0.049, "missed"), (31.5, 0.051, "missed"), (31.5, 0.05, "missed"),
+])
+def test_the_translation_bar_met_or_missed_by_a_hair(dep4, p4, want):
+    got = dependency_decoding.translation(_frontier(dep=(30.0, dep4), p_dep=(0.5, p4)))
+    assert got["gain_met"] == want
+    assert math.isclose(got["dep_gain_bleu"], dep4 - 30.0) and got["dep_p_value"] == p4
+
+
+def test_the_frontier_verdicts_name_each_T():
+    got = dependency_decoding.translation(_frontier(dep=(30.0, 31.5), p_dep=(0.5, 0.01), mp=(28.0, 29.0),
+                                                    p_mp=(0.01, 0.3)))
+    assert (got["dep_better_at"], got["dep_worse_at"]) == ("4", "no T")
+    assert (got["mp_better_at"], got["mp_worse_at"]) == ("no T", "2")
+    assert got["vs_maskpredict"] == "not worse than" and got["ms_dep"] == 12.0
+
+
+def test_the_testbed_ratio_measured_and_censored():
+    at = pd.Series({"independent parallel": 100.0, "dependency-aware": 10.001})
+    assert dependency_decoding.ising(at, 1000)["ising_ratio_met"] == "missed"
+    at["dependency-aware"] = 9.999
+    got = dependency_decoding.ising(at, 1000)
+    assert got["ising_ratio_met"] == "met" and got["ising_ratio_kind"] == "measured"
+    censored = dependency_decoding.ising(pd.Series({"independent parallel": np.inf, "dependency-aware": 50.0}), 1000)
+    assert censored["ising_ratio_kind"] == "a lower bound" and censored["ising_pass_ratio"] == 20.0
+    with pytest.raises(ValueError, match="median passes"):
+        dependency_decoding.ising(pd.Series({"independent parallel": 5.0, "dependency-aware": np.nan}), 1000)
+
+
+# --- ablations ----------------------------------------------------------------------------------------
+
+def _ablation_table(**rows):
+    base = {"baseline": (20.0, np.nan)}
+    data = {**base, **rows}
+    return pd.DataFrame({"BLEU": {k: v[0] for k, v in data.items()},
+                         "p vs baseline": {k: v[1] for k, v in data.items()},
+                         "stutter /100 words": {k: 1.0 for k in data}})
+
+
+@pytest.mark.parametrize("bleu, p, want", [
+    (19.0, 0.049, "the baseline's choice is better"), (19.0, 0.051, "no significant difference"),
+    (21.0, 0.049, "the variant is better here"), (20.0, 0.001, "no significant difference"),
+])
+def test_a_choice_against_its_ablation(bleu, p, want):
+    assert ablations.choice_verdict(_ablation_table(**{"1 training stage": (bleu, p)}), "1 training stage") == want
+
+
+@pytest.mark.parametrize("calls, want", [
+    ({"u3": (19.0, 0.01), "u5": (18.0, 0.01)}, "our numbers agree"),
+    ({"u3": (19.0, 0.01), "u5": (19.5, 0.2)}, "our numbers partly agree"),
+    ({"u3": (21.0, 0.01), "u5": (18.0, 0.01)}, "our numbers disagree"),
+    ({"u3": (19.9, 0.3), "u5": (20.1, 0.4)}, "the test set cannot tell the rates apart"),
+    ({}, "not tested"),
+])
+def test_the_masking_rule(calls, want):
+    rates = {"u3": 0.3, "u5": 0.5}
+    got = ablations.rates(_ablation_table(**calls), 0.1, {k: rates[k] for k in calls})
+    assert got["unmask_verdict"] == want
+
+
+def test_the_rates_line_and_lists():
+    got = ablations.rates(_ablation_table(u3=(21.0, 0.01), u5=(18.0, 0.01)), 0.1, {"u3": 0.3, "u5": 0.5})
+    assert got["unmask_less_better"] == "0.3" and got["unmask_less_worse"] == "0.5" and got["unmask_best"] == "0.3"
+    assert got["unmask_line"].startswith("unmasking 0.1 (masking 90%): 20.0; unmasking 0.3 (masking 70%): 21.0 (p = 0.010)")
+
+
+def test_findings_grade_the_budget_and_count_supported_choices():
+    table = _ablation_table(**{"1 training stage": (19.0, 0.01), "no positional attention": (19.0, 0.2),
+                               "no distillation": (18.0, 0.001), "u3": (19.0, 0.01)})
+    cells = pd.DataFrame({"T": [1, 4, 4], "hyps": [1, 1, 3], "BLEU": [15.0, 20.0, 20.5], "median ms": [5.0, 9.0, 12.0]})
+    kw = dict(base_rate=0.1, variant_rates={"u3": 0.3})
+    got = ablations.findings(table, cells, train_min=100.0, eval_min=20.0, **kw)
+    assert got["budget_met"] == "met" and got["remask_verdict"] == "not run" and math.isnan(got["remask_bleu"])
+    assert got["choices_supported"] == 3  # stage, distillation, and the masking rule; not positional attention
+    assert (got["grid_best_T"], got["grid_best_hyps"], got["grid_t1_bleu"]) == (4, 3, 15.0)
+    assert ablations.findings(table, cells, train_min=100.0, eval_min=20.001, **kw)["budget_met"] == "missed"
+    with pytest.raises(ValueError, match="'baseline' row"):
+        ablations.findings(table.drop(index="baseline"), cells, train_min=1.0, eval_min=1.0, **kw)
+
+
+# --- stutter ------------------------------------------------------------------------------------------
+
+def _summary(ci_avg, ci_max, auroc=0.6):
+    return pd.DataFrame({"aggregate": ["avg", "max"], "AUROC 95% CI": [ci_avg, ci_max], "AUROC": [auroc, auroc],
+                         "stutter mean": [0.2, 0.3], "other mean": [0.1, 0.2]})
+
+
+@pytest.mark.parametrize("cis, want", [
+    (((0.501, 0.7), (0.51, 0.8)), "supported"),
+    (((0.499, 0.7), (0.51, 0.8)), "not supported"),
+    (((0.3, 0.499), (0.2, 0.45)), "contradicted"),
+    (((0.3, 0.501), (0.2, 0.45)), "not supported"),
+])
+def test_a_hypothesis_from_its_intervals(cis, want):
+    tables = {"tv": _summary(*cis), "cos": _summary((0.6, 0.7), (0.6, 0.7))}
+    if want == "contradicted":
+        tables["cos"] = _summary((0.1, 0.2), (0.1, 0.2))
+    assert stutter.hypothesis(tables, ("tv", "cos")) == want
+
+
+def test_stutter_findings_read_the_steps_and_refuse_a_missing_model():
+    tables = {s: _summary((0.6, 0.7), (0.6, 0.7)) for s in ("self_fwd", "self_bwd", "tv", "cos")}
+    by_step = pd.DataFrame({"model": ["padir_distilled"] * 2 + ["padir_raw"] * 2, "step": [1, 2, 1, 2],
+                            "word_stutter": [5.0, 2.0, 8.0, 4.0], "word_stutter_after_drop": [1.0, 0.5, 2.0, 1.0]})
+    got = stutter.findings(tables, by_step, analysed="padir_distilled")
+    assert (got["h1"], got["h2"]) == ("supported", "supported")
+    assert (got["st1"], got["stT"], got["st1_raw"], got["stT_raw"], got["stT_drop"]) == (5.0, 2.0, 8.0, 4.0, 0.5)
+    assert got["self_bwd_s"] == 0.2 and got["auc_cos"] == 0.6
+    with pytest.raises(KeyError, match="padir_raw"):
+        stutter.findings(tables, by_step[by_step.model != "padir_raw"], analysed="padir_distilled")
