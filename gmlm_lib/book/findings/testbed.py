@@ -1,0 +1,40 @@
+"""The verdicts of the testbed chapter (``notebooks/gmlm_ising_testbed.md``).
+
+The exact sampler is checked state by state: the empirical frequency of each of the ``2^n`` states of
+a small model, in units of its binomial standard error, must stay within :data:`Z_BAR`. The first look
+at Theorem 2 asks whether the mean squared parameter error of k-MPLE decreases strictly in k.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gmlm_lib.book.findings.rules import grade
+
+__all__ = ["Z_BAR", "sampler", "ordered"]
+
+Z_BAR = 4.5
+"""Largest |z| of any state's frequency that passes (about a 1-in-150,000 tail for one state)."""
+
+
+def sampler(freq, prob, draws: int) -> dict:
+    """``freq`` and ``prob``: (2^n,) empirical frequencies over ``draws`` exact samples and the model's
+    probabilities. Returns ``sampler_max_z`` (the largest |z|), ``z_bar`` and ``z_verdict`` ("met" when
+    no state's |z| exceeds :data:`Z_BAR`)."""
+    freq, prob = np.asarray(freq, dtype=float), np.asarray(prob, dtype=float)
+    if freq.shape != prob.shape or freq.ndim != 1:
+        raise ValueError(f"freq and prob must be two (2^n,) arrays of one shape; got {freq.shape} and {prob.shape}.")
+    if not (np.all(prob > 0) and np.all(prob < 1)) or draws < 1:
+        raise ValueError("every probability must lie in (0, 1) and draws must be >= 1: a state of probability 0 "
+                         "or 1 has no binomial standard error.")
+    z = (freq - prob) / np.sqrt(prob * (1 - prob) / draws)
+    max_z = float(np.max(np.abs(z)))
+    return dict(sampler_max_z=max_z, z_bar=Z_BAR, z_verdict=grade(max_z, Z_BAR, at_least=False))
+
+
+def ordered(errors) -> str:
+    """"yes" when the errors (one per k, in increasing k) decrease strictly, else "no"."""
+    errors = np.asarray(errors, dtype=float)
+    if errors.ndim != 1 or errors.size < 2 or not np.all(np.isfinite(errors)):
+        raise ValueError(f"errors must be at least two finite numbers, one per k; got {errors!r}.")
+    return "yes" if bool(np.all(np.diff(errors) < 0)) else "no"

@@ -1,0 +1,86 @@
+"""The theory chapters' verdicts (gmlm_lib.book.findings: testbed, efficiency, kgibbs) on small
+hand-made inputs: each bar met and missed by a hair, and nothing graded from nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gmlm_lib.book.findings import efficiency, kgibbs, testbed
+
+
+def _z_case(max_z):
+    """Four states with probability 1/4 and 400 draws: one state's frequency set so its |z| is max_z."""
+    prob = np.full(4, 0.25)
+    se = np.sqrt(0.25 * 0.75 / 400)
+    freq = np.array([0.25 + max_z * se, 0.25 - max_z * se, 0.25, 0.25])
+    return freq, prob
+
+
+@pytest.mark.parametrize("max_z, want", [(4.499, "met"), (4.501, "missed")])
+def test_the_sampler_bar_by_a_hair(max_z, want):
+    got = testbed.sampler(*_z_case(max_z), 400)
+    assert got["z_verdict"] == want and got["z_bar"] == testbed.Z_BAR
+    assert got["sampler_max_z"] == pytest.approx(max_z, rel=1e-12)
+
+
+def test_the_sampler_check_refuses_what_has_no_standard_error():
+    with pytest.raises(ValueError, match="shape"):
+        testbed.sampler(np.ones(3) / 3, np.ones(4) / 4, 10)
+    with pytest.raises(ValueError, match=r"\(0, 1\)"):
+        testbed.sampler(np.array([1.0, 0.0]), np.array([1.0, 0.0]), 10)
+
+
+@pytest.mark.parametrize("errors, want", [([3.0, 2.0, 1.0], "yes"), ([3.0, 3.0, 1.0], "no"), ([1.0, 2.0], "no")])
+def test_ordered(errors, want):
+    assert testbed.ordered(errors) == want
+
+
+def test_ordered_needs_two_finite_errors():
+    with pytest.raises(ValueError, match="at least two finite"):
+        testbed.ordered([1.0, np.nan])
+
+
+@pytest.mark.parametrize("tightness, scale, big, want", [
+    (1.0, 59.9, [60.0], ("met", "met", "met")),
+    (1.0 + 2e-9, 60.001, [1.0, 60.001], ("missed", "missed", "missed")),
+    (1.0 + 0.5e-9, 1.0, [59.999, 2.0], ("met", "met", "met")),
+])
+def test_the_bound_and_the_time_bars(tightness, scale, big, want):
+    got = efficiency.findings(tightness, scale, big)
+    assert (got["bound_verdict"], got["scale_verdict"], got["big_verdict"]) == want
+    with pytest.raises(ValueError, match="at least one timing"):
+        efficiency.findings(1.0, 1.0, [])
+
+
+def _speed(ip_loop=(25.0, 10.0), ip_ceiling=(30.0, 15.0), product=(40.0, 12.0)):
+    rows = []
+    for i, n in enumerate((64, 1024)):
+        for dtype in ("float64", "float32"):
+            rows.append(dict(n=n, sampler="k-Gibbs (k = 4)", dtype=dtype, speedup_vs_loop=50.0, speedup_vs_vectorised=3.0,
+                             ceiling_vs_loop=np.nan, product_ceiling_vs_loop=np.nan))
+            rows.append(dict(n=n, sampler="independent parallel", dtype=dtype, speedup_vs_loop=ip_loop[i],
+                             speedup_vs_vectorised=1.5, ceiling_vs_loop=ip_ceiling[i],
+                             product_ceiling_vs_loop=product[i] if dtype == "float64" else 100.0))
+    return pd.DataFrame(rows)
+
+
+def test_the_throughput_verdicts():
+    got = kgibbs.benchmark(_speed())
+    assert got["bench_meets"] == "3 of 4" and got["bench_kg_meets"] == "2 of 2" and got["bench_ip_meets"] == "1 of 2 sizes"
+    assert (got["bench_ip_missed"], got["bench_ip_ceiling"]) == ("1024", "below")
+    assert got["bench_ip_product_blocked"] == "float64 at n = 1024"
+    assert got["bench_ip_share"] == "67%"  # 10 / 15 at n = 1024
+
+
+@pytest.mark.parametrize("loop, ceiling, want", [((25.0, 19.999), (30.0, 20.001), "above"),
+                                                 ((25.0, 19.999), (30.0, 19.999), "below"),
+                                                 ((25.0, 20.0), (30.0, 19.0), "not needed")])
+def test_the_ceiling_word_by_a_hair(loop, ceiling, want):
+    assert kgibbs.benchmark(_speed(ip_loop=loop, ip_ceiling=ceiling))["bench_ip_ceiling"] == want
+
+
+def test_the_throughput_verdicts_need_their_columns():
+    with pytest.raises(ValueError, match="lacks the columns"):
+        kgibbs.benchmark(_speed().drop(columns="ceiling_vs_loop"))
