@@ -84,3 +84,12 @@ def test_the_ceiling_word_by_a_hair(loop, ceiling, want):
 def test_the_throughput_verdicts_need_their_columns():
     with pytest.raises(ValueError, match="lacks the columns"):
         kgibbs.benchmark(_speed().drop(columns="ceiling_vs_loop"))
+
+
+@pytest.mark.parametrize("value, minimum, want", [(3, 2, True), (2, 2, True), (1, 2, False), (2.0, 2, False),
+                                                  (True, 0, False), ("3", 0, False), (0, 0, True)])
+def test_a_chapter_parameter_count(value, minimum, want):
+    """gmlm_lib.book.validate.count: the one integer check of the chapters' validation cells."""
+    from gmlm_lib.book.validate import count
+
+    assert count(value, minimum) is want

@@ -27,6 +27,11 @@ def finite(values) -> bool:
     return isinstance(values, (int, float)) and not isinstance(values, bool) and math.isfinite(values)
 
 
+def count(value, minimum: int = 0) -> bool:
+    """True when ``value`` is an integer (not a bool) of at least ``minimum``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
 def positive_ints(values, minimum: int = 1) -> bool:
     """True when ``values`` is a non-empty list of integers, each at least ``minimum``."""
     return (isinstance(values, (list, tuple)) and len(values) > 0
