@@ -100,3 +100,15 @@ def test_a_missing_row_is_named():
     with pytest.raises(ValueError, match="#hyp=1"):
         padir.findings(q, s.drop(index=["PaDIR T=4, #hyp=1"]), c, eval_steps=(4, 10), eval_hyps=3, beam=4,
                        distill_s=0.0, latency_vs_bound=1.0)
+
+
+@pytest.mark.parametrize("cost, want", [(1.499, "about what a step costs"), (1.5, "more than a step"),
+                                        (3.7, "more than a step")])
+def test_a_pass_read_against_an_ar_step(cost, want):
+    assert padir.pass_reading(cost) == want
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])
+def test_a_pass_cost_must_be_positive(bad):
+    with pytest.raises(ValueError, match="positive number"):
+        padir.pass_reading(bad)

@@ -36,6 +36,20 @@ def _one(frame: pd.DataFrame, what: str, **match) -> pd.Series:
     return rows.iloc[0]
 
 
+PASS_STEP_BAR = 1.5
+"""A refinement pass over the first width costing less than this many cached AR steps reads "about what a
+step costs": the premise of the paper's speed-ups, that on an accelerator at batch 1 both are bound by
+reading the weights."""
+
+
+def pass_reading(pass_per_step: float) -> str:
+    """How the measured cost of one refinement pass, in cached AR steps, reads in a sentence: "about what a
+    step costs" (below :data:`PASS_STEP_BAR`) or "more than a step"."""
+    if not math.isfinite(pass_per_step) or pass_per_step <= 0:
+        raise ValueError(f"pass_reading: a pass's cost in AR steps must be a positive number; got {pass_per_step!r}.")
+    return "about what a step costs" if pass_per_step < PASS_STEP_BAR else "more than a step"
+
+
 def speed_word(speedup: float) -> str:
     """How a batch-1 speed-up reads in a sentence: "faster than", "slower than" or "at parity with"
     (within :data:`PARITY` of 1)."""
