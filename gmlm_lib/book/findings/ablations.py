@@ -20,7 +20,8 @@ VARIANTS = {"stage": "1 training stage", "pos": "no positional attention", "dist
             "remask": "no stutter re-masking", "init": "[MASK] initial hypothesis"}
 """Glue key prefix -> the table row that drops one of the baseline's choices."""
 WORDS = {-1: "the baseline's choice is better", 1: "the variant is better here", 0: "no significant difference"}
-"""How the variant compares with the baseline (:func:`compare` of the variant minus the baseline)."""
+"""How the variant compares with the baseline (:func:`~gmlm_lib.book.findings.rules.compare` of the variant
+minus the baseline)."""
 
 
 def _check(table: pd.DataFrame, columns) -> None:

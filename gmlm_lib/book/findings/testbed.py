@@ -14,13 +14,13 @@ from gmlm_lib.book.findings.rules import grade
 __all__ = ["Z_BAR", "sampler", "ordered"]
 
 Z_BAR = 4.5
-"""Largest |z| of any state's frequency that passes (about a 1-in-150,000 tail for one state)."""
+"""Largest ``|z|`` of any state's frequency that passes (about a 1-in-150,000 tail for one state)."""
 
 
 def sampler(freq, prob, draws: int) -> dict:
     """``freq`` and ``prob``: (2^n,) empirical frequencies over ``draws`` exact samples and the model's
-    probabilities. Returns ``sampler_max_z`` (the largest |z|), ``z_bar`` and ``z_verdict`` ("met" when
-    no state's |z| exceeds :data:`Z_BAR`)."""
+    probabilities. Returns ``sampler_max_z`` (the largest ``|z|``), ``z_bar`` and ``z_verdict`` ("met" when
+    no state's ``|z|`` exceeds :data:`Z_BAR`)."""
     freq, prob = np.asarray(freq, dtype=float), np.asarray(prob, dtype=float)
     if freq.shape != prob.shape or freq.ndim != 1:
         raise ValueError(f"freq and prob must be two (2^n,) arrays of one shape; got {freq.shape} and {prob.shape}.")
