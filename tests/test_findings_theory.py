@@ -1,4 +1,4 @@
-"""The theory chapters' verdicts (gmlm_lib.book.findings: testbed, efficiency, kgibbs) on small
+"""The theory chapters' verdicts (gmlm_lib.book.findings: testbed, efficiency, bounds, kgibbs) on small
 hand-made inputs: each bar met and missed by a hair, and nothing graded from nothing."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gmlm_lib.book.findings import efficiency, kgibbs, testbed
+from gmlm_lib.book.findings import bounds, efficiency, kgibbs, testbed
 
 
 def _z_case(max_z):
@@ -93,3 +93,48 @@ def test_a_chapter_parameter_count(value, minimum, want):
     from gmlm_lib.book.validate import count
 
     assert count(value, minimum) is want
+
+
+# --- bounds (adaptive masking, conditionals to the joint) ----------------------------------------------
+
+@pytest.mark.parametrize("smaller, larger, want", [(1.0 + 0.5e-9, 1.0, True), (1.0 + 2e-9, 1.0, False),
+                                                   (np.nan, 1.0, False), (0.5, np.nan, False)])
+def test_an_inequality_up_to_rounding(smaller, larger, want):
+    assert bool(bounds.holds(smaller, larger)) is want
+
+
+def _adaptive(ratio=(1.0, 2.0), cp=(1.0, 2.5)):
+    return pd.DataFrame({"|H - Sigma| (autodiff)": [1e-15, 3e-15], "|H closed - autodiff|": [2e-15, 1e-15],
+                         "|pP - p|": [1e-16, 4e-16], "detailed balance": [5e-16, 1e-16], "C_P": list(cp),
+                         "max v'Gamma v / v'Gamma_MLE v": list(ratio)}, index=["uniform", "adaptive"])
+
+
+def test_the_adaptive_bound_for_every_rule():
+    got = bounds.adaptive(_adaptive())
+    assert got["ad_bound"] == "yes" and got["ad_equality"] == 3e-15 and got["ad_balance"] == 5e-16
+    assert bounds.adaptive(_adaptive(ratio=(1.0, 2.5 * (1 + 2e-9))))["ad_bound"] == "no"
+    with pytest.raises(ValueError, match="C_P"):
+        bounds.adaptive(_adaptive().drop(columns="C_P"))
+
+
+def _cat(lower=(2.0, 3.0), upper=(4.0, 5.0), cp=(2.0, 1.5), exact=(2.0, np.nan)):
+    lower = np.asarray(lower)
+    return pd.DataFrame({"C_P": cp, "lower": lower, "upper": upper, "lower / C_P": lower / np.asarray(cp),
+                         "exact": exact})
+
+
+@pytest.mark.parametrize("kw, want", [({}, "yes"), (dict(cp=(2.0 * (1 + 2e-9), 1.5)), "no"),
+                                      (dict(upper=(1.999, 5.0)), "no")])
+def test_the_sandwich(kw, want):
+    assert bounds.sandwich(_cat(**kw))["sandwich_ok"] == want
+
+
+def test_the_sandwich_numbers():
+    got = bounds.sandwich(_cat(lower=(2.002, 3.0)))
+    assert got["exact_err"] == pytest.approx(0.001) and got["nonlinear_gain"] == 2.0
+
+
+def test_theorem4_counts_the_fits_where_the_key_step_holds():
+    fits = pd.DataFrame({"KL": [1.0, 2.0, 3.001], "gap": [1.0, 1.0, 1.0], "C_AT_upper": [1.0, 2.5, 3.0]})
+    got = bounds.theorem4(fits)
+    assert got["thm4_holds"] == "2 of 3" and got["ratio_max"] == 3.001

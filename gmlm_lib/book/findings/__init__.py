@@ -12,6 +12,6 @@ from gmlm_lib.book.findings.rules import ALPHA, compare, grade, listed, signific
 from gmlm_lib.core.lazy import attach as _attach
 
 _MODULES = ("rules", "padir", "stutter", "dependency_decoding", "parallel_rules", "ablations", "masking_more", "testbed",
-            "efficiency", "kgibbs")
+            "efficiency", "bounds", "kgibbs")
 __all__ = ["ALPHA", "compare", "grade", "listed", "significant", *_MODULES]
 __getattr__, __dir__ = _attach(__name__, _MODULES)
