@@ -566,17 +566,23 @@ def _setup_kind(source: str) -> str | None:
 
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_chapters_hide_their_setup(name):
-    """A rendered chapter opens with its claim: the Colab install, the imports, the parameters,
-    the run's start and end and the glue-only cells are still run (and in the .ipynb) but hidden
-    from the page (MyST-NB's ``remove_code_source`` and ``remove_code_outputs``)."""
-    nb = sources.read_text_notebook(ROOT / "notebooks" / f"{name}.md")
-    shown = []
+    """A rendered chapter opens with its claim: the Colab install, the imports, the run's start and end
+    and the glue-only cells are still run (and in the .ipynb) but hidden from the page (MyST-NB's
+    ``remove_code_source`` and ``remove_code_outputs``, or the ``remove-cell`` tag). The parameters cell is on the page, collapsed
+    (``hide-input``), so the values the text names are one click away. A chapter staged for the GPU run
+    is checked in its staged version (the one its next run executes)."""
+    staged = ROOT / "staged" / f"{name}.md"
+    nb = sources.read_text_notebook(staged if staged.is_file() else ROOT / "notebooks" / f"{name}.md")
+    shown, parameters = [], []
     for cell, display in zip([c for c in nb.cells if c.cell_type == "code"], sources.display_settings(nb)):
-        what = "parameters" if "parameters" in cell.metadata.get("tags", []) else _setup_kind(cell.source)
-        hidden = display.get("remove_code_source") and display.get("remove_code_outputs")
-        if what and not hidden:
-            shown.append(f"{what}: {cell.source.strip().splitlines()[0]}")
+        tags = cell.metadata.get("tags", [])
+        hidden = (display.get("remove_code_source") and display.get("remove_code_outputs")) or "remove-cell" in tags
+        if "parameters" in tags:
+            parameters.append(not hidden and "hide-input" in tags)
+        elif _setup_kind(cell.source) and not hidden:
+            shown.append(f"{_setup_kind(cell.source)}: {cell.source.strip().splitlines()[0]}")
     assert not shown, f"{name} shows setup cells: {shown}"
+    assert parameters == [True], f"{name}: its one parameters cell must be on the page, collapsed (hide-input)"
 
 
 @pytest.mark.slow
