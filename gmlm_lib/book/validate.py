@@ -34,5 +34,4 @@ def count(value, minimum: int = 0) -> bool:
 
 def positive_ints(values, minimum: int = 1) -> bool:
     """True when ``values`` is a non-empty list of integers, each at least ``minimum``."""
-    return (isinstance(values, (list, tuple)) and len(values) > 0
-            and all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in values))
+    return isinstance(values, (list, tuple)) and len(values) > 0 and all(count(v, minimum) for v in values)

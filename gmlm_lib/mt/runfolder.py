@@ -105,7 +105,7 @@ def save_checkpoint(manager: ocp.CheckpointManager, step: int, state: dict, run_
             raise
         raise RunFolderError(f"no space left on the disk of {run_dir} while writing the checkpoint of "
                              f"step {step}; free disk space (or move the run folder) and call train() "
-                                           f"again: it resumes from the checkpoint of step {last_good}.") from None
+                             f"again: it resumes from the checkpoint of step {last_good}.") from None
 
 
 def read_metrics(path: pathlib.Path) -> list[dict]:

@@ -35,7 +35,6 @@ def significant(p: float, alpha: float = ALPHA) -> bool:
     return p < alpha
 
 
-
 def compare(difference: float, p: float, alpha: float = ALPHA) -> int:
     """How a system compares with its baseline: ``+1`` significantly better (``difference > 0`` and
     :func:`significant`), ``-1`` significantly worse, ``0`` when the test cannot tell them apart.
