@@ -15,7 +15,7 @@ ifneq ($(wildcard ../shared/data/multi30k/train.en.gz),)
 export GMLM_MULTI30K_DIR ?= $(abspath ../shared/data/multi30k)
 endif
 
-.PHONY: install book test test-fast smoke full check sync provenance labels clean gpu-wheels gpu-data gpu-run gpu-promote test-newest
+.PHONY: install book test test-fast smoke full check sync provenance labels clean gpu-wheels gpu-data gpu-run gpu-promote test-newest newest-env newest-tests
 
 $(BIN)/.installed: requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -61,19 +61,26 @@ clean:
 # The translation and Ising unit tests (models, training, checkpoints, decoding, metrics; the exact model
 # and the samplers) on Python 3.12 with the newest JAX, Flax, Optax and Orbax the package index offers
 # (pyproject.toml's loose bounds, nothing pinned): Colab and the lent GPU machine run newer versions than
-# requirements.txt pins. CI runs it (.ci/run); about 5 minutes on 2 cores, so CI stays under 25.
+# requirements.txt pins. CI runs it (.ci/run): newest-env beside the main tests, newest-tests after them.
 PYTHON_NEWEST ?= python3.12
 VENV_NEWEST   ?= .venv-newest
 NEWEST_TESTS  ?= tests/test_translation_models.py tests/test_translation_data.py tests/test_mt_config.py \
                  tests/test_ising.py tests/test_samplers.py
 
-test-newest:
+test-newest: newest-env newest-tests
+
+# the environment alone (.ci/run builds it while the main tests run: pip waits mostly on the network and the disk)
+newest-env:
 	@command -v $(PYTHON_NEWEST) >/dev/null || { echo "error: $(PYTHON_NEWEST) not found; set PYTHON_NEWEST=/path/to/python3.12" >&2; exit 1; }
 	rm -rf $(VENV_NEWEST)
 	$(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
 	$(VENV_NEWEST)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV_NEWEST)/bin/python -m pip install --quiet --upgrade -e ".[test]" jupytext
 	$(VENV_NEWEST)/bin/python -c "import sys, jax, flax, optax, orbax.checkpoint as o; print('newest: Python', sys.version.split()[0], '| jax', jax.__version__, '| flax', flax.__version__, '| optax', optax.__version__, '| orbax', o.__version__)"
+
+# the tests alone, in the environment newest-env made
+newest-tests:
+	@test -x $(VENV_NEWEST)/bin/python || { echo "error: $(VENV_NEWEST) does not exist; run make newest-env first (make test-newest runs both)" >&2; exit 1; }
 	$(VENV_NEWEST)/bin/python -m pytest -n $(WORKERS) -m "not slow" -p no:cacheprovider $(NEWEST_TESTS)
 
 # --- the translation chapters on a GPU machine without network, git or notebook tooling (issue 45) ---

@@ -7,6 +7,14 @@ import os
 import shutil
 import tempfile
 
+# XLA's CPU backend at optimisation level 0 for the test session (inherited by the chapters' kernels and
+# the subprocess tests): the tests' programs are small and each runs a few times, so LLVM's
+# optimisation passes, not running them, take most of their time. The numbers the tests check do not
+# depend on it (their tolerances hold at any level); a user's runs keep XLA's default. Set XLA_FLAGS
+# with your own level to override.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+
 import jax
 import pytest
 from hypothesis import settings

@@ -10,7 +10,8 @@ import pytest
 
 from gmlm_lib.mt import config, corpus, experiment, pipeline, runfolder, translate, vocab
 
-pytestmark = pytest.mark.slow
+# one worker: the module-scoped run folder below is built once, not once per worker
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]
 
 PAIRS = corpus.Parallel([f"a dog number {i} runs" for i in range(60)] + [f"two cats sit {i}" for i in range(60)],
                         [f"ein hund nummer {i} rennt" for i in range(60)] + [f"zwei katzen sitzen {i}" for i in range(60)],

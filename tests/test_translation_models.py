@@ -581,7 +581,7 @@ def test_translator_rejects_a_mismatched_method_and_long_sources():
 
 SHARDING_SCRIPT = r"""
 import os, sys, json
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 import jax
 sys.path.insert(0, sys.argv[1])
 from tests.test_translation_models import _cfg, _toy_batcher
@@ -601,7 +601,7 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 def test_data_parallel_on_8_host_devices_matches_one_device(tmp_path):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, JAX_PLATFORMS="cpu")  # the script adds 8 host devices to the session's XLA_FLAGS
     res = subprocess.run([sys.executable, "-c", SHARDING_SCRIPT, str(ROOT), str(tmp_path)], env=env,
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
