@@ -8,6 +8,7 @@ import math
 import multiprocessing
 import pathlib
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -100,6 +101,10 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(damage, tmp_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("part", ["default", "default/manifest.ocdbt"])
+# Orbax, failing to read the cut checkpoint, leaves one of its coroutines unawaited and its event loop
+# closed under a callback: its own noise about the damage this test makes, not the library's
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_copied_run_missing_part_of_its_last_checkpoint_keeps_the_earlier_one(part, tmp_path, uninterrupted_loss):
     """Issue 48: a finished run copied with part of its last checkpoint missing (an interrupted copy or
     sync). Loading it uses the earlier checkpoint and moves nothing; training it again moves the damaged
@@ -181,7 +186,14 @@ def test_a_run_killed_during_a_checkpoint_save_resumes_exactly(point, tmp_path, 
     assert child.exitcode == -9, child.exitcode  # it died by the signal, not by finishing
     record = tmp_path / "run" / "run.json"
     assert not record.exists() or json.loads(record.read_text())["final_loss"] is None
-    resumed = training.train(_cfg(), _batcher(), tmp_path / "run", progress=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed = training.train(_cfg(), _batcher(), tmp_path / "run", progress=False)
+    unverified = [str(w.message) for w in caught if "has no recorded digest" in str(w.message)]
+    if point == "before the digest":  # checkpoint 4 is in place without its digest: used, and the user told why
+        assert len(unverified) == 1 and "step 4" in unverified[0] and "before recording its digest" in unverified[0]
+    else:  # checkpoint 4 never landed: checkpoint 2 resumes, verified by its digest
+        assert not unverified, unverified
     assert resumed.final_loss == uninterrupted_loss
     steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 7))

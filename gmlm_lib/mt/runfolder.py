@@ -242,8 +242,9 @@ def restore(make_manager: Callable[[], ocp.CheckpointManager], run_dir: pathlib.
     moved into ``checkpoints_damaged/``, never deleted, for training to write that step again), and
     the previous one is tried with a fresh manager (Orbax's manager keeps what it inferred from a
     damaged checkpoint, which would make every older one look damaged too). A checkpoint without a
-    recorded digest (a folder from before digests were written) is used with a warning that it could
-    not be verified beyond its finite numbers. ``make_manager`` opens ``run_dir/checkpoints``."""
+    recorded digest (a folder from before digests were written, or a run stopped between writing a
+    checkpoint and recording its digest) is used with a warning that says which and that it could not
+    be verified beyond its finite numbers. ``make_manager`` opens ``run_dir/checkpoints``."""
     digests = checkpoint_digests(run_dir)
     manager = make_manager()
     skipped: set[int] = set()
@@ -261,9 +262,11 @@ def restore(make_manager: Callable[[], ocp.CheckpointManager], run_dir: pathlib.
             problem = f"it cannot be read ({type(err).__name__}: {str(err).splitlines()[0][:160]})"
         if problem is None:
             if want is None:
-                warnings.warn(f"{run_dir}: the checkpoint of step {step} has no recorded digest (a run folder from "
-                              "before digests were written): only its finite numbers could be checked; its config "
-                              "and data were checked against config.json and data.json.", stacklevel=3)
+                why = ("the run stopped after writing it and before recording its digest" if digests
+                       else "a run folder from before digests were written")
+                warnings.warn(f"{run_dir}: the checkpoint of step {step} has no recorded digest ({why}): only its "
+                              "finite numbers could be checked; its config and data were checked against "
+                              "config.json and data.json.", stacklevel=3)
             return step, state, manager
         manager.close()
         where = f" It was moved to {move_aside(run_dir, step)} (kept, not deleted)." if move_damaged else ""
