@@ -47,8 +47,9 @@ def _loadgroup_can_group() -> bool:
     from importlib.metadata import version
 
     from _pytest import nodes
+    from packaging.version import Version  # a dependency of pytest
 
-    if tuple(int(p) for p in version("pytest-xdist").split(".")[:3] if p.isdigit()) > (3, 8, 0):
+    if Version(version("pytest-xdist")) > Version("3.8.0"):
         return True  # a later pytest-xdist: trust it
     probe = types.SimpleNamespace(_nodeid="t@group", _id="t")
     try:
