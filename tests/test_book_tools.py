@@ -410,6 +410,25 @@ def test_markdown_edit_then_sync_passes(book_copy):
     assert checks.check_all(book_copy) == []
 
 
+def test_text_showing_a_value_its_run_did_not_glue_fails_after_sync(book_copy):
+    name = CHAPTERS[0]
+    md = book_copy / "notebooks" / f"{name}.md"
+    md.write_text(md.read_text().replace("## Why Ising models", "## Why Ising models {glue:text}`never_glued:.2f`",
+                                         1))
+    checks.sync(book_copy)
+    problems = checks.check_all(book_copy)
+    assert any("did not glue: ['never_glued']" in p for p in problems), problems
+
+
+def test_glue_references_find_roles_and_directives():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+        "A {glue:text}`a_1:.2f` and {glue}`b`, not `c`.\n\n```{glue:figure} fig_x\n:name: f\n```\n")])
+    assert sources.glue_references(nb) == {"a_1", "b", "fig_x"}
+    out = nbformat.v4.new_output("display_data", data={"text/plain": "1"},
+                                 metadata={"scrapbook": {"name": "a_1", "mime_prefix": ""}})
+    assert sources.glued_names(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("", outputs=[out])])) == {"a_1"}
+
+
 def test_smoke_output_is_not_a_committed_run(book_copy):
     name = CHAPTERS[0]
     ipynb = book_copy / "notebooks" / f"{name}.ipynb"

@@ -208,7 +208,8 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
 #: The translation chapters, in the order a run must take them (the later ones reuse the PaDIR chapter's
 #: run folder): what ``make gpu-run`` executes on an accelerator.
 TRANSLATION_CHAPTERS = ("padir", "stutter", "dependency_decoding", "ablations")
-RECORD_FILES = ("run.json", "config.json", "data.json", "metrics.jsonl", "distilled.json", "checkpoint_digests.json")
+RECORD_FILES = ("run.json", "config.json", "data.json", "metrics.jsonl", "val.jsonl", "distilled.json",
+                "checkpoint_digests.json")
 
 
 def _records_archive(root: Path, out: Path) -> Path | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import nbformat
@@ -108,6 +109,25 @@ def display_settings(nb) -> list[dict]:
 def markdown_cells(nb) -> list[str]:
     """The stripped sources of the notebook's markdown cells, in order (what ``sync`` compares)."""
     return [cell.source.strip() for cell in nb.cells if cell.cell_type == "markdown"]
+
+
+_GLUE_ROLE = re.compile(r"\{glue(?::[a-z]+)?\}`([A-Za-z_][A-Za-z0-9_]*)")
+_GLUE_DIRECTIVE = re.compile(r"^[`:]{3,}\{glue(?::[a-z]+)?\}\s+([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
+
+
+def glue_references(nb) -> set[str]:
+    """The names the notebook's markdown shows through glue (``{glue:text}`name:.2f```, ``{glue}`name```,
+    a ``{glue:figure} name`` directive): each must be glued by the notebook's run."""
+    names: set[str] = set()
+    for text in markdown_cells(nb):
+        names |= set(_GLUE_ROLE.findall(text)) | set(_GLUE_DIRECTIVE.findall(text))
+    return names
+
+
+def glued_names(nb) -> set[str]:
+    """The names an executed notebook glued (``myst_nb.glue`` outputs, named in their metadata)."""
+    return {o["metadata"]["scrapbook"]["name"] for c in nb.cells for o in c.get("outputs", [])
+            if "scrapbook" in o.get("metadata", {})}
 
 
 def code_hash(nb) -> str:

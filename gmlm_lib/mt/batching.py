@@ -22,12 +22,21 @@ DEFAULT_BUCKETS = (16, 24, 32, 48, 64)
 
 @dataclasses.dataclass(frozen=True)
 class Batch:
-    """``src`` (B, S) ids, ``tgt`` (B, L) target ids without BOS/EOS; masks True on real tokens."""
+    """``src`` (B, S) ids, ``tgt`` (B, L) target ids without BOS/EOS; masks True on real tokens.
+    ``rows`` (B,) bool, when set, marks the rows whose loss counts (:meth:`Batcher.once` fills a last
+    batch with copies that must not count twice); ``None``: every row counts."""
 
     src: np.ndarray
     src_mask: np.ndarray
     tgt: np.ndarray
     tgt_mask: np.ndarray
+    rows: np.ndarray | None = None
+
+    def arrays(self) -> dict:
+        """The batch as the objectives take it: ``src``, ``src_mask``, ``tgt``, ``tgt_mask`` and,
+        when set, ``rows``."""
+        out = dict(src=self.src, src_mask=self.src_mask, tgt=self.tgt, tgt_mask=self.tgt_mask)
+        return out if self.rows is None else dict(out, rows=self.rows)
 
 
 def pad(rows: list[list[int]], length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -140,6 +149,21 @@ class Batcher:
 
     def __len__(self) -> int:
         return self.per_epoch
+
+    def once(self) -> list[Batch]:
+        """Every kept pair exactly once, bucket by bucket in corpus order, in batches of
+        :meth:`batch_size`: the batches of a validation pass. A bucket's last batch is filled up with
+        copies of its first pair, marked in ``rows`` as not counting, so a loss summed over counted
+        rows covers each pair once (and the batch still splits over the devices)."""
+        out = []
+        for b, ix in self.groups.items():
+            size = self.batch_size(b)
+            for j in range(0, len(ix), size):
+                part = ix[j: j + size]
+                batch = self.make(b, np.concatenate([part, np.full(size - len(part), ix[0])]))
+                rows = np.arange(size) < len(part)
+                out.append(dataclasses.replace(batch, rows=rows))
+        return out
 
     def make(self, bucket: int, ix: np.ndarray) -> Batch:
         src, sm = pad([self.src[i] for i in ix], bucket)

@@ -34,7 +34,9 @@ class Experiment:
 
     Data: ``src_lang``/``tgt_lang``, ``data_dir`` (empty: ``GMLM_MULTI30K_DIR`` or the download
     cache), ``train_files``/``test_files`` (two aligned files each instead of Multi30k),
-    ``train_sentences``/``test_sentences`` (0 keeps the whole split). Model: a joint vocabulary of
+    ``train_sentences``/``test_sentences`` (0 keeps the whole split); ``val_files`` (with
+    ``train_files``; empty: none) or Multi30k's val split, cut to ``val_sentences``, on which each
+    model's number of updates is selected among its checkpoints (every ``checkpoint_every``). Model: a joint vocabulary of
     ``vocab_size`` pieces, ``layers`` encoder and decoder layers each; ``dropout_rng`` how dropout
     draws its masks (:class:`~gmlm_lib.mt.seq2seq.ModelConfig`). Training: ``batch_tokens`` padded
     target tokens a batch, in length buckets ``train_buckets`` (fine ones waste less of a batch on
@@ -50,8 +52,10 @@ class Experiment:
     data_dir: str = ""
     train_files: tuple[str, ...] = ()
     test_files: tuple[str, ...] = ()
+    val_files: tuple[str, ...] = ()
     train_sentences: int = 0
     test_sentences: int = 0
+    val_sentences: int = 0
     vocab_size: int = 8000
     d_model: int = 256
     heads: int = 4
@@ -92,7 +96,7 @@ class Experiment:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)!r}.")
-        for name in ("train_sentences", "test_sentences", "latency_sentences", "warmup", "seed"):
+        for name in ("train_sentences", "test_sentences", "val_sentences", "latency_sentences", "warmup", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0: {'all' if 'sentences' in name else 'none'}); "
                                  f"got {getattr(self, name)!r}.")
@@ -110,6 +114,9 @@ class Experiment:
                 bool(self.train_files) != bool(self.test_files):
             raise ValueError("train_files and test_files must both be empty (Multi30k) or both hold two aligned "
                              f"files (source, target); got {list(self.train_files)} and {list(self.test_files)}.")
+        if self.val_files and (len(self.val_files) != 2 or not self.train_files):
+            raise ValueError("val_files must be empty or hold two aligned files (source, target), and only with "
+                             f"train_files (Multi30k brings its own val split); got {list(self.val_files)}.")
         for kind in KINDS:
             self.train_config(kind, self.vocab_size)
 
@@ -155,11 +162,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # teacher as on the CPU: sized for the four chapters' 8-minute budget on one GPU.
     # Coarse buckets: each bucket is one compiled program, and an accelerator wastes little on padding.
     # Latency over the whole test set (1,000 sentences at batch 1), so that the p99 is a real tail.
+    # Each model is the checkpoint (every 500 updates) with the lowest loss on the val split.
     # Not yet measured on a GPU: the first GPU run sizes ar_steps/padir_steps to the 8-minute budget.
     "multi30k_gpu": dict(
         layers=4, dropout=0.3, batch_tokens=8192, ar_steps=3000, padir_steps=2000, learning_rate=0.001,
         warmup=400, compute_dtype="bfloat16", train_buckets=(16, 24, 32, 48, 64), decode_buckets=(16, 32, 64),
-        latency_steps=(2, 4, 10), latency_sentences=0, throughput_batch=256, checkpoint_every=1000),
+        latency_steps=(2, 4, 10), latency_sentences=0, throughput_batch=256, checkpoint_every=500),
     # The few-step stand-in of a run folder (smoke runs and tests): barely trained, same layout.
     "multi30k_tiny": dict(
         train_sentences=1000, vocab_size=2000, d_model=64, heads=4, layers=1, d_ff=128, batch_tokens=1024,
@@ -170,6 +178,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         src_lang="en", tgt_lang="de",
         train_files=("/content/wmt14/train.en", "/content/wmt14/train.de"),
         test_files=("/content/wmt14/newstest2014.en", "/content/wmt14/newstest2014.de"),
+        val_files=("/content/wmt14/newstest2013.en", "/content/wmt14/newstest2013.de"),
         vocab_size=32000, d_model=512, heads=8, layers=6, d_ff=2048, batch_tokens=65536,
         ar_steps=100000, padir_steps=100000, padir_init="random", learning_rate=0.001, warmup=10000,
         optimizer="adafactor", compute_dtype="bfloat16", train_buckets=(32, 64, 96, 128),

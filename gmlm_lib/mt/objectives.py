@@ -33,42 +33,53 @@ def cross_entropy(logits, labels, mask, smoothing: float):
     return (ce * mask).sum(), mask.sum()
 
 
-def ar_loss(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key):
+def ar_loss(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, dropout: bool = True):
     """The AR baseline's loss: teacher-forced next-token cross-entropy on ``y [EOS]`` given
-    ``[BOS] y`` (:func:`gmlm_lib.mt.batching.ar_inputs`), per target token. Returns ``(loss, parts)``."""
+    ``[BOS] y`` (:func:`gmlm_lib.mt.batching.ar_inputs`), per target token. Returns ``(loss, parts)``.
+    ``dropout = False`` evaluates the model as it decodes (the validation loss)."""
     k_enc, _, k_dec = jax.random.split(key, 3)  # the keys PaDIR's loss uses for its encoder and decoder
+    if not dropout:
+        k_enc = k_dec = None
     enc, enc_mask = model.encode(batch["src"], batch["src_mask"], k_enc)
     dec_in, out, mask = batching.ar_inputs(batch["tgt"], batch["tgt_mask"])
+    if "rows" in batch:  # rows that fill up a validation batch do not count
+        mask = mask & batch["rows"][:, None]
     logits = model.decode(dec_in, mask, enc, enc_mask, k_dec)
     total, count = cross_entropy(logits, out, mask, cfg.label_smoothing)
     loss = total / count
     return loss, dict(token_loss=loss, tokens=count)
 
 
-def padir_loss(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key):
+def padir_loss(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, dropout: bool = True):
     """PaDIR's loss [App. L.1.2]: the mean over ``cfg.stages`` stages of the per-token loss on every
     target position, stage 1 given the corrupted target (:func:`gmlm_lib.mt.batching.corrupt`: each
     position kept with probability ``unmasking_rate``), each later stage given the previous stage's
     own argmax (gradients stopped); plus ``length_loss_weight`` times the length predictor's
-    cross-entropy. Returns ``(loss, parts)``."""
+    cross-entropy. Returns ``(loss, parts)``. ``dropout = False``: no dropout (the corruption still
+    draws from ``key``), the validation loss."""
     k_enc, k_cor, k_dec = jax.random.split(key, 3)
     src, sm, tgt, tm = batch["src"], batch["src_mask"], batch["tgt"], batch["tgt_mask"]
-    enc, enc_mask = model.encode(src, sm, k_enc)
+    enc, enc_mask = model.encode(src, sm, k_enc if dropout else None)
     hyp = batching.corrupt(k_cor, tgt, tm, cfg.model.vocab, cfg.unmasking_rate, cfg.fill)
+    rows = batch.get("rows")  # rows that fill up a validation batch do not count
+    counted = tm if rows is None else tm & rows[:, None]
     token_loss = 0.0
-    for stage, k in enumerate(jax.random.split(k_dec, cfg.stages)):
+    stage_keys = jax.random.split(k_dec, cfg.stages) if dropout else [None] * cfg.stages
+    for stage, k in enumerate(stage_keys):
         logits = model.decode(hyp, tm, enc, enc_mask, k)
-        total, count = cross_entropy(logits, tgt, tm, cfg.label_smoothing)
+        total, count = cross_entropy(logits, tgt, counted, cfg.label_smoothing)
         token_loss = token_loss + total / count / cfg.stages
         if stage + 1 < cfg.stages:  # the next stage refines this stage's own prediction
             pred = reductions.argmax(logits.at[..., : V.FIRST_PIECE].set(-jnp.inf)).astype(tgt.dtype)
             hyp = jax.lax.stop_gradient(jnp.where(tm, pred, V.PAD))
-    length_loss = optax.softmax_cross_entropy_with_integer_labels(model.length_logits(enc), tm.sum(-1)).mean()
+    length_ce = optax.softmax_cross_entropy_with_integer_labels(model.length_logits(enc), tm.sum(-1))
+    length_loss = length_ce.mean() if rows is None else (length_ce * rows).sum() / rows.sum()
     loss = token_loss + cfg.length_loss_weight * length_loss
     return loss, dict(token_loss=token_loss, length_loss=length_loss, tokens=count)
 
 
-def loss_fn(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key):
+def loss_fn(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, dropout: bool = True):
     """The loss of ``cfg.kind`` ("ar": :func:`ar_loss`, "padir": :func:`padir_loss`) on one batch
-    (``src``, ``src_mask`` (B, S); ``tgt``, ``tgt_mask`` (B, L)): ``(mean loss, parts)``."""
-    return (ar_loss if cfg.kind == "ar" else padir_loss)(model, cfg, batch, key)
+    (``src``, ``src_mask`` (B, S); ``tgt``, ``tgt_mask`` (B, L)): ``(mean loss, parts)``; without
+    dropout when ``dropout`` is false."""
+    return (ar_loss if cfg.kind == "ar" else padir_loss)(model, cfg, batch, key, dropout=dropout)

@@ -36,10 +36,12 @@ __all__ = ["Data", "run_folder", "load_data", "vocabulary", "batcher", "train_te
 @dataclasses.dataclass(frozen=True)
 class Data:
     """The ``train`` and ``test`` pairs of an experiment (already cut to ``train_sentences`` and
-    ``test_sentences``)."""
+    ``test_sentences``), and the ``val`` pairs on which each model's number of updates is selected
+    (cut to ``val_sentences``; ``None``: no selection, the last checkpoint is the model)."""
 
     train: corpus.Parallel
     test: corpus.Parallel
+    val: corpus.Parallel | None = None
 
 
 def run_folder(exp: config.Experiment, root: str | pathlib.Path | None = None) -> pathlib.Path:
@@ -52,20 +54,25 @@ def run_folder(exp: config.Experiment, root: str | pathlib.Path | None = None) -
 
 
 def load_data(exp: config.Experiment) -> Data:
-    """The experiment's training and test pairs: ``train_files``/``test_files`` when set (any aligned
-    pair of files, e.g. WMT14), else Multi30k's ``train`` and ``test_2016_flickr`` splits from
-    ``data_dir`` (empty: ``GMLM_MULTI30K_DIR``, else the download cache)."""
+    """The experiment's training, test and val pairs: ``train_files``/``test_files``/``val_files``
+    when set (any aligned pairs of files, e.g. WMT14; no ``val_files``: no selection on a val split),
+    else Multi30k's ``train``, ``test_2016_flickr`` and ``val`` splits from ``data_dir`` (empty:
+    ``GMLM_MULTI30K_DIR``, else the download cache)."""
     if exp.train_files:
         train, test = corpus.load_parallel(*exp.train_files), corpus.load_parallel(*exp.test_files)
+        val = corpus.load_parallel(*exp.val_files) if exp.val_files else None
     else:
         where = exp.data_dir or None
         train = corpus.multi30k("train", exp.src_lang, exp.tgt_lang, root=where)
         test = corpus.multi30k("test_2016_flickr", exp.src_lang, exp.tgt_lang, root=where)
+        val = corpus.multi30k("val", exp.src_lang, exp.tgt_lang, root=where)
     if exp.train_sentences:
         train = train.take(exp.train_sentences)
     if exp.test_sentences:
         test = test.take(exp.test_sentences)
-    return Data(train, test)
+    if exp.val_sentences and val is not None:
+        val = val.take(exp.val_sentences)
+    return Data(train, test, val)
 
 
 def vocabulary(exp: config.Experiment, train: corpus.Parallel, root: str | pathlib.Path) -> V.Vocab:
@@ -87,21 +94,30 @@ def batcher(exp: config.Experiment, vocab: V.Vocab, src: list[str], tgt: list[st
                             buckets=tuple(exp.train_buckets), multiple=len(jax.devices()))
 
 
+def _val(exp: config.Experiment, vocab: V.Vocab, val: corpus.Parallel | None) -> batching.Batcher | None:
+    """The val pairs batched like the training data (their number of updates is selected on them)."""
+    return None if val is None else batcher(exp, vocab, val.src, val.tgt)
+
+
 def train_teacher(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel, root: str | pathlib.Path, *,
-                  progress: bool = True) -> training.Result:
-    """The AR teacher, ``ar_steps`` updates on the human targets, in ``root/ar`` (resumed or reused)."""
+                  val: corpus.Parallel | None = None, progress: bool = True) -> training.Result:
+    """The AR teacher, ``ar_steps`` updates on the human targets, in ``root/ar`` (resumed or reused);
+    with ``val`` pairs, the checkpoint with the lowest val loss is the teacher
+    (:func:`gmlm_lib.mt.training.train`)."""
     data = batcher(exp, vocab, train.src, train.tgt)
-    return training.train(exp.train_config("ar", vocab.size), data, pathlib.Path(root) / "ar", progress=progress)
+    return training.train(exp.train_config("ar", vocab.size), data, pathlib.Path(root) / "ar", progress=progress,
+                          val=_val(exp, vocab, val))
 
 
 def train_shallow(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel, root: str | pathlib.Path, *,
-                  progress: bool = True) -> training.Result:
+                  val: corpus.Parallel | None = None, progress: bool = True) -> training.Result:
     """The deep-shallow AR baseline (Kasai et al., 2021: the teacher's encoder with a one-layer decoder,
     trained like the teacher, ``exp.train_config("ar_shallow", ...)``) in ``root/ar_shallow``: the
-    AR model to beat at batch 1, since its cached steps are the cheapest an AR decoder can take."""
+    AR model to beat at batch 1, since its cached steps are the cheapest an AR decoder can take.
+    ``val``: as for :func:`train_teacher`."""
     data = batcher(exp, vocab, train.src, train.tgt)
     return training.train(exp.train_config("ar_shallow", vocab.size), data, pathlib.Path(root) / "ar_shallow",
-                          progress=progress)
+                          progress=progress, val=_val(exp, vocab, val))
 
 
 def distil_training_set(exp: config.Experiment, vocab: V.Vocab, teacher, train: corpus.Parallel,
@@ -118,10 +134,12 @@ def distil_training_set(exp: config.Experiment, vocab: V.Vocab, teacher, train: 
 
 
 def train_padir(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel, targets: list[str],
-                root: str | pathlib.Path, name: str, *, teacher=None, progress: bool = True) -> training.Result:
+                root: str | pathlib.Path, name: str, *, teacher=None, val: corpus.Parallel | None = None,
+                progress: bool = True) -> training.Result:
     """A PaDIR model, ``padir_steps`` updates on ``train.src`` -> ``targets`` (the human targets for
     ``name = "raw"``, the teacher's for ``"distilled"``), in ``root/padir_<name>``; started from the
-    AR ``teacher`` when ``padir_init = "teacher"`` (then required), from random weights otherwise."""
+    AR ``teacher`` when ``padir_init = "teacher"`` (then required), from random weights otherwise.
+    ``val``: as for :func:`train_teacher` (PaDIR's val loss is its denoising loss on the val pairs)."""
     if name not in ("raw", "distilled"):
         raise ValueError(f"train_padir(name=...) must be 'raw' or 'distilled'; got {name!r}.")
     if exp.padir_init == "teacher" and teacher is None:
@@ -130,7 +148,7 @@ def train_padir(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel, 
     data = batcher(exp, vocab, train.src, targets)
     start = teacher if exp.padir_init == "teacher" else None
     return training.train(exp.train_config("padir", vocab.size), data, pathlib.Path(root) / f"padir_{name}",
-                          teacher=start, progress=progress)
+                          teacher=start, progress=progress, val=_val(exp, vocab, val))
 
 
 def build(exp: config.Experiment, root: str | pathlib.Path | None = None, *, data: Data | None = None,
@@ -143,12 +161,13 @@ def build(exp: config.Experiment, root: str | pathlib.Path | None = None, *, dat
     root.mkdir(parents=True, exist_ok=True)
     data = load_data(exp) if data is None else data
     vocab = vocabulary(exp, data.train, root)
-    teacher = train_teacher(exp, vocab, data.train, root, progress=progress)
+    teacher = train_teacher(exp, vocab, data.train, root, val=data.val, progress=progress)
     distilled = distil_training_set(exp, vocab, teacher.model, data.train, root, progress=progress)
     for name, targets in (("raw", data.train.tgt), ("distilled", distilled.lines)):
-        train_padir(exp, vocab, data.train, targets, root, name, teacher=teacher.model, progress=progress)
+        train_padir(exp, vocab, data.train, targets, root, name, teacher=teacher.model, val=data.val,
+                    progress=progress)
     if shallow:
-        train_shallow(exp, vocab, data.train, root, progress=progress)
+        train_shallow(exp, vocab, data.train, root, val=data.val, progress=progress)
     return experiment.open_run(root)
 
 

@@ -8,6 +8,7 @@ A run lives in a folder (written by :func:`gmlm_lib.mt.training.train`):
   arrays in ``checkpoint_digests.json`` (:func:`digest`), verified on restore (:func:`restore`); a
   damaged one is moved into ``checkpoints_damaged/`` (:data:`DAMAGED`), never deleted;
 * ``metrics.jsonl``: one JSON line per logged update (:func:`read_metrics`);
+* ``val.jsonl``: the validation loss of every checkpoint, when the run is validated (same format);
 * ``run.json``: provenance, rewritten whole at every checkpoint (:class:`RunRecord`);
 * ``.lock``: held by the one process training there (:func:`exclusive`).
 
@@ -41,8 +42,8 @@ if TYPE_CHECKING:
     from gmlm_lib.mt.training import TrainConfig
 
 __all__ = ["RunFolderError", "RunFolderBusy", "DAMAGED", "read_json", "folder", "read_metrics", "keep_metrics",
-           "losses", "check_data", "exclusive", "digest", "all_finite", "move_aside", "restore", "checkpoint_digests",
-           "checkpoint_manager", "save_checkpoint", "RunRecord"]
+           "losses", "check_data", "exclusive", "digest", "all_finite", "move_aside", "restore", "restore_step",
+           "checkpoint_digests", "checkpoint_manager", "prune", "save_checkpoint", "RunRecord"]
 
 
 class RunFolderError(OSError):
@@ -278,6 +279,29 @@ def restore(make_manager: Callable[[], ocp.CheckpointManager], run_dir: pathlib.
         manager = make_manager()
 
 
+def restore_step(manager: ocp.CheckpointManager, run_dir: pathlib.Path, step: int, target: dict, why: str) -> dict:
+    """The checkpoint of ``step`` (``why`` says why that one, e.g. "selected on the val split"),
+    restored and verified as :func:`restore` verifies the newest: its digest, where one was recorded,
+    and finite numbers. A missing or damaged one is a :class:`RunFolderError` naming it, never a
+    silent substitute."""
+    fix = "train the run again in a new folder, or restore the run folder from a copy."
+    if step not in manager.all_steps():
+        raise RunFolderError(f"{run_dir}: the checkpoint of step {step} ({why}) is not in checkpoints/ (it holds "
+                             f"{sorted(manager.all_steps())}); {fix}")
+    try:
+        state = manager.restore(step, args=ocp.args.StandardRestore(target))
+    except Exception as err:  # Orbax/TensorStore raise many kinds on a damaged file
+        raise RunFolderError(f"{run_dir}: the checkpoint of step {step} ({why}) cannot be read ({type(err).__name__}: "
+                             f"{str(err).splitlines()[0][:160] if str(err) else ''}); {fix}") from None
+    want = checkpoint_digests(run_dir).get(str(step))
+    if want is not None and digest(state) != want:
+        raise RunFolderError(f"{run_dir}: the checkpoint of step {step} ({why}) differs from the digest written "
+                             f"with it; {fix}")
+    if not all_finite(state):
+        raise RunFolderError(f"{run_dir}: the checkpoint of step {step} ({why}) holds non-finite numbers; {fix}")
+    return state
+
+
 def checkpoint_digests(run_dir: pathlib.Path) -> dict:
     path = run_dir / "checkpoint_digests.json"
     try:
@@ -287,12 +311,21 @@ def checkpoint_digests(run_dir: pathlib.Path) -> dict:
         return {}
 
 
-def checkpoint_manager(run_dir: pathlib.Path, every: int) -> ocp.CheckpointManager:
-    """Orbax, synchronous (a kill during a save leaves the previous checkpoint whole), two kept."""
+def checkpoint_manager(run_dir: pathlib.Path, every: int, keep: int | None = 2) -> ocp.CheckpointManager:
+    """Orbax, synchronous (a kill during a save leaves the previous checkpoint whole), the newest
+    ``keep`` kept; ``keep = None`` keeps every one, for the trainer to :func:`prune` itself (a
+    validated run keeps its best checkpoint too)."""
     return ocp.CheckpointManager(
         run_dir / "checkpoints",
-        options=ocp.CheckpointManagerOptions(save_interval_steps=every, max_to_keep=2,
+        options=ocp.CheckpointManagerOptions(save_interval_steps=every, max_to_keep=keep,
                                              enable_async_checkpointing=False))
+
+
+def prune(manager: ocp.CheckpointManager, keep: set[int]) -> None:
+    """Delete every checkpoint of ``manager`` whose step is not in ``keep``."""
+    for step in manager.all_steps():
+        if step not in keep:
+            manager.delete(step)
 
 
 class RunRecord:
@@ -311,6 +344,7 @@ class RunRecord:
         self.segment = dict(start=start, end=start, wall_s=0.0, tokens=0, commit=records.git_commit(),
                             hardware=records.hardware_summary())
         self.t0, self.tokens = time.perf_counter(), 0
+        self.validation: dict | None = None  # a validated run's summary (the trainer's), written with the record
 
     def write(self, done: int, final_loss: float | None) -> dict:
         """Rewrite ``run.json`` whole for a run ``done`` updates in (``final_loss``: ``None`` until it
@@ -326,6 +360,8 @@ class RunRecord:
             tokens_per_s=(sum(g["tokens"] for g in timed) / sum(g["wall_s"] for g in timed)) if timed
             else self.prev.get("tokens_per_s"),
         )
+        if self.validation is not None:
+            record["validation"] = self.validation
         records.write_record(self.path, record)
         return json.loads(json.dumps(record))  # as a later call reads it back (tuples become lists)
 

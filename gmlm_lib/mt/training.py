@@ -32,7 +32,8 @@ from gmlm_lib.core.progress import bar as progress_bar
 from gmlm_lib.mt import batching, objectives, runfolder, seq2seq
 from gmlm_lib.mt.runfolder import DAMAGED, RunFolderBusy, RunFolderError
 
-__all__ = ["TrainConfig", "schedule", "optimizer", "mesh", "make_step", "flops_per_step", "Result", "train", "load",
+__all__ = ["TrainConfig", "schedule", "optimizer", "mesh", "make_step", "make_eval", "validation_loss", "VAL_METRIC",
+           "flops_per_step", "Result", "train", "load",
            "RunFolderBusy", "RunFolderError", "DAMAGED"]
 
 
@@ -182,6 +183,38 @@ def make_step(graphdef, cfg: TrainConfig, tx):
     return jax.jit(step, donate_argnums=(0, 1))
 
 
+VAL_METRIC = "token loss on the val split (nats; the training objective without dropout or label smoothing)"
+"""What the validation loss of a run measures (:func:`validation_loss`); the run's record names it."""
+
+
+def make_eval(graphdef, cfg: TrainConfig):
+    """The jitted ``(params, batch, key) -> (summed token loss, tokens)`` of ``cfg``'s objective
+    without dropout or label smoothing: PaDIR's mean over its stages, the AR loss as it is (the
+    length loss left out), over the rows ``batch["rows"]`` marks."""
+    plain = cfg.replace(label_smoothing=0.0)
+
+    def f(params, batch, key):
+        _, parts = objectives.loss_fn(nnx.merge(graphdef, params), plain, batch, key, dropout=False)
+        return parts["token_loss"] * parts["tokens"], parts["tokens"]
+
+    return jax.jit(f)
+
+
+def validation_loss(eval_fn, params, batches: list[batching.Batch], key, sharding=None) -> float:
+    """The token loss over every pair of ``batches`` (:meth:`gmlm_lib.mt.batching.Batcher.once`),
+    each token weighing the same: :data:`VAL_METRIC`. Batch ``i`` draws PaDIR's corruption from
+    ``fold_in(key, i)``, so every checkpoint of a run is scored on the same corrupted inputs and
+    their losses differ only by the model. ``eval_fn``: :func:`make_eval`."""
+    total, tokens = 0.0, 0.0
+    for i, b in enumerate(batches):
+        arrays = b.arrays() if sharding is None else jax.device_put(b.arrays(), sharding)
+        t, n = eval_fn(params, arrays, jax.random.fold_in(key, i))
+        total, tokens = total + float(t), tokens + float(n)
+    if tokens == 0:
+        raise ValueError("validation_loss: the validation batches hold no target token.")
+    return total / tokens
+
+
 def flops_per_step(cfg: TrainConfig, batcher: batching.Batcher) -> float:
     """Mean FLOPs of one training update over an epoch's batches, from XLA's cost analysis of the
     lowered step for each bucket (forward, backward and optimiser; one device; no compilation)."""
@@ -208,13 +241,17 @@ def flops_per_step(cfg: TrainConfig, batcher: batching.Batcher) -> float:
 # -- the run -------------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class Result:
-    """What :func:`train` returns: the trained model, the logged ``(step, loss)`` pairs, the last
-    update's loss and the run's provenance record (``run.json``)."""
+    """What :func:`train` returns: the model (the checkpoint selected on the val split when the run
+    was validated, else the last), the logged ``(step, loss)`` pairs, the last update's loss, the run's
+    provenance record (``run.json``), the ``(step, val loss)`` of every checkpoint (empty without
+    validation) and the step of the returned model."""
 
     model: seq2seq.Seq2Seq
     losses: list[tuple[int, float]]
     final_loss: float
     record: dict
+    val_losses: list[tuple[int, float]] = dataclasses.field(default_factory=list)
+    selected_step: int = 0
 
 
 def _open_run(cfg: TrainConfig, batcher: batching.Batcher, run_dir: pathlib.Path, devices, teacher) -> tuple:
@@ -266,12 +303,19 @@ def _initial_state(cfg: TrainConfig, teacher, teacher_fp: str) -> tuple:
 
 def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Path, *, devices=None,
           progress: bool = True, on_step: Callable[[int, float], None] | None = None,
-          teacher: seq2seq.Seq2Seq | None = None) -> Result:
+          teacher: seq2seq.Seq2Seq | None = None, val: batching.Batcher | None = None) -> Result:
     """Train (or resume) the run in ``run_dir`` to ``cfg.steps`` updates. ``batcher`` gives the
     batch of each step; its ``multiple`` must be the number of devices. ``on_step(step, loss)``
     is called for every update once its loss is read, which is after the next update has been
     dispatched (tests raise from it to simulate a kill). ``teacher``: the AR
     model a run with ``cfg.init = "teacher"`` starts from (required there, refused otherwise).
+
+    ``val``: held-out pairs (Multi30k's val split), batched like ``batcher``. With it the number of
+    updates is selected on them: every checkpoint is scored by :func:`validation_loss` before it is
+    written (``val.jsonl``), the best one is kept besides the newest two, and the model returned (and
+    the one :func:`load` gives) is the best; ``run.json``'s ``validation`` names the data, the metric
+    and the selected step. A folder validated on other pairs, or trained with(out) validation and
+    now called without (with) it, is refused.
 
     A folder already holding a run is resumed (or, when finished, reused) only with the same
     ``cfg`` and the same data (:meth:`gmlm_lib.mt.batching.Batcher.fingerprint`, kept in ``data.json``);
@@ -291,7 +335,7 @@ def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Pa
         raise RunFolderError(f"cannot create the run folder {run_dir} ({err.strerror or err}); pick a folder you can "
                              "write to, or free disk space.") from None
     with runfolder.exclusive(run_dir):
-        return _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher)
+        return _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher, val)
 
 
 def _nonfinite(cfg: TrainConfig, run_dir: pathlib.Path, step: int, what: str, last_good: int) -> FloatingPointError:
@@ -301,22 +345,97 @@ def _nonfinite(cfg: TrainConfig, run_dir: pathlib.Path, step: int, what: str, la
         f"folder keeps its last good checkpoint (step {last_good}) and its record is not marked finished.")
 
 
-def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher) -> Result:
+VAL_SALT = 2**31 - 1
+"""Folded into the run's key for the validation passes' corruption (no training step reaches it)."""
+
+
+class _Validation:
+    """A validated run's bookkeeping: the val batches, ``val.jsonl`` (cut back to the checkpoint a
+    call resumes from) and the best checkpoint so far among those still in the folder."""
+
+    def __init__(self, cfg: TrainConfig, val: batching.Batcher, run_dir: pathlib.Path, graphdef, sharding,
+                 start: int, steps_present, prev: dict):
+        self.fingerprint, self.pairs = val.fingerprint(), sum(len(ix) for ix in val.groups.values())
+        had = prev.get("validation")
+        if prev and had is None:
+            raise ValueError(f"{run_dir} holds a run trained without validation; train the validated run in a new "
+                             "folder, or call train() without val= to go on with this one.")
+        if had is not None and had.get("fingerprint") != self.fingerprint:
+            raise ValueError(f"{run_dir} was validated on other pairs (fingerprint {str(had.get('fingerprint'))[:12]}, "
+                             f"these {self.fingerprint[:12]}); pass the same val split, or use a new run folder.")
+        self.batches, self.sharding = val.once(), sharding
+        self.eval_fn = make_eval(graphdef, cfg)
+        self.key = jax.random.fold_in(jax.random.key(cfg.seed), VAL_SALT)
+        self.path = run_dir / "val.jsonl"
+        runfolder.keep_metrics(self.path, start)
+        self.rows = runfolder.read_metrics(self.path)
+        present = set(steps_present)
+        self.best = min(((r["val_loss"], r["step"]) for r in self.rows if r["step"] in present), default=None)
+
+    def score(self, step: int, params, wall_s: float) -> float:
+        """Score the parameters of update ``step`` and log them (before their checkpoint is written,
+        so that a logged score never lacks the checkpoint a resumed call kept)."""
+        loss = validation_loss(self.eval_fn, params, self.batches, self.key, self.sharding)
+        row = dict(step=step, val_loss=loss, wall_s=wall_s)
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        self.rows.append(row)
+        if self.best is None or loss < self.best[0]:
+            self.best = (loss, step)
+        return loss
+
+    def keep(self, steps) -> set[int]:
+        """The checkpoints to keep: the newest two (to resume from) and the best."""
+        newest = set(sorted(steps)[-2:])
+        return newest | ({self.best[1]} if self.best is not None else set())
+
+    def summary(self) -> dict:
+        sel = self.best[1] if self.best is not None else None
+        return dict(metric=VAL_METRIC, pairs=self.pairs, fingerprint=self.fingerprint, selected_step=sel,
+                    selected_loss=self.best[0] if self.best is not None else None,
+                    last_step=self.rows[-1]["step"] if self.rows else None,
+                    last_loss=self.rows[-1]["val_loss"] if self.rows else None)
+
+    def losses(self) -> list[tuple[int, float]]:
+        return [(r["step"], r["val_loss"]) for r in self.rows]
+
+
+def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher, val) -> Result:
     m, fingerprint, teacher_fp = _open_run(cfg, batcher, run_dir, devices, teacher)
+    if val is not None and val.multiple % m.size:
+        raise ValueError(f"the val Batcher's multiple = {val.multiple} must be a multiple of the {m.size} devices "
+                         "(batch it as the training data).")
     replicated, sharded = NamedSharding(m, P()), NamedSharding(m, P("data"))
     graphdef, params, tx, opt_state, init = _initial_state(cfg, teacher, teacher_fp)
-    start, restored, manager = runfolder.restore(lambda: runfolder.checkpoint_manager(run_dir, cfg.checkpoint_every), run_dir,
-                                        {"params": params, "opt_state": opt_state})
+    target = {"params": params, "opt_state": opt_state}
+    keep = None if val is not None else 2
+    start, restored, manager = runfolder.restore(lambda: runfolder.checkpoint_manager(run_dir, cfg.checkpoint_every, keep),
+                                                 run_dir, target)
     if restored is not None:
         params, opt_state = restored["params"], restored["opt_state"]
     metrics, record_path = run_dir / "metrics.jsonl", run_dir / "run.json"
     prev = runfolder.read_json(record_path, "the run's provenance record") if record_path.exists() else {}
+    if val is None and prev.get("validation") is not None:
+        manager.close()
+        raise ValueError(f"{run_dir} holds a run validated on a val split ({prev['validation'].get('pairs')} pairs); "
+                         "pass the same pairs as val= to go on with it, or train in a new folder.")
+    try:
+        validation = None if val is None else _Validation(cfg, val, run_dir, graphdef, sharded, start,
+                                                          manager.all_steps(), prev)
+    except ValueError:
+        manager.close()
+        raise
     final = prev.get("final_loss")
     if (start == cfg.steps and prev.get("done", prev.get("steps")) == cfg.steps and final is not None
             and math.isfinite(final)):
         # finished before: reuse it as it is (its record names the code and machine that trained it)
+        selected = cfg.steps
+        if validation is not None and validation.best is not None and validation.best[1] != cfg.steps:
+            selected = validation.best[1]
+            params = runfolder.restore_step(manager, run_dir, selected, target, "selected on the val split")["params"]
         manager.close()
-        return Result(nnx.merge(graphdef, params), runfolder.losses(metrics), final, prev)
+        return Result(nnx.merge(graphdef, params), runfolder.losses(metrics), final, prev,
+                      validation.losses() if validation is not None else [], selected)
     params, opt_state = jax.device_put((params, opt_state), replicated)
     runfolder.keep_metrics(metrics, start)
     record = runfolder.RunRecord(record_path, cfg, batcher, start, init, fingerprint,
@@ -370,19 +489,36 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher) ->
                     manager.close()
                     raise _nonfinite(cfg, run_dir, done, "the parameters hold non-finite numbers",
                                      max(digests, key=int, default=0))
+                if validation is not None:
+                    val_loss = validation.score(done, params, time.perf_counter() - record.t0)
+                    if not math.isfinite(val_loss):
+                        manager.close()
+                        raise _nonfinite(cfg, run_dir, done, f"the validation loss is {val_loss}",
+                                         max(digests, key=int, default=0))
                 runfolder.save_checkpoint(manager, done, state, run_dir, max(digests, key=int, default=0))
+                if validation is not None:
+                    runfolder.prune(manager, validation.keep(manager.all_steps()))
+                    record.validation = validation.summary()
                 digests = {k: v for k, v in digests.items() if int(k) in set(manager.all_steps())}
                 digests[str(done)] = runfolder.digest(state)
                 records.write_record(run_dir / "checkpoint_digests.json", digests)
                 if done < cfg.steps:
                     record.write(done, None)
+    selected = cfg.steps
+    if validation is not None:
+        record.validation = validation.summary()
+        if validation.best is not None and validation.best[1] != cfg.steps:
+            selected = validation.best[1]
+            live = {"params": params, "opt_state": opt_state}  # the first target's arrays were donated to the steps
+            params = runfolder.restore_step(manager, run_dir, selected, live, "selected on the val split")["params"]
     manager.close()
     # a call that trained nothing (the last checkpoint is the final one but its record was lost)
     # takes the final loss from the metrics
     final_loss = loss if start < cfg.steps else next((l for t, l in runfolder.losses(metrics) if t == cfg.steps), None)
     rec = record.write(cfg.steps, final_loss)
     model = nnx.merge(graphdef, jax.device_get(params))
-    return Result(model, losses if start < cfg.steps else runfolder.losses(metrics), final_loss, rec)
+    return Result(model, losses if start < cfg.steps else runfolder.losses(metrics), final_loss, rec,
+                  validation.losses() if validation is not None else [], selected)
 
 
 def _read_config(run_dir: pathlib.Path) -> TrainConfig:
@@ -399,9 +535,11 @@ def _read_config(run_dir: pathlib.Path) -> TrainConfig:
 
 
 def load(run_dir: str | pathlib.Path) -> tuple[TrainConfig, seq2seq.Seq2Seq]:
-    """The config and the model of the newest checkpoint of a run folder that verifies (a damaged
-    newer one is reported in a warning and left where it is). A folder that does not exist, is a file,
-    lacks ``config.json`` or has no usable checkpoint is refused in one line naming what and the fix."""
+    """The config and the model of a run folder: the checkpoint selected on the val split when the
+    run was validated and has finished (``run.json``'s ``validation``; verified, and refused when it
+    is missing or damaged), else the newest checkpoint that verifies (a damaged newer one is reported
+    in a warning and left where it is). A folder that does not exist, is a file, lacks
+    ``config.json`` or has no usable checkpoint is refused in one line naming what and the fix."""
     run_dir = runfolder.folder(run_dir)
     cfg = _read_config(run_dir)
     model = seq2seq.build(cfg.model, cfg.seed)
@@ -412,8 +550,19 @@ def load(run_dir: str | pathlib.Path) -> tuple[TrainConfig, seq2seq.Seq2Seq]:
         raise RunFolderError(f"{run_dir} has no checkpoint in checkpoints/ (its training never reached its first "
                              "checkpoint, or the folder was copied without it); train the run (train() resumes "
                              "there), or pass the folder that holds it.")
-    step, restored, manager = runfolder.restore(lambda: ocp.CheckpointManager(ckpt), run_dir,
-                                                {"params": params, "opt_state": tx.init(params)}, move_damaged=False)
+    target = {"params": params, "opt_state": tx.init(params)}
+    record_path = run_dir / "run.json"
+    record = runfolder.read_json(record_path, "the run's provenance record") if record_path.exists() else {}
+    selected = (record.get("validation") or {}).get("selected_step")
+    if selected is not None and record.get("done") == cfg.steps:
+        manager = ocp.CheckpointManager(ckpt)
+        try:
+            restored = runfolder.restore_step(manager, run_dir, selected, target, "selected on the val split")
+        finally:
+            manager.close()
+        return cfg, nnx.merge(graphdef, restored["params"])
+    step, restored, manager = runfolder.restore(lambda: ocp.CheckpointManager(ckpt), run_dir, target,
+                                                move_damaged=False)
     manager.close()
     if restored is None:
         raise RunFolderError(f"every checkpoint in {ckpt} is damaged (see the warnings); train the run again in a "

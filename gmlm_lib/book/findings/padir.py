@@ -60,6 +60,74 @@ def speed_word(speedup: float) -> str:
     return "faster than" if speedup > 1.0 else "slower than"
 
 
+TAIL = 0.25
+"""The last fraction of a model's updates over which :func:`convergence` measures how much its val loss still fell."""
+CONVERGED_GAIN = 0.01
+"""A model whose val loss fell by this fraction or more over the last :data:`TAIL` of its updates reads
+"still improving" (more updates would likely lower it further); one whose loss rose by as much, "past its
+best" (it overfits: an earlier checkpoint is selected); in between, "converged"."""
+
+
+def convergence(curve, steps: int, *, tail: float = TAIL, gain: float = CONVERGED_GAIN) -> dict:
+    """How a validated model's training ended, from its val losses ``curve`` (``(step, loss)`` for each
+    checkpoint, ``steps`` updates in all):
+
+    * ``selected_step``, ``selected_loss``: the lowest loss, the earlier checkpoint on a tie (the one the
+      trainer keeps, :func:`gmlm_lib.mt.training.train`);
+    * ``tail_gain``: the relative fall of the val loss over the last ``tail`` of the updates, from the
+      last checkpoint at or before ``(1 - tail) * steps`` to the lowest one after it (negative when the
+      loss rose: the model overfits and an earlier checkpoint is selected);
+    * ``verdict``: "still improving" when ``tail_gain >= gain``, "past its best" when ``tail_gain <= -gain``,
+      else "converged". Only "still improving" says that the model was not trained long enough.
+
+    A curve without a checkpoint on each side of ``(1 - tail) * steps`` cannot say: a ``ValueError``
+    asks for checkpoints often enough (``checkpoint_every``)."""
+    curve = sorted((int(t), float(v)) for t, v in curve)
+    if not 0.0 < tail < 1.0 or not gain > 0.0:
+        raise ValueError(f"convergence: tail must be in (0, 1) and gain > 0; got tail = {tail!r}, gain = {gain!r}.")
+    if any(not math.isfinite(v) for _, v in curve):
+        raise ValueError(f"convergence: a val loss is not finite ({curve}); a verdict is never drawn from it.")
+    cut = (1.0 - tail) * steps
+    before = [(t, v) for t, v in curve if t <= cut]
+    after = [(t, v) for t, v in curve if t > cut]
+    if not before or not after:
+        raise ValueError(f"convergence: needs a scored checkpoint at or before update {cut:g} and one after it (of "
+                         f"{steps}); got checkpoints {[t for t, _ in curve]}: checkpoint more often "
+                         "(checkpoint_every).")
+    best = min(curve, key=lambda tv: (tv[1], tv[0]))
+    ref = before[-1][1]
+    tail_gain = (ref - min(v for _, v in after)) / ref
+    verdict = "still improving" if tail_gain >= gain else "past its best" if tail_gain <= -gain else "converged"
+    return dict(selected_step=best[0], selected_loss=best[1], tail_gain=tail_gain, verdict=verdict)
+
+
+def selection(curves: dict) -> pd.DataFrame:
+    """The chapter's table of the number of updates selected on the val split: ``curves`` maps a model's
+    label to ``(val curve, updates)``; one row a model with ``updates``, ``selected_step``,
+    ``selected_loss``, ``tail_gain`` and ``verdict`` (:func:`convergence`)."""
+    if not curves:
+        raise ValueError("selection: no validated model (train with val= to select on the val split).")
+    rows = {label: dict(updates=int(steps), **convergence(curve, steps)) for label, (curve, steps) in curves.items()}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def selection_findings(table: pd.DataFrame | None, ar_updates: int) -> dict:
+    """The glued words of :func:`selection`'s table: ``converged_met`` ("met" when no model reads
+    "still improving", "missed" otherwise, "not measured" without a val split: ``table`` ``None``),
+    ``still_improving`` (those that do not, listed; "none"), ``n_validated``, and the AR teacher's
+    ``ar_selected_step`` of its ``ar_updates`` (the last one without a val split)."""
+    from gmlm_lib.book.findings.rules import listed
+
+    out = dict(target_converged_gain=CONVERGED_GAIN, converged_tail=TAIL, ar_updates=int(ar_updates))
+    if table is None or table.empty:
+        return dict(out, converged_met="not measured", still_improving="not measured", n_validated=0,
+                    ar_selected_step=int(ar_updates))
+    still = [label for label, v in table["verdict"].items() if v == "still improving"]
+    selected = int(table.loc["AR", "selected_step"]) if "AR" in table.index else int(ar_updates)
+    return dict(out, converged_met=grade(len(still), 0, at_least=False), still_improving=listed(still),
+                n_validated=len(table), ar_selected_step=selected)
+
+
 def findings(quality: pd.DataFrame, speed: pd.DataFrame, cost: pd.DataFrame, *, eval_steps, eval_hyps: int,
              beam: int, distill_s: float, latency_vs_bound: float) -> dict:
     """Every glued value of the PaDIR chapter's box.
