@@ -4,6 +4,7 @@ resumes to the same selection, and a folder is never validated on other pairs wi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
@@ -192,3 +193,71 @@ def test_the_pipeline_selects_on_multi30k_val_and_checks_val_files():
         config.get("multi30k_cpu", dict(val_files=["a.en", "a.de"]))
     with pytest.raises(ValueError, match="val_sentences must be >= 0"):
         config.get("multi30k_cpu", dict(val_sentences=-1))
+
+
+# --- fitting the updates to a wall-time budget ---------------------------------------------------------
+
+def test_factor_fits_every_model_in_the_budget_and_never_stretches():
+    from gmlm_lib.mt import sizing
+
+    planned = {"ar": (3000, 0.02), "padir": (4000, 0.03)}  # 60 s + 120 s
+    assert sizing.factor(0, planned) == 1.0 and sizing.factor(200, planned) == 1.0
+    f = sizing.factor(90, planned)
+    assert f == pytest.approx(0.5) and sum(s * f * p for s, p in planned.values()) == pytest.approx(90)
+    with pytest.raises(ValueError, match="train_seconds must be a finite number >= 0"):
+        sizing.factor(-1, planned)
+    with pytest.raises(ValueError, match="positive time per update"):
+        sizing.factor(90, {"ar": (10, 0.0)})
+    assert sizing.scaled(3000, 400, 500, 0.5) == dict(steps=1500, warmup=200, checkpoint_every=250)
+    assert sizing.scaled(3000, 400, 500, 1.0) == dict(steps=3000, warmup=400, checkpoint_every=500)
+    tiny = sizing.scaled(10, 4, 5, 0.01)
+    assert tiny["steps"] == 2 and 0 < tiny["warmup"] < 2 and tiny["checkpoint_every"] == 1
+
+
+def test_update_seconds_times_a_compiled_update():
+    from gmlm_lib.mt import sizing
+
+    m = sizing.update_seconds(_cfg(), _batcher(24, 1), repeats=2)
+    assert m["update_s"] > 0 and m["compile_s"] > 0 and m["bucket"] in (8, 16) and m["batch"] >= 1
+
+
+def test_fit_shrinks_the_updates_once_and_every_chapter_reuses_the_decision(tmp_path, monkeypatch):
+    from gmlm_lib.mt import sizing
+
+    calls = []
+
+    def fake(cfg, batcher, repeats=5):
+        calls.append(cfg.kind)
+        return dict(update_s=0.01 if cfg.kind == "ar" else 0.02, compile_s=1.0, bucket=16, batch=8)
+
+    monkeypatch.setattr(sizing, "update_seconds", fake)
+    exp = config.get("multi30k_cpu", dict(ar_steps=1000, padir_steps=500, warmup=100, checkpoint_every=200,
+                                          train_seconds=15.0))
+    data = {"ar": _batcher(8, 1), "padir": _batcher(8, 1)}
+    fitted, record = sizing.fit(exp, 40, data, tmp_path)  # planned: 1000 * 0.01 + 2 * 500 * 0.02 = 30 s
+    assert record["factor"] == pytest.approx(0.5) and record["planned_s"] == pytest.approx(30.0)
+    assert (fitted.ar_steps, fitted.padir_steps, fitted.warmup, fitted.checkpoint_every) == (500, 250, 50, 100)
+    assert "500 AR and 250 PaDIR updates" in padir_findings.sizing_text(record)
+    assert "would take 30 s here, over the 15 s budget, so each model trains 0.50" in padir_findings.sizing_text(record)
+    again, _ = sizing.fit(exp, 40, data, tmp_path)  # decided once: not timed again
+    assert again == fitted and len(calls) == 2
+    with pytest.raises(ValueError, match="was decided for other settings"):
+        sizing.fit(dataclasses.replace(exp, train_seconds=20.0), 40, data, tmp_path)
+    roomy, record = sizing.fit(dataclasses.replace(exp, train_seconds=60.0), 40, data, tmp_path / "b")
+    assert roomy.ar_steps == 1000 and record["factor"] == 1.0 and "within the 60 s budget" in \
+        padir_findings.sizing_text(record)
+    none, record = sizing.fit(dataclasses.replace(exp, train_seconds=0.0), 40, data, tmp_path / "c")
+    assert none.ar_steps == 1000 and "no wall-time budget" in padir_findings.sizing_text(record)
+    assert not (tmp_path / "c" / sizing.SIZING_FILE).exists()
+
+
+def test_the_ablations_say_how_their_updates_were_fitted():
+    from gmlm_lib.book.findings import ablations
+
+    assert ablations.budget_text(1200, 1200, 0, None) == "1,200 updates a model (no wall-time budget)"
+    assert ablations.budget_text(1200, 1200, 90, 0.0123) == \
+        "1,200 updates a model, within the 90 s budget; an update takes 12.3 ms here"
+    assert "the 1,200 asked for would not fit the 90 s budget, so each trains 0.50 of them" in \
+        ablations.budget_text(1200, 600, 90, 0.02)
+    assert ablations.steps_findings(1200)["steps_met"] == "met"
+    assert ablations.steps_findings(1199)["steps_met"] == "missed"

@@ -36,12 +36,15 @@ class Experiment:
     cache), ``train_files``/``test_files`` (two aligned files each instead of Multi30k),
     ``train_sentences``/``test_sentences`` (0 keeps the whole split); ``val_files`` (with
     ``train_files``; empty: none) or Multi30k's val split, cut to ``val_sentences``, on which each
-    model's number of updates is selected among its checkpoints (every ``checkpoint_every``). Model: a joint vocabulary of
-    ``vocab_size`` pieces, ``layers`` encoder and decoder layers each; ``dropout_rng`` how dropout
+    model's number of updates is selected among its checkpoints (every ``checkpoint_every``). Model: a
+    joint vocabulary of ``vocab_size`` pieces, ``layers`` encoder and decoder layers each; ``dropout_rng`` how dropout
     draws its masks (:class:`~gmlm_lib.mt.seq2seq.ModelConfig`). Training: ``batch_tokens`` padded
     target tokens a batch, in length buckets ``train_buckets`` (fine ones waste less of a batch on
     padding); ``ar_steps`` and ``padir_steps`` updates; PaDIR starts from the AR teacher
-    (``padir_init = "teacher"``) or from scratch (``"random"``, the paper's start);
+    (``padir_init = "teacher"``) or from scratch (``"random"``, the paper's start); ``train_seconds``
+    (0: none) is a wall-time budget for the updates of the models the pipeline trains: on a device too
+    slow for ``ar_steps``/``padir_steps`` in that time they shrink by one factor, measured before
+    training (:mod:`gmlm_lib.mt.sizing`; warm-up and checkpoint interval in proportion);
     ``unmasking_rate`` is the fraction of target positions that keep the correct token [App. L.1.2].
     Evaluation: ``beam`` (AR), ``distill_beam`` (the teacher decoding the training set),
     ``eval_steps``/``eval_hyps`` (PaDIR passes T and length hypotheses in the quality table),
@@ -67,6 +70,7 @@ class Experiment:
     ar_steps: int = 1200
     padir_steps: int = 500
     padir_init: str = "teacher"
+    train_seconds: float = 0.0
     learning_rate: float = 0.002
     warmup: int = 100
     optimizer: str = "adamw"
@@ -106,6 +110,8 @@ class Experiment:
             values = getattr(self, name)
             if not values or min(values) < 1:
                 raise ValueError(f"{name} must be a non-empty list of integers >= 1; got {list(values)!r}.")
+        if not (self.train_seconds >= 0.0 and self.train_seconds < float("inf")):
+            raise ValueError(f"train_seconds must be a finite number >= 0 (0: no budget); got {self.train_seconds!r}.")
         if not self.learning_rate > 0.0:
             raise ValueError(f"learning_rate must be > 0; got {self.learning_rate!r}.")
         if self.length_penalty < 0.0:
@@ -163,11 +169,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Coarse buckets: each bucket is one compiled program, and an accelerator wastes little on padding.
     # Latency over the whole test set (1,000 sentences at batch 1), so that the p99 is a real tail.
     # Each model is the checkpoint (every 500 updates) with the lowest loss on the val split.
-    # Not yet measured on a GPU: the first GPU run sizes ar_steps/padir_steps to the 8-minute budget.
+    # The updates of the four models get 120 s of the four chapters' 8-minute budget: a device too slow
+    # for 3000/2000 updates in that time trains fewer (one factor, measured first: gmlm_lib.mt.sizing).
     "multi30k_gpu": dict(
         layers=4, dropout=0.3, batch_tokens=8192, ar_steps=3000, padir_steps=2000, learning_rate=0.001,
         warmup=400, compute_dtype="bfloat16", train_buckets=(16, 24, 32, 48, 64), decode_buckets=(16, 32, 64),
-        latency_steps=(2, 4, 10), latency_sentences=0, throughput_batch=256, checkpoint_every=500),
+        latency_steps=(2, 4, 10), latency_sentences=0, throughput_batch=256, checkpoint_every=500,
+        train_seconds=120.0),
     # The few-step stand-in of a run folder (smoke runs and tests): barely trained, same layout.
     "multi30k_tiny": dict(
         train_sentences=1000, vocab_size=2000, d_model=64, heads=4, layers=1, d_ff=128, batch_tokens=1024,

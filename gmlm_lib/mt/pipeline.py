@@ -7,6 +7,7 @@ what a previous call left in the run folder (``<run_root>/<src>-<tgt>/``, laid o
 
 1. :func:`load_data`: the training and test pairs (Multi30k, or two aligned files each);
 2. :func:`vocabulary`: the joint SentencePiece model, trained once and kept as ``spm.model``;
+   then :func:`size`: the updates fitted to ``train_seconds`` on this device, decided once (``sizing.json``);
 3. :func:`train_teacher`: the AR teacher in ``ar/``;
 4. :func:`distil_training_set`: the teacher's outputs on the training set [App. L.1.2];
 5. :func:`train_padir`: PaDIR on raw (``padir_raw/``) and on distilled targets (``padir_distilled/``);
@@ -26,10 +27,10 @@ import tempfile
 
 import jax
 
-from gmlm_lib.mt import batching, config, corpus, experiment, runfolder, training, translate
+from gmlm_lib.mt import batching, config, corpus, experiment, runfolder, sizing, training, translate
 from gmlm_lib.mt import vocab as V
 
-__all__ = ["Data", "run_folder", "load_data", "vocabulary", "batcher", "train_teacher", "train_shallow",
+__all__ = ["Data", "run_folder", "load_data", "vocabulary", "batcher", "size", "train_teacher", "train_shallow",
            "distil_training_set", "train_padir", "build", "complete", "ensure"]
 
 
@@ -92,6 +93,17 @@ def batcher(exp: config.Experiment, vocab: V.Vocab, src: list[str], tgt: list[st
     their size a multiple of the device count (data parallelism over ``jax.devices()``)."""
     return batching.Batcher(vocab.encode(src), vocab.encode(tgt), exp.batch_tokens, seed=exp.seed,
                             buckets=tuple(exp.train_buckets), multiple=len(jax.devices()))
+
+
+def size(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel, root: str | pathlib.Path, *,
+         shallow: bool = False) -> tuple[config.Experiment, dict]:
+    """``exp`` with its updates fitted to ``train_seconds`` on this device, and the decision's record
+    (:func:`gmlm_lib.mt.sizing.fit`, kept in ``root/sizing.json``): one update of the teacher, of PaDIR
+    and (with ``shallow``) of the deep-shallow baseline is timed, and every model's updates shrink by
+    the one factor that fits them all in the budget. Without a budget, ``exp`` as it is."""
+    data = batcher(exp, vocab, train.src, train.tgt)  # PaDIR's batches have the same shapes
+    kinds = ("ar", "padir") + (("ar_shallow",) if shallow else ())
+    return sizing.fit(exp, vocab.size, {kind: data for kind in kinds}, root)
 
 
 def _val(exp: config.Experiment, vocab: V.Vocab, val: corpus.Parallel | None) -> batching.Batcher | None:
@@ -161,6 +173,7 @@ def build(exp: config.Experiment, root: str | pathlib.Path | None = None, *, dat
     root.mkdir(parents=True, exist_ok=True)
     data = load_data(exp) if data is None else data
     vocab = vocabulary(exp, data.train, root)
+    exp, _ = size(exp, vocab, data.train, root, shallow=shallow)
     teacher = train_teacher(exp, vocab, data.train, root, val=data.val, progress=progress)
     distilled = distil_training_set(exp, vocab, teacher.model, data.train, root, progress=progress)
     for name, targets in (("raw", data.train.tgt), ("distilled", distilled.lines)):

@@ -12,10 +12,13 @@ import pandas as pd
 
 from gmlm_lib.book.findings.rules import ALPHA, compare, grade, listed
 
-__all__ = ["BUDGET_MIN", "VARIANTS", "WORDS", "choice_verdict", "rates", "grid", "findings"]
+__all__ = ["BUDGET_MIN", "STEPS_FLOOR", "VARIANTS", "WORDS", "choice_verdict", "rates", "grid", "budget_text",
+           "steps_findings", "findings"]
 
 BUDGET_MIN = 120.0
 """The chapter's budget: training and evaluation, minutes."""
+STEPS_FLOOR = 1200
+"""Updates every variant should train for: ten times the 120 of the chapter's first run on 2 CPU cores."""
 VARIANTS = {"stage": "1 training stage", "pos": "no positional attention", "dist": "no distillation",
             "remask": "no stutter re-masking", "init": "[MASK] initial hypothesis"}
 """Glue key prefix -> the table row that drops one of the baseline's choices."""
@@ -85,6 +88,24 @@ def grid(cells: pd.DataFrame) -> dict:
         out.update({f"{key}_T": int(row["T"]), f"{key}_hyps": int(row["hyps"]), f"{key}_bleu": float(row["BLEU"]),
                     f"{key}_ms": float(row["median ms"])})
     return out
+
+
+def budget_text(asked: int, used: int, seconds: float, per_update: float | None) -> str:
+    """How the updates of every model trained here were fitted to the wall-time budget, in words:
+    ``asked`` updates a model, ``used`` after fitting ``seconds`` (0: no budget) at ``per_update``
+    seconds an update (measured on this device; ``None`` when not measured)."""
+    if not seconds:
+        return f"{used:,} updates a model (no wall-time budget)"
+    rate = f"; an update takes {per_update * 1e3:.1f} ms here" if per_update else ""
+    if used >= asked:
+        return f"{used:,} updates a model, within the {seconds:.0f} s budget{rate}"
+    return (f"{used:,} updates a model: the {asked:,} asked for would not fit the {seconds:.0f} s budget, so each "
+            f"trains {used / asked:.2f} of them{rate}")
+
+
+def steps_findings(used: int) -> dict:
+    """``steps_met``: whether every variant trained for at least :data:`STEPS_FLOOR` updates ("met"/"missed")."""
+    return dict(steps_floor=STEPS_FLOOR, steps_met=grade(used, STEPS_FLOOR, at_least=True))
 
 
 def findings(table: pd.DataFrame, cells: pd.DataFrame, *, base_rate: float, variant_rates: dict, train_min: float,

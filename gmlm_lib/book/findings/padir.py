@@ -60,6 +60,24 @@ def speed_word(speedup: float) -> str:
     return "faster than" if speedup > 1.0 else "slower than"
 
 
+def sizing_text(record: dict) -> str:
+    """How the run's updates were fitted to its wall-time budget (the record of
+    :func:`gmlm_lib.mt.sizing.fit`), in words for a sentence."""
+    asked, f = record["asked"], float(record["factor"])
+    recipe = f"{asked['ar_steps']:,} AR and {asked['padir_steps']:,} PaDIR updates"
+    if not asked["train_seconds"]:
+        return f"the recipe's {recipe} (no wall-time budget)"
+    budget = f"{asked['train_seconds']:.0f} s"
+    per = record["measured"].get("ar", {}).get("update_s")
+    rate = f"; an AR update takes {per * 1e3:.1f} ms here" if per else ""
+    if f >= 1.0:
+        return f"the recipe's {recipe}, within the {budget} budget ({record['planned_s']:.0f} s planned{rate})"
+    chosen = record["chosen"]
+    return (f"{chosen['ar_steps']:,} AR and {chosen['padir_steps']:,} PaDIR updates: the recipe's {recipe} would "
+            f"take {record['planned_s']:.0f} s here, over the {budget} budget, so each model trains {f:.2f} of "
+            f"them{rate}")
+
+
 TAIL = 0.25
 """The last fraction of a model's updates over which :func:`convergence` measures how much its val loss still fell."""
 CONVERGED_GAIN = 0.01

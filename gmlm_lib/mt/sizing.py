@@ -1,0 +1,134 @@
+"""Fitting a run's number of updates to a wall-time budget on the device at hand.
+
+A preset names the updates its recipe wants (``ar_steps``, ``padir_steps``); ``train_seconds`` caps
+the time they may take. Before anything trains, :func:`update_seconds` times one update of each
+model the run trains (compiled first, so compilation is not counted), and :func:`factor` gives the
+one factor by which every model's updates (and its warm-up and checkpoint interval, so the schedule
+keeps its shape and the val split still scores as many checkpoints) shrink to fit. A fast device
+keeps the recipe (factor 1); a slower one trains proportionally less, and says so: the run's record
+names the budget, the measured seconds per update and the factor. A run is sized once:
+:func:`fit` keeps its decision in the run folder (``sizing.json``), so the chapters that reuse the
+folder, or a resumed run, train exactly the same updates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+import time
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from gmlm_lib.core import records
+from gmlm_lib.mt import batching, seq2seq, training
+
+__all__ = ["update_seconds", "factor", "scaled", "fit", "SIZING_FILE"]
+
+SIZING_FILE = "sizing.json"
+"""Where :func:`fit` keeps a run folder's sizing decision."""
+
+
+def update_seconds(cfg: training.TrainConfig, batcher: batching.Batcher, *, repeats: int = 5) -> dict:
+    """Seconds one update of ``cfg`` takes on this machine's devices, on a batch of the bucket that
+    ``batcher``'s epochs use most (every batch holds about ``batch_tokens`` padded tokens, so the
+    buckets cost about the same): the first call compiles (``compile_s``), the next ``repeats`` are
+    timed and their median is ``update_s``. The model starts from random weights whatever ``cfg.init``
+    says (the weights do not change the time); nothing is written anywhere."""
+    if repeats < 1:
+        raise ValueError(f"update_seconds(repeats=...) must be >= 1; got {repeats!r}.")
+    counts: dict[int, int] = {}
+    for bucket, _ in batcher.epoch(0):
+        counts[bucket] = counts.get(bucket, 0) + 1
+    bucket = max(counts, key=lambda b: (counts[b], b))
+    ix = np.resize(batcher.groups[bucket], batcher.batch_size(bucket))
+    b = batcher.make(bucket, ix)
+    m = training.mesh()
+    batch = jax.device_put(b.arrays(), NamedSharding(m, P("data")))
+    graphdef, params = nnx.split(seq2seq.build(cfg.model, cfg.seed))
+    tx = training.optimizer(cfg)
+    state = jax.device_put((params, tx.init(params)), NamedSharding(m, P()))
+    step = training.make_step(graphdef, cfg, tx)
+    key = jax.random.key(cfg.seed)
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        *state, loss, _ = step(*state, batch, jax.random.fold_in(key, i))
+        jax.block_until_ready(loss)
+        times.append(time.perf_counter() - t0)
+    return dict(update_s=float(np.median(times[1:])), compile_s=times[0] - float(np.median(times[1:])),
+                bucket=int(bucket), batch=len(ix))
+
+
+def factor(seconds: float, planned: dict[str, tuple[int, float]]) -> float:
+    """The factor (at most 1) by which every model's updates shrink so that they take at most
+    ``seconds``: ``planned`` maps a model to ``(updates, seconds per update)``. ``seconds`` = 0 means
+    no budget (factor 1)."""
+    if not seconds >= 0 or not math.isfinite(seconds):
+        raise ValueError(f"train_seconds must be a finite number >= 0 (0: no budget); got {seconds!r}.")
+    for name, (steps, per) in planned.items():
+        if steps < 0 or not per > 0 or not math.isfinite(per):
+            raise ValueError(f"factor: model {name!r} needs updates >= 0 and a positive time per update; got "
+                             f"{steps!r} updates at {per!r} s.")
+    need = sum(steps * per for steps, per in planned.values())
+    return 1.0 if seconds == 0 or need <= seconds else seconds / need
+
+
+def scaled(steps: int, warmup: int, checkpoint_every: int, f: float) -> dict:
+    """``steps`` updates with ``warmup`` and ``checkpoint_every`` shrunk by ``f`` together: the updates
+    rounded down (at least 2), the warm-up and the checkpoint interval in proportion (at least 1; the
+    warm-up below the updates), so the schedule keeps its shape and the run as many checkpoints."""
+    if not 0.0 < f <= 1.0:
+        raise ValueError(f"scaled: the factor must be in (0, 1]; got {f!r}.")
+    if f == 1.0:
+        return dict(steps=steps, warmup=warmup, checkpoint_every=checkpoint_every)
+    new = max(2, int(steps * f))
+    return dict(steps=new, warmup=min(max(1, round(warmup * f)) if warmup else 0, new - 1),
+                checkpoint_every=max(1, min(new, round(checkpoint_every * f))))
+
+
+def fit(exp, vocab_size: int, batchers: dict, root: str | pathlib.Path) -> tuple:
+    """The experiment ``exp`` (:class:`gmlm_lib.mt.config.Experiment`) with ``ar_steps``,
+    ``padir_steps``, ``warmup`` and ``checkpoint_every`` shrunk to fit ``exp.train_seconds`` on this
+    device, and the record of the decision. ``batchers`` maps each model kind the run trains
+    ("ar", "ar_shallow", "padir"; PaDIR counted twice, raw and distilled) to its training batches.
+    No budget (0): ``exp`` as it is. The decision is kept in ``root/sizing.json``: a later call with the
+    same experiment reuses it without timing again (the chapters that reuse a run folder train what
+    the first one decided); one with another experiment is refused, as the trainer refuses another
+    configuration."""
+    root = pathlib.Path(root)
+    path = root / SIZING_FILE
+    asked = dict(train_seconds=exp.train_seconds, ar_steps=exp.ar_steps, padir_steps=exp.padir_steps,
+                 warmup=exp.warmup, checkpoint_every=exp.checkpoint_every)
+    if path.exists():
+        from gmlm_lib.mt import runfolder
+
+        kept = runfolder.read_json(path, "the run's sizing decision")
+        if kept.get("asked") != asked:
+            raise ValueError(f"{path} was decided for other settings ({kept.get('asked')}; now {asked}); use a new "
+                             "run folder for a new budget or recipe.")
+        return dataclasses.replace(exp, **kept["chosen"]), kept
+    if not exp.train_seconds:
+        return exp, dict(asked=asked, factor=1.0, chosen={}, measured={}, planned_s=None)
+    measured = {}
+    for kind, data in batchers.items():
+        cfg = exp.train_config(kind, vocab_size)
+        measured[kind] = update_seconds(cfg, data)
+    planned = {kind: (exp.padir_steps * 2 if kind == "padir" else exp.ar_steps, m["update_s"])
+               for kind, m in measured.items()}
+    f = factor(exp.train_seconds, planned)
+    ar = scaled(exp.ar_steps, exp.warmup, exp.checkpoint_every, f)
+    padir = scaled(exp.padir_steps, exp.warmup, exp.checkpoint_every, f)
+    # one warm-up and one checkpoint interval serve both kinds (Experiment holds one of each)
+    chosen = dict(ar_steps=ar["steps"], padir_steps=padir["steps"], warmup=min(ar["warmup"], padir["warmup"]),
+                  checkpoint_every=min(ar["checkpoint_every"], padir["checkpoint_every"])) if f < 1.0 else {}
+    record = dict(asked=asked, factor=f, chosen=chosen, measured=measured, models=sorted(batchers),
+                  planned_s=sum(s * p for s, p in planned.values()), hardware=records.hardware_summary())
+    root.mkdir(parents=True, exist_ok=True)
+    records.write_record(path, record)
+    return dataclasses.replace(exp, **chosen), json.loads(json.dumps(record))
