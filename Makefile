@@ -90,8 +90,10 @@ newest-tests:
 # runs padir, stutter, dependency_decoding and ablations in the full profile with the machine's own
 # JAX and Flax (a chapter staged in staged/NAME.md runs instead of notebooks/NAME.md), and leaves the
 # executed notebooks, provenance.md, the run records and log.txt in OUT. The commit must be that of the
-# clean tree that was copied there. GPU_PROFILE=smoke rehearses it (tests/test_gpu_run.py runs it on
-# the CPU at smoke size). Back here: make gpu-promote FROM=OUT (staged sources and notebooks into the
+# clean tree that was copied there. No probe run is needed first: the padir and ablations chapters time
+# one update on the device and fit their updates to their train_seconds (gmlm_lib.mt.sizing), so the
+# four chapters fit one call of the lent machine. GPU_PROFILE=smoke rehearses it (tests/test_gpu_run.py
+# runs it on the CPU at smoke size). Back here: make gpu-promote FROM=OUT (staged sources and notebooks into the
 # book, checked), then make check and commit.
 WHEELS      ?= .whl
 GPU_PYTHON  ?= python3

@@ -318,6 +318,25 @@ def test_provenance_start_checks_names(monkeypatch, capsys, tmp_path):
     assert "artifacts" not in rec
 
 
+@pytest.mark.parametrize("seconds, verdict", [(120.0, "within"), (120.1, "over")])
+def test_provenance_page_grades_the_gpu_run_of_the_translation_chapters(book_copy, seconds, verdict):
+    """Four chapters at 120 s are exactly the 8-minute budget; 0.1 s more is over it. A chapter that ran
+    on a CPU leaves the budget unmeasured, and the page says where each ran."""
+    assert "have not all run on an accelerator" in "\n".join(checks.accelerator_run(book_copy))
+    for name in runner.TRANSLATION_CHAPTERS:
+        ipynb = book_copy / "notebooks" / f"{name}.ipynb"
+        nb = nbformat.read(ipynb, as_version=4)
+        nb.metadata["gmlm"]["provenance"].update(backend="gpu", device_count=1, device_kind="NVIDIA H100 80GB HBM3")
+        nb.metadata["gmlm"]["total_wall_time_s"] = seconds
+        nbformat.write(nb, ipynb)
+    text = " ".join(checks.accelerator_run(book_copy))
+    assert f"{4 * seconds / 60:.2f} min of wall time together, compilation included, {verdict} the 8-minute" in text
+    assert "on 1 x NVIDIA H100 80GB HBM3" in text
+    nb.metadata["gmlm"]["provenance"]["backend"] = "cpu"
+    nbformat.write(nb, ipynb)
+    assert "ablations: cpu" in " ".join(checks.accelerator_run(book_copy))
+
+
 def test_provenance_page_names_the_cpu_of_each_run(book_copy):
     """The page has a CPU column: the model a run recorded, or "not recorded" for older runs."""
     name = CHAPTERS[0]

@@ -152,7 +152,7 @@ class Batcher:
 
     def once(self) -> list[Batch]:
         """Every kept pair exactly once, bucket by bucket in corpus order, in batches of
-        :meth:`batch_size`: the batches of a validation pass. A bucket's last batch is filled up with
+        ``batch_size(bucket)`` pairs: the batches of a validation pass. A bucket's last batch is filled up with
         copies of its first pair, marked in ``rows`` as not counting, so a loss summed over counted
         rows covers each pair once (and the batch still splits over the devices)."""
         out = []
