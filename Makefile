@@ -92,14 +92,16 @@ newest-tests:
 # executed notebooks, provenance.md, the run records and log.txt in OUT. The commit must be that of the
 # clean tree that was copied there. No probe run is needed first: the padir and ablations chapters time
 # one update on the device and fit their updates to their train_seconds (gmlm_lib.mt.sizing), so the
-# four chapters fit one call of the lent machine. GPU_PROFILE=smoke rehearses it (tests/test_gpu_run.py
-# runs it on the CPU at smoke size). Back here: make gpu-promote FROM=OUT (staged sources and notebooks into the
+# four chapters fit one call of the lent machine. GPU_DEADLINE=seconds interrupts the batch then (SIGINT):
+# it logs the chapter it stopped in and keeps what finished, before the machine's own limit kills it.
+# GPU_PROFILE=smoke rehearses it (tests/test_gpu_run.py runs it on the CPU at smoke size). Back here: make gpu-promote FROM=OUT (staged sources and notebooks into the
 # book, checked), then make check and commit.
 WHEELS      ?= .whl
 GPU_PYTHON  ?= python3
 GPU_PROFILE ?= full
 GPU_SITE    ?= /tmp/gmlm-site
 GPU_ARGS    ?=
+GPU_DEADLINE ?= 0
 PLATFORMS   := $(foreach n,2_28 2_27 2_17 2014 1,--platform $(if $(filter 2014 1,$(n)),manylinux$(n),manylinux_$(n))_x86_64)
 
 gpu-wheels:
@@ -130,4 +132,5 @@ gpu-run:
 	fi; \
 	PYTHONPATH="$(CURDIR)$$site$${PYTHONPATH:+:$$PYTHONPATH}" GMLM_COMMIT=$(COMMIT) \
 	  GMLM_MULTI30K_DIR=$(abspath $(DATA)) PYTHONUNBUFFERED=1 \
+	  $(if $(filter-out 0,$(GPU_DEADLINE)),timeout --signal=INT --kill-after=30 $(GPU_DEADLINE)) \
 	  $(GPU_PYTHON) -m gmlm_lib.book batch $(GPU_PROFILE) $(GPU_ARGS) --out "$(OUT)" $(if $(wildcard staged/*.md),--staged staged)

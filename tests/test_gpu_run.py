@@ -172,3 +172,43 @@ def test_a_staged_chapter_runs_instead_of_its_notebook_and_takes_its_own_smoke_e
     assert inject == {"max_steps": 3}  # the staged entry replaces params/smoke.yaml's
     params, inject = runner.resolve_parameters(ROOT, "padir", "smoke", staged=staged)
     assert inject["ar_steps"] == sources.smoke_overrides(ROOT)["padir"]["ar_steps"]  # not staged: params/smoke.yaml
+
+
+def test_a_batch_interrupted_at_its_deadline_keeps_what_finished(tmp_path, monkeypatch):
+    """make gpu-run's GPU_DEADLINE sends SIGINT: the chapter running then is logged as interrupted, the
+    chapters before it and the run records stay in OUT, and the batch reports failure."""
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("_toc.yml", "_config.yml", "notebooks", "params"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
+    (root / "runs" / "padir" / "en-de" / "ar").mkdir(parents=True)
+    (root / "runs" / "padir" / "en-de" / "ar" / "run.json").write_text("{}")
+    done = []
+
+    def fake_run(name, profile, params, *, root, staged=None):
+        if done:
+            raise KeyboardInterrupt
+        path = runner.output_path(root, name, profile)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+        done.append(name)
+        return dict(total_wall_time_s=1.0)
+
+    monkeypatch.setattr(runner, "run_notebook", fake_run)
+    out = tmp_path / "out"
+    assert runner.run_batch(["padir", "stutter", "ablations"], "smoke", out, root=root) == 1
+    log = (out / "log.txt").read_text()
+    assert "padir: finished" in log and "stutter: FAILED" in log and "interrupted (SIGINT" in log
+    assert "ablations" not in log.split("stutter: FAILED")[1] and "batch stopped" in log
+    assert (out / "padir.ipynb").is_file() and (out / "run-records.tar.gz").is_file()
+
+
+def test_gpu_deadline_wraps_the_batch_in_a_sigint_timeout(tmp_path):
+    tree = _copy_without_git(tmp_path / "tree")
+    dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(tree), "gpu-run", "OUT=o",
+                          f"COMMIT={COMMIT}", f"DATA={tree}", "GPU_DEADLINE=560"], capture_output=True, text=True)
+    assert "timeout --signal=INT --kill-after=30 560" in dry.stdout, dry.stdout + dry.stderr
+    dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(tree), "gpu-run", "OUT=o",
+                          f"COMMIT={COMMIT}", f"DATA={tree}"], capture_output=True, text=True)
+    assert "timeout" not in dry.stdout

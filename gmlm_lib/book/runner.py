@@ -279,6 +279,14 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
         f"{records.hardware_summary(env)}, JAX {env['jax_version']}, Python {env['python']}")
     status = 0
     t_all = time.perf_counter()
+
+    def gather():
+        """What a reader of the run needs so far, into ``out`` (after every chapter: a command killed at
+        a time limit keeps the finished chapters' records)."""
+        if profile == "full" and (root / "book" / "provenance.md").is_file():
+            shutil.copy2(root / "book" / "provenance.md", out / "provenance.md")
+        return _records_archive(root, out)
+
     for name in names:
         mine = own[name]
         source = chapter_source(root, name, staged)
@@ -287,8 +295,10 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
         t0 = time.perf_counter()
         try:
             meta = run_notebook(name, profile, mine, root=root, staged=staged)
-        except Exception as err:  # the batch reports every failure, then stops
-            log(f"{name}: FAILED after {time.perf_counter() - t0:.1f} s: {type(err).__name__}: {err}")
+        except (Exception, KeyboardInterrupt) as err:  # the batch reports every failure, then stops
+            why = ("interrupted (SIGINT: a deadline such as make gpu-run's GPU_DEADLINE, or Ctrl-C)"
+                   if isinstance(err, KeyboardInterrupt) else f"{type(err).__name__}: {err}")
+            log(f"{name}: FAILED after {time.perf_counter() - t0:.1f} s: {why}")
             failed = root / "_build" / "failed" / f"{profile}-{name}.ipynb"
             if failed.is_file():
                 shutil.copy2(failed, out / failed.name)
@@ -296,9 +306,8 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
             break
         shutil.copy2(output_path(root, name, profile), out / f"{name}.ipynb")
         log(f"{name}: finished in {meta['total_wall_time_s']:.1f} s")
-    if profile == "full" and (root / "book" / "provenance.md").is_file():
-        shutil.copy2(root / "book" / "provenance.md", out / "provenance.md")
-    archive = _records_archive(root, out)
+        gather()
+    archive = gather()
     log(f"batch {'finished' if status == 0 else 'stopped'} after {time.perf_counter() - t_all:.1f} s"
         + (f"; run records in {archive.name}" if archive else ""))
     sys.stdout.flush()
