@@ -10,30 +10,48 @@ import pytest
 from gmlm_lib.book.findings import masking_more as theorem2
 
 
+ENV = theorem2.EPS * 1e4 * 2.0  # the rounding envelope of a row with cond(H_k) = 1e4 and tr Gamma_k = 2
+
+
 def _checks(equality=(1e-12, 5e-11), order=(1e-3, 0.0, np.nan), gen_eig=(0.9, 1.0, np.nan)):
     n = max(len(equality), len(order), len(gen_eig))
     pad = lambda xs: list(xs) + [np.nan] * (n - len(xs))  # noqa: E731
     return pd.DataFrame({theorem2.COLUMNS["equality"]: pad(equality), theorem2.COLUMNS["order"]: pad(order),
-                         theorem2.COLUMNS["gen_eig"]: pad(gen_eig)})
+                         theorem2.COLUMNS["gen_eig"]: pad(gen_eig), theorem2.COLUMNS["cond"]: [1e4] * n,
+                         theorem2.COLUMNS["trace"]: [2.0] * n})
 
 
 def test_every_bar_met():
     got = theorem2.findings(_checks())
     assert (got["equality_verdict"], got["order_verdict"], got["gen_eig_verdict"]) == ("met", "met", "met")
     assert got["max_h_minus_sigma"] == 5e-11 and got["min_lambda"] == 0.0 and got["max_gen_eig"] == 1.0
-    assert (got["equality_bar"], got["order_bar"]) == (theorem2.EQUALITY_BAR, theorem2.ORDER_BAR)
+    assert (got["equality_bar"], got["order_slack"]) == (theorem2.EQUALITY_BAR, theorem2.ORDER_SLACK)
+    assert got["min_envelopes"] == 0.0
 
 
 @pytest.mark.parametrize("field, table, want", [
     ("equality_verdict", _checks(equality=(1.001e-10,)), "missed"),
     ("equality_verdict", _checks(equality=(0.999e-10,)), "met"),
-    ("order_verdict", _checks(order=(-1.001e-10, 1.0)), "missed"),
-    ("order_verdict", _checks(order=(-0.999e-10, 1.0)), "met"),
+    ("order_verdict", _checks(order=(-10.001 * ENV, 1.0)), "missed"),
+    ("order_verdict", _checks(order=(-9.999 * ENV, 1.0)), "met"),
     ("gen_eig_verdict", _checks(gen_eig=(1 + 2e-10,)), "missed"),
     ("gen_eig_verdict", _checks(gen_eig=(1 + 0.5e-10,)), "met"),
 ])
 def test_a_bar_met_or_missed_by_a_hair(field, table, want):
     assert theorem2.findings(table)[field] == want
+
+
+def test_the_order_bar_scales_with_the_rounding_of_each_row():
+    # the same eigenvalue is rounding for an ill-conditioned H_k and a violation for a well-conditioned one
+    table = _checks(order=(-5e-11, 1.0))
+    table[theorem2.COLUMNS["cond"]] = [1e6] * 3
+    assert theorem2.findings(table)["order_verdict"] == "met"
+    table[theorem2.COLUMNS["cond"]] = [10.0] * 3
+    assert theorem2.findings(table)["order_verdict"] == "missed"
+    assert theorem2.findings(table)["min_envelopes"] == pytest.approx(-5e-11 / (theorem2.EPS * 10 * 2))
+    table[theorem2.COLUMNS["trace"]] = [0.0, 2.0, 2.0]
+    with pytest.raises(ValueError, match="tr Gamma_k > 0"):
+        theorem2.findings(table)
 
 
 def test_nothing_is_graded_from_a_missing_column_or_an_empty_one():

@@ -5,7 +5,10 @@ k-pseudolikelihood and the asymptotic covariances Gamma_k. Three statements are 
 :func:`gmlm_lib.book.findings.rules.grade` against bars that allow only floating-point rounding:
 
 * the information equality ``H_k = Sigma_k`` (Hessian = score covariance at the truth): ``max |H - Sigma| <= EQUALITY_BAR``;
-* the order ``Gamma_k >= Gamma_{k+1}`` [Theorem 2]: ``min lambda_min(Gamma_k - Gamma_{k+1}) >= ORDER_BAR``;
+* the order ``Gamma_k >= Gamma_{k+1}`` [Theorem 2]: every ``lambda_min(Gamma_k - Gamma_{k+1})`` at least
+  ``-ORDER_SLACK`` rounding envelopes, the envelope of a row being ``eps * cond(H_k) * tr(Gamma_k)``: the
+  error that inverting ``H_k`` in float64 can leave in ``Gamma_k`` (a bar in the units of the computation,
+  not a fixed number that a model of another scale or another BLAS could cross by rounding alone);
 * the same order read as generalised eigenvalues: ``max eig(Gamma_{k+1}, Gamma_k) <= 1 + EQUALITY_BAR``.
 """
 
@@ -16,14 +19,17 @@ import pandas as pd
 
 from gmlm_lib.book.findings.rules import grade
 
-__all__ = ["EQUALITY_BAR", "ORDER_BAR", "COLUMNS", "findings"]
+__all__ = ["EQUALITY_BAR", "ORDER_SLACK", "EPS", "COLUMNS", "envelopes", "findings"]
 
 EQUALITY_BAR = 1e-10
 """The largest entry of ``|H - Sigma|`` (and excess of a generalised eigenvalue over 1) that still counts as equal."""
-ORDER_BAR = -1e-10
-"""The smallest eigenvalue of ``Gamma_k - Gamma_{k+1}`` that still counts as positive semi-definite."""
+ORDER_SLACK = 10.0
+"""How many rounding envelopes (:func:`envelopes`) below zero the smallest eigenvalue of
+``Gamma_k - Gamma_{k+1}`` may fall and still count as positive semi-definite."""
+EPS = float(np.finfo(np.float64).eps)
+"""float64's machine epsilon, the unit of the rounding envelope."""
 COLUMNS = {"equality": "|H - Sigma| (autodiff)", "order": "lambda_min(Gamma_k - Gamma_k+1)",
-           "gen_eig": "max gen. eig (Gamma_k+1, Gamma_k)"}
+           "gen_eig": "max gen. eig (Gamma_k+1, Gamma_k)", "cond": "cond(H_k)", "trace": "tr Gamma_k"}
 """The columns of the chapter's checks table that the verdicts read."""
 
 
@@ -37,17 +43,35 @@ def _extreme(checks: pd.DataFrame, column: str, how: str) -> float:
     return float(values.max() if how == "max" else values.min())
 
 
+def envelopes(checks: pd.DataFrame) -> pd.Series:
+    """Each row's ``lambda_min(Gamma_k - Gamma_{k+1})`` in units of its rounding envelope
+    ``EPS * cond(H_k) * tr(Gamma_k)`` (NaN for the rows k = n, which have no ``Gamma_{k+1}``)."""
+    for key in ("order", "cond", "trace"):
+        if COLUMNS[key] not in checks.columns:
+            raise KeyError(f"the checks table has no column {COLUMNS[key]!r}; its columns: {list(checks.columns)}.")
+    cond, trace = (pd.to_numeric(checks[COLUMNS[k]], errors="coerce") for k in ("cond", "trace"))
+    if ((cond < 1) | (trace <= 0)).any():
+        raise ValueError("envelopes: cond(H_k) must be >= 1 and tr Gamma_k > 0 in every row (a covariance of a "
+                         "positive definite Hessian); the checks table holds other values.")
+    return pd.to_numeric(checks[COLUMNS["order"]], errors="coerce") / (EPS * cond * trace)
+
+
 def findings(checks: pd.DataFrame) -> dict:
     """Every value and verdict the chapter glues from its ``checks`` table (one row per model and k):
-    the bars, ``max_h_minus_sigma``, ``min_lambda``, ``max_gen_eig`` and the three verdicts
-    ``equality_verdict``, ``order_verdict``, ``gen_eig_verdict`` ("met" or "missed")."""
+    the bars, ``max_h_minus_sigma``, ``min_lambda``, ``min_envelopes`` (the smallest eigenvalue of
+    ``Gamma_k - Gamma_{k+1}`` in rounding envelopes, the graded number), ``max_gen_eig`` and the three
+    verdicts ``equality_verdict``, ``order_verdict``, ``gen_eig_verdict`` ("met" or "missed")."""
     max_eq = _extreme(checks, COLUMNS["equality"], "max")
     min_order = _extreme(checks, COLUMNS["order"], "min")
     max_gen = _extreme(checks, COLUMNS["gen_eig"], "max")
+    ratio = envelopes(checks).dropna()
+    if ratio.empty:
+        raise ValueError(f"the checks table's column {COLUMNS['order']!r} holds no value to grade.")
+    min_env = float(ratio.min())
     return dict(
-        equality_bar=EQUALITY_BAR, order_bar=ORDER_BAR,
-        max_h_minus_sigma=max_eq, min_lambda=min_order, max_gen_eig=max_gen,
+        equality_bar=EQUALITY_BAR, order_slack=ORDER_SLACK, eps=EPS,
+        max_h_minus_sigma=max_eq, min_lambda=min_order, min_envelopes=min_env, max_gen_eig=max_gen,
         equality_verdict=grade(max_eq, EQUALITY_BAR, at_least=False),
-        order_verdict=grade(min_order, ORDER_BAR, at_least=True),
+        order_verdict=grade(min_env, -ORDER_SLACK, at_least=True),
         gen_eig_verdict=grade(max_gen, 1 + EQUALITY_BAR, at_least=False),
     )
