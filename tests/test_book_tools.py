@@ -450,9 +450,9 @@ def test_glue_references_find_roles_and_directives():
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
         "A {glue:text}`a_1:.2f` and {glue}`b`, not `c`.\n\n```{glue:figure} fig_x\n:name: f\n```\n")])
     assert sources.glue_references(nb) == {"a_1", "b", "fig_x"}
-    out = nbformat.v4.new_output("display_data", data={"text/plain": "1"},
+    out = nbformat.v4.new_output("display_data", data={sources.GLUE_RECORD: "1"},
                                  metadata={"scrapbook": {"name": "a_1", "mime_prefix": ""}})
-    assert sources.glued_names(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("", outputs=[out])])) == {"a_1"}
+    assert sources.glued_values(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("", outputs=[out])])) == {"a_1": 1}
 
 
 def test_smoke_output_is_not_a_committed_run(book_copy):

@@ -139,7 +139,7 @@ def test_a_damaged_selected_checkpoint_is_refused_not_replaced(tmp_path):
     digests = json.loads((run / "checkpoint_digests.json").read_text())
     digests["5"] = "0" * 64
     (run / "checkpoint_digests.json").write_text(json.dumps(digests))
-    with pytest.raises(runfolder.RunFolderError, match=r"step 5 \(selected on the val split\) differs from the digest"):
+    with pytest.raises(runfolder.RunFolderError, match=r"step 5 \(selected on the val split\) is damaged: its digest differs"):
         training.load(run)
 
 
@@ -254,10 +254,27 @@ def test_fit_shrinks_the_updates_once_and_every_chapter_reuses_the_decision(tmp_
 def test_the_ablations_say_how_their_updates_were_fitted():
     from gmlm_lib.book.findings import ablations
 
-    assert ablations.budget_text(1200, 1200, 0, None) == "1,200 updates a model (no wall-time budget)"
-    assert ablations.budget_text(1200, 1200, 90, 0.0123) == \
-        "1,200 updates a model, within the 90 s budget; an update takes 12.3 ms here"
-    assert "the 1,200 asked for would not fit the 90 s budget, so each trains 0.50 of them" in \
-        ablations.budget_text(1200, 600, 90, 0.02)
+    def text(used, seconds, per):
+        return ablations.budget_text(dict(asked=1200, used=used, seconds=seconds, update_s=per, factor=used / 1200))
+
+    assert text(1200, 0, None) == "1,200 updates a model (no wall-time budget)"
+    assert text(1200, 90, 0.0123) == "1,200 updates a model, within the 90 s budget; an update takes 12.3 ms here"
+    assert "the 1,200 asked for would not fit the 90 s budget, so each trains 0.50 of them" in text(600, 90, 0.02)
     assert ablations.steps_findings(1200)["steps_met"] == "met"
     assert ablations.steps_findings(1199)["steps_met"] == "missed"
+
+
+def test_fit_config_shrinks_one_recipe_for_several_models(monkeypatch):
+    from gmlm_lib.mt import sizing
+
+    monkeypatch.setattr(sizing, "update_seconds", lambda cfg, batcher, repeats=5: dict(update_s=0.01))
+    cfg = _cfg(steps=1000, warmup=100, checkpoint_every=200)
+    same, record = sizing.fit_config(cfg, _batcher(8, 1), 4, 0)
+    assert same == cfg and record["factor"] == 1.0 and record["update_s"] is None
+    fitted, record = sizing.fit_config(cfg, _batcher(8, 1), 4, 20.0)  # 4 models x 1000 x 10 ms = 40 s
+    assert record["factor"] == pytest.approx(0.5) and record["used"] == fitted.steps == 500
+    assert (fitted.warmup, fitted.checkpoint_every, fitted.log_every) == (50, 100, 10)
+    roomy, record = sizing.fit_config(cfg, _batcher(8, 1), 4, 60.0)
+    assert roomy == cfg and record["update_s"] == 0.01
+    with pytest.raises(ValueError, match="models=...\\) must be >= 1"):
+        sizing.fit_config(cfg, _batcher(8, 1), 0, 60.0)

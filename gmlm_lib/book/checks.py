@@ -46,7 +46,7 @@ def check_pair(md: Path, ipynb: Path) -> list[str]:
                         f"between {md.name} and {ipynb.name}; run `make sync`.")
     if sources.markdown_cells(text) != sources.markdown_cells(nb):
         problems.append(f"{name}: the markdown cells of {md.name} and {ipynb.name} differ; run `make sync`.")
-    missing = sorted(sources.glue_references(text) - sources.glued_names(nb))
+    missing = sorted(sources.glue_references(text) - set(sources.glued_values(nb)))
     if missing and nb.metadata.get("gmlm"):
         problems.append(f"{name}: its text shows glued values that its run did not glue: {missing}; glue them in "
                         f"the chapter's code and rerun `make full NB={name}`, or drop them from the text.")

@@ -12,7 +12,6 @@ is too far from the paper's setting for a verdict).
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 from pathlib import Path
 from typing import Callable
@@ -24,7 +23,6 @@ from gmlm_lib.book.findings.bounds import SLACK
 from gmlm_lib.book.findings.rules import grade
 
 PAGE = Path("book") / "results.md"
-RECORD = "application/papermill.record/text/plain"
 
 
 def _ratio(value) -> str:
@@ -35,19 +33,8 @@ def _ratio(value) -> str:
 
 
 def glued(ipynb: Path) -> dict:
-    """The values a chapter's run glued, by name (numbers, strings; ``nan`` as a float NaN)."""
-    out = {}
-    for cell in nbformat.read(ipynb, as_version=4).cells:
-        for o in cell.get("outputs", []) if cell.cell_type == "code" else []:
-            name = o.get("metadata", {}).get("scrapbook", {}).get("name")
-            text = o.get("data", {}).get(RECORD)
-            if name is None or text is None:
-                continue
-            try:
-                out[name] = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
-                out[name] = float("nan") if text == "nan" else text
-    return out
+    """The values a chapter's run glued, by name (:func:`gmlm_lib.book.sources.glued_values`)."""
+    return sources.glued_values(nbformat.read(ipynb, as_version=4))
 
 
 def hardware(ipynb: Path) -> str:

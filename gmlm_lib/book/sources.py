@@ -124,10 +124,29 @@ def glue_references(nb) -> set[str]:
     return names
 
 
-def glued_names(nb) -> set[str]:
-    """The names an executed notebook glued (``myst_nb.glue`` outputs, named in their metadata)."""
-    return {o["metadata"]["scrapbook"]["name"] for c in nb.cells for o in c.get("outputs", [])
-            if "scrapbook" in o.get("metadata", {})}
+GLUE_RECORD = "application/papermill.record/text/plain"
+"""The MIME type under which ``myst_nb.glue`` keeps a glued value's text."""
+
+
+def glued_values(nb) -> dict:
+    """The values an executed notebook glued (``myst_nb.glue`` outputs, named in their metadata), by
+    name: numbers and strings as Python literals (``nan`` as a float NaN); a value glued without a
+    text form (a figure) as its MIME bundle."""
+    out = {}
+    for cell in nb.cells:
+        for o in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            name = o.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name is None:
+                continue
+            text = o.get("data", {}).get(GLUE_RECORD)
+            if text is None:
+                out[name] = dict(o.get("data", {}))
+                continue
+            try:
+                out[name] = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                out[name] = float("nan") if text == "nan" else text
+    return out
 
 
 def code_hash(nb) -> str:

@@ -255,12 +255,7 @@ def restore(make_manager: Callable[[], ocp.CheckpointManager], run_dir: pathlib.
             return 0, None, manager
         step = candidates[0]
         want = digests.get(str(step))
-        try:
-            state = manager.restore(step, args=ocp.args.StandardRestore(target))
-            problem = ("its digest differs from the one written with it" if want is not None and digest(state) != want
-                       else "it holds non-finite numbers" if not all_finite(state) else None)
-        except Exception as err:  # Orbax/TensorStore raise many kinds on a damaged file
-            problem = f"it cannot be read ({type(err).__name__}: {str(err).splitlines()[0][:160]})"
+        state, problem = _read_verified(manager, step, target, want)
         if problem is None:
             if want is None:
                 why = ("the run stopped after writing it and before recording its digest" if digests
@@ -279,6 +274,20 @@ def restore(make_manager: Callable[[], ocp.CheckpointManager], run_dir: pathlib.
         manager = make_manager()
 
 
+def _read_verified(manager: ocp.CheckpointManager, step: int, target: dict, want: str | None) -> tuple:
+    """Checkpoint ``step`` read and checked: ``(state, None)``, or ``(None, what is wrong)`` when it cannot be
+    read, differs from the digest ``want`` written with it, or holds non-finite numbers."""
+    try:
+        state = manager.restore(step, args=ocp.args.StandardRestore(target))
+    except Exception as err:  # Orbax/TensorStore raise many kinds on a damaged file
+        return None, f"it cannot be read ({type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''})"
+    if want is not None and digest(state) != want:
+        return None, "its digest differs from the one written with it"
+    if not all_finite(state):
+        return None, "it holds non-finite numbers"
+    return state, None
+
+
 def restore_step(manager: ocp.CheckpointManager, run_dir: pathlib.Path, step: int, target: dict, why: str) -> dict:
     """The checkpoint of ``step`` (``why`` says why that one, e.g. "selected on the val split"),
     restored and verified as :func:`restore` verifies the newest: its digest, where one was recorded,
@@ -288,17 +297,9 @@ def restore_step(manager: ocp.CheckpointManager, run_dir: pathlib.Path, step: in
     if step not in manager.all_steps():
         raise RunFolderError(f"{run_dir}: the checkpoint of step {step} ({why}) is not in checkpoints/ (it holds "
                              f"{sorted(manager.all_steps())}); {fix}")
-    try:
-        state = manager.restore(step, args=ocp.args.StandardRestore(target))
-    except Exception as err:  # Orbax/TensorStore raise many kinds on a damaged file
-        raise RunFolderError(f"{run_dir}: the checkpoint of step {step} ({why}) cannot be read ({type(err).__name__}: "
-                             f"{str(err).splitlines()[0][:160] if str(err) else ''}); {fix}") from None
-    want = checkpoint_digests(run_dir).get(str(step))
-    if want is not None and digest(state) != want:
-        raise RunFolderError(f"{run_dir}: the checkpoint of step {step} ({why}) differs from the digest written "
-                             f"with it; {fix}")
-    if not all_finite(state):
-        raise RunFolderError(f"{run_dir}: the checkpoint of step {step} ({why}) holds non-finite numbers; {fix}")
+    state, problem = _read_verified(manager, step, target, checkpoint_digests(run_dir).get(str(step)))
+    if problem is not None:
+        raise RunFolderError(f"{run_dir}: the checkpoint of step {step} ({why}) is damaged: {problem}; {fix}")
     return state
 
 

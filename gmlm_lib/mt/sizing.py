@@ -28,7 +28,7 @@ from jax.sharding import PartitionSpec as P
 from gmlm_lib.core import records
 from gmlm_lib.mt import batching, seq2seq, training
 
-__all__ = ["update_seconds", "factor", "scaled", "fit", "SIZING_FILE"]
+__all__ = ["update_seconds", "factor", "scaled", "fit", "fit_config", "SIZING_FILE"]
 
 SIZING_FILE = "sizing.json"
 """Where :func:`fit` keeps a run folder's sizing decision."""
@@ -132,3 +132,24 @@ def fit(exp, vocab_size: int, batchers: dict, root: str | pathlib.Path) -> tuple
     root.mkdir(parents=True, exist_ok=True)
     records.write_record(path, record)
     return dataclasses.replace(exp, **chosen), json.loads(json.dumps(record))
+
+
+def fit_config(cfg: training.TrainConfig, batcher: batching.Batcher, models: int,
+               seconds: float) -> tuple[training.TrainConfig, dict]:
+    """``cfg`` with its updates shrunk (warm-up, checkpoint and log intervals in proportion) so that
+    ``models`` runs like it (variants that cost about as much an update) take at most ``seconds`` on
+    this device, one update timed on ``batcher`` first; no budget (0): ``cfg`` as it is, nothing timed.
+    The record: ``asked`` and ``used`` updates a model, ``seconds``, ``update_s`` (``None`` when not
+    timed) and ``factor``."""
+    if models < 1:
+        raise ValueError(f"fit_config(models=...) must be >= 1; got {models!r}.")
+    record = dict(asked=cfg.steps, used=cfg.steps, seconds=seconds, update_s=None, factor=1.0)
+    if not seconds:
+        factor(seconds, {})  # checks the budget
+        return cfg, record
+    per = update_seconds(cfg, batcher)["update_s"]
+    f = factor(seconds, {"every model": (models * cfg.steps, per)})
+    if f < 1.0:
+        new = scaled(cfg.steps, cfg.warmup, cfg.checkpoint_every, f)
+        cfg = cfg.replace(**new, log_every=max(1, new["steps"] // 50))
+    return cfg, dict(record, used=cfg.steps, update_s=per, factor=f)

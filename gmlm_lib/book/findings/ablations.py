@@ -90,13 +90,14 @@ def grid(cells: pd.DataFrame) -> dict:
     return out
 
 
-def budget_text(asked: int, used: int, seconds: float, per_update: float | None) -> str:
-    """How the updates of every model trained here were fitted to the wall-time budget, in words:
-    ``asked`` updates a model, ``used`` after fitting ``seconds`` (0: no budget) at ``per_update``
-    seconds an update (measured on this device; ``None`` when not measured)."""
+def budget_text(fitted: dict) -> str:
+    """How the updates of every model trained here were fitted to the wall-time budget, in words, from
+    the record of :func:`gmlm_lib.mt.sizing.fit_config` (``asked``/``used`` updates a model, ``seconds``,
+    ``update_s``)."""
+    asked, used, seconds, per = fitted["asked"], fitted["used"], fitted["seconds"], fitted["update_s"]
     if not seconds:
         return f"{used:,} updates a model (no wall-time budget)"
-    rate = f"; an update takes {per_update * 1e3:.1f} ms here" if per_update else ""
+    rate = f"; an update takes {per * 1e3:.1f} ms here" if per else ""
     if used >= asked:
         return f"{used:,} updates a model, within the {seconds:.0f} s budget{rate}"
     return (f"{used:,} updates a model: the {asked:,} asked for would not fit the {seconds:.0f} s budget, so each "
