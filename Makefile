@@ -94,6 +94,9 @@ newest-tests:
 # one update on the device and fit their updates to their train_seconds (gmlm_lib.mt.sizing), so the
 # four chapters fit one call of the lent machine. GPU_DEADLINE=seconds interrupts the batch then (SIGINT):
 # it logs the chapter it stopped in and keeps what finished, before the machine's own limit kills it.
+# GPU_JAX_CACHE (empty: off) is JAX's persistent compilation cache, shared by the four chapters' kernels: the
+# later chapters decode (and the ablations retrain) the PaDIR chapter's models with the same programs, and on
+# a GPU a program compiles in seconds; a chapter run alone, as on Colab, compiles its own.
 # GPU_PROFILE=smoke rehearses it (tests/test_gpu_run.py runs it on the CPU at smoke size). Back here: make gpu-promote FROM=OUT (staged sources and notebooks into the
 # book, checked), then make check and commit.
 WHEELS      ?= .whl
@@ -102,6 +105,7 @@ GPU_PROFILE ?= full
 GPU_SITE    ?= /tmp/gmlm-site
 GPU_ARGS    ?=
 GPU_DEADLINE ?= 0
+GPU_JAX_CACHE ?= /tmp/gmlm-jax-cache
 PLATFORMS   := $(foreach n,2_28 2_27 2_17 2014 1,--platform $(if $(filter 2014 1,$(n)),manylinux$(n),manylinux_$(n))_x86_64)
 
 gpu-wheels:
@@ -132,5 +136,6 @@ gpu-run:
 	fi; \
 	PYTHONPATH="$(CURDIR)$$site$${PYTHONPATH:+:$$PYTHONPATH}" GMLM_COMMIT=$(COMMIT) \
 	  GMLM_MULTI30K_DIR=$(abspath $(DATA)) PYTHONUNBUFFERED=1 \
+	  $(if $(GPU_JAX_CACHE),JAX_COMPILATION_CACHE_DIR=$(GPU_JAX_CACHE) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2) \
 	  $(if $(filter-out 0,$(GPU_DEADLINE)),timeout --signal=INT --kill-after=30 $(GPU_DEADLINE)) \
 	  $(GPU_PYTHON) -m gmlm_lib.book batch $(GPU_PROFILE) $(GPU_ARGS) --out "$(OUT)" $(if $(wildcard staged/*.md),--staged staged)

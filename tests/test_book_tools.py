@@ -4,6 +4,7 @@ and the sync/freshness check (an edited, unrerun notebook must fail it)."""
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 
 import nbformat
@@ -313,6 +314,7 @@ def test_provenance_start_checks_names(monkeypatch, capsys, tmp_path):
         assert key in rec
     assert rec["cpu_model"].strip() and rec["cpu_model"] in line  # two CPUs with as many cores can time 2x apart
     assert rec["cpu_model"] in provenance.hardware_summary()
+    assert rec["compilations"] >= 0 and rec["compile_s"] >= 0 and rec["cache_hits"] >= 0
     assert provenance.hardware_summary(dict(device_count=1, device_kind="cpu", backend="cpu", cpu_count=2)) == \
         "1 x cpu (cpu, 2 CPU cores)"  # a record made before the CPU model was recorded
     assert "artifacts" not in rec
@@ -326,12 +328,14 @@ def test_provenance_page_grades_the_gpu_run_of_the_translation_chapters(book_cop
     for name in runner.TRANSLATION_CHAPTERS:
         ipynb = book_copy / "notebooks" / f"{name}.ipynb"
         nb = nbformat.read(ipynb, as_version=4)
-        nb.metadata["gmlm"]["provenance"].update(backend="gpu", device_count=1, device_kind="NVIDIA H100 80GB HBM3")
+        nb.metadata["gmlm"]["provenance"].update(backend="gpu", device_count=1, device_kind="NVIDIA H100 80GB HBM3",
+                                                 compile_s=15.0, compilations=40, cache_hits=5)
         nb.metadata["gmlm"]["total_wall_time_s"] = seconds
         nbformat.write(nb, ipynb)
     text = " ".join(checks.accelerator_run(book_copy))
     assert f"{4 * seconds / 60:.2f} min of wall time together, compilation included, {verdict} the 8-minute" in text
     assert "on 1 x NVIDIA H100 80GB HBM3" in text
+    assert "Of that, 1.00 min went to compiling 160 XLA programs (20 of them read from the compilation cache" in text
     nb.metadata["gmlm"]["provenance"]["backend"] = "cpu"
     nbformat.write(nb, ipynb)
     assert "ablations: cpu" in " ".join(checks.accelerator_run(book_copy))
@@ -658,6 +662,36 @@ def test_full_run_pins_the_colab_install_to_its_commit(monkeypatch, tmp_path):
     assert "installs v1" in "".join(o.get("text", "") for c in nbformat.read(tmp_path / "notebooks" / "tiny.ipynb",
                                                                         as_version=4).cells for o in c.get("outputs", []))
     assert runner.run_notebook("tiny", "smoke", root=tmp_path)["provenance"]["parameters"]["install_ref"] == "main"
+
+
+def test_an_interrupted_run_keeps_the_cells_that_finished(tmp_path):
+    """SIGINT during a chapter (make gpu-run's deadline) stops the run with KeyboardInterrupt, and the
+    cells that finished, their outputs and papermill's timings, stay in _build/failed/ (run_batch
+    brings them back with the log): what an interrupted GPU run cost, step by step."""
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "smoke.yaml").write_text("tiny: {n: 2}\n")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n- file: notebooks/tiny\n")
+    header = "---\nkernelspec:\n  display_name: Python 3\n  language: python\n  name: python3\n---\n\n# Tiny\n\n"
+    cells = ["---\ntags: [parameters]\n---\nn = 1",
+             "from gmlm_lib.book import provenance\nrun = provenance.start(dict(n=n))\nprint('first step done')",
+             "import os, signal, time\nos.kill(os.getppid(), signal.SIGINT)  # the runner's process, as timeout does\n"
+             "time.sleep(60)",
+             "provenance.finish(run);"]
+    (tmp_path / "notebooks" / "tiny.md").write_text(header + "\n\n".join(f"```{{code-cell}} ipython3\n{c}\n```"
+                                                                         for c in cells))
+    failed = tmp_path / "_build" / "failed" / "smoke-tiny.ipynb"
+    failed.parent.mkdir(parents=True)
+    failed.write_text("an earlier run's failure")
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_notebook("tiny", "smoke", root=tmp_path)
+    assert time.perf_counter() - t0 < 50  # the kernel does not sleep on
+    nb = nbformat.read(failed, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "first step done" in "".join(o.get("text", "") for o in code[-3].get("outputs", []))
+    assert code[-3].metadata.papermill["duration"] is not None
+    assert not (tmp_path / "notebooks" / "tiny.ipynb").exists()
 
 
 def test_sync_keeps_the_injected_parameters(book_copy):

@@ -4,7 +4,9 @@ in order, and the executed notebooks, the log and the records gathered in OUT (i
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -99,12 +101,17 @@ def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
     chapters that are not staged (test_notebooks.py leaves those to it)."""
     tree = _copy_without_git(tmp_path / "tree")
     out = tmp_path / "out"
-    proc = _make(tree, f"OUT={out}", f"COMMIT={COMMIT}", f"DATA={_data_dir()}", "GPU_PROFILE=smoke", timeout=1400)
+    cache = tmp_path / "jax-cache"
+    proc = _make(tree, f"OUT={out}", f"COMMIT={COMMIT}", f"DATA={_data_dir()}", "GPU_PROFILE=smoke",
+                 f"GPU_JAX_CACHE={cache}", timeout=1400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     names = list(runner.TRANSLATION_CHAPTERS)
     assert sorted(p.name for p in out.iterdir()) == sorted([f"{n}.ipynb" for n in names] + ["log.txt"])
     log = (out / "log.txt").read_text()
     assert f"commit {COMMIT}" in log and "batch finished" in log
+    # the kernels share one compilation cache: the later chapters read programs the earlier ones compiled
+    hits = [int(h) for h in re.findall(r"programs, (\d+) from the compilation cache", log)]
+    assert len(hits) == len(names) and hits[0] == 0 and sum(hits) > 0 and any(cache.iterdir()), log
     for name in names:  # a staged chapter ran from its staged source
         staged = (ROOT / runner.STAGED / f"{name}.md").is_file()
         assert f"{name}: started from {runner.STAGED if staged else 'notebooks'}/{name}.md" in log, log
@@ -121,6 +128,21 @@ def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
         assert meta["total_wall_time_s"] <= 2 * 120 * 2, f"{name} smoke run took {meta['total_wall_time_s']} s"
         last = "".join(o.get("text", "") for o in nb.cells[-1].get("outputs", []))
         assert last.startswith("Provenance: profile smoke;"), last
+
+
+def test_compile_clock_counts_compilations_and_persistent_cache_hits(tmp_path):
+    """timing.compile_clock, which the provenance record and the batch log read: a program compiled in
+    one process is counted there, and read from the cache (counted as a hit) by the next process that
+    shares JAX_COMPILATION_CACHE_DIR, as make gpu-run's chapters do."""
+    script = ("import json, jax, jax.numpy as jnp\nfrom gmlm_lib.core import timing\ns = timing.compile_clock()\n"
+              "jax.jit(lambda x: jnp.tanh(x @ x.T).sum())(jnp.ones((64, 64)))\n"
+              "print(json.dumps(timing.compiles_since(s)))")
+    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+           "PYTHONPATH": str(ROOT)}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                                      check=True, timeout=120).stdout.splitlines()[-1]) for _ in range(2)]
+    assert runs[0]["compilations"] >= 1 and runs[0]["cache_hits"] == 0 and runs[0]["compile_s"] > 0
+    assert runs[1]["compilations"] == runs[0]["compilations"] and runs[1]["cache_hits"] >= 1
 
 
 def _fake_result(md: Path, out: Path, profile: str = "full") -> Path:

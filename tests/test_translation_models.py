@@ -760,6 +760,35 @@ def test_2025_rules_follow_their_definitions(name, kw, seed, steps):
     np.testing.assert_array_equal(got[0, :7], _rule_by_definition(m, src, sm, opts, 8))
 
 
+def test_a_sweep_over_T_and_thresholds_compiles_one_decoder():
+    """T and a strategy's thresholds are arguments of the compiled decoder, not constants: a
+    frontier over T and a grid of thresholds compile once per strategy and input shape (on an
+    accelerator a compilation costs seconds), while each setting still decodes as itself."""
+    m = tiny(False)
+    m.length_head.bias[...] = m.length_head.bias[...].at[7].add(50.0)  # seven positions
+    g, p = nnx.split(m)
+    src, sm = ids(9, (1, 8)), jnp.ones((1, 8), bool)  # a source whose settings decode differently
+    decoding.clear_compiled()
+    got = {}
+    for steps, tau in [(1, 0.1), (3, 0.1), (7, 0.1), (7, 0.99)]:
+        opts = decoding.StrategyOptions("threshold", steps=steps, hyps=1, confidence=tau)
+        got[steps, tau] = np.asarray(decoding.padir_ids(g, p, src, sm, jax.random.key(0), options=opts,
+                                                        widths=(8, 16)))[0, :7]
+    for steps in (1, 2, 5):
+        decoding.padir_ids(g, p, src, sm, jax.random.key(0), options=decoding.PadirOptions(steps=steps, hyps=1),
+                           widths=(8, 16))
+    compiled = [f for (_, fn, _), f in decoding._COMPILED.items() if fn is decoding._padir_ids]
+    assert len(compiled) == 2 and all(f._cache_size() == 1 for f in compiled)  # one threshold, one plain program
+    # the settings still differ: one pass commits everything at once; a high threshold commits by the quota alone
+    assert len({tuple(v) for v in got.values()}) == 3
+    for (steps, tau), out in got.items():
+        opts = decoding.StrategyOptions("threshold", steps=steps, hyps=1, confidence=tau)
+        np.testing.assert_array_equal(out, _rule_by_definition(m, src, sm, opts, 8))
+    with pytest.raises(ValueError, match="history=False"):
+        decoding._refine(m, *decoding._encode_lengths(m, src, sm, 1), jax.random.key(0),
+                         decoding.PadirOptions(steps=2, hyps=1), 8, history=True, steps=jnp.int32(2))
+
+
 @pytest.mark.slow  # compiles a decoder per setting
 @pytest.mark.parametrize("name", decoding.RULE_STRATEGIES)
 def test_rule_strategies_fill_every_position_within_T_passes(name):

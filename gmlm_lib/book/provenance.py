@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gmlm_lib.core import timing
 from gmlm_lib.core.records import (  # noqa: F401  (re-exported for the chapters)
     SOURCES,
     cpu_model,
@@ -45,6 +46,7 @@ class Run:
     started: float = field(default_factory=time.perf_counter)
     commit: str = field(default_factory=lambda: git_commit())
     started_at: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    compiles: dict = field(default_factory=lambda: timing.compile_clock())
 
 
 def start(parameters: dict) -> Run:
@@ -76,6 +78,7 @@ def record(run: Run) -> dict:
         "started_at": run.started_at,
         "gmlm_lib_commit": run.commit,
         **environment(),
+        **timing.compiles_since(run.compiles),
     }
     now = git_commit()
     if now != run.commit:
@@ -104,8 +107,11 @@ def summary_line(rec: dict) -> str:
     """The one visible line a notebook ends with."""
     params = ", ".join(f"{k}={v!r}" for k, v in rec["parameters"].items())
     return (
-        f"Provenance: profile {rec['profile']}; parameters {params}; wall time {rec['wall_time_s']:.1f} s; "
-        f"gmlm_lib {short_commit(rec['gmlm_lib_commit'])}; JAX {rec['jax_version']} on {rec['backend']} "
+        f"Provenance: profile {rec['profile']}; parameters {params}; wall time {rec['wall_time_s']:.1f} s"
+        + (f" ({rec['compile_s']:.1f} s of it compiling {rec['compilations']} XLA programs"
+           + (f", {rec['cache_hits']} read from the compilation cache" if rec.get("cache_hits") else "") + "); "
+           if "compile_s" in rec else "; ")
+        + f"gmlm_lib {short_commit(rec['gmlm_lib_commit'])}; JAX {rec['jax_version']} on {rec['backend']} "
         f"({rec['device_count']} x {rec['device_kind']}{'; ' + rec['cpu_model'] if rec.get('cpu_model') else ''}); "
         f"run started {rec['started_at']}."
         + (f" The sources changed while it ran (now {short_commit(rec['gmlm_lib_commit_at_finish'])}): no commit reproduces it."

@@ -149,6 +149,7 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
     out = output_path(root, name, profile)
     out.parent.mkdir(parents=True, exist_ok=True)
     failed = root / "_build" / "failed" / f"{profile}-{name}.ipynb"
+    failed.unlink(missing_ok=True)  # an earlier run's failure is not this run's
     with tempfile.TemporaryDirectory() as tmp:
         executed_path = Path(tmp) / "executed.ipynb"
         src = Path(tmp) / f"{name}.ipynb"
@@ -179,6 +180,13 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
                     f"notebook {name!r} ({profile}) failed in cell {err.exec_count}: {err.ename}: {err.evalue}\n"
                     f"the executed notebook with the traceback is at {failed}; {out} is unchanged"
                 ) from None
+            except KeyboardInterrupt:  # a deadline (make gpu-run's GPU_DEADLINE) or Ctrl-C
+                # keep what ran: the cells that finished, with their outputs and papermill's timings, tell
+                # how far the chapter got and what each step cost (papermill saves after every cell)
+                if executed_path.is_file():
+                    failed.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(executed_path, failed)
+                raise
         total = time.perf_counter() - t0
         if not rec_path.is_file():
             raise NotebookRunError(f"notebook {name!r} ran but never called provenance.finish(run) in its last cell; "
@@ -305,7 +313,10 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
             status = 1
             break
         shutil.copy2(output_path(root, name, profile), out / f"{name}.ipynb")
-        log(f"{name}: finished in {meta['total_wall_time_s']:.1f} s")
+        rec = meta.get("provenance", {})
+        log(f"{name}: finished in {meta['total_wall_time_s']:.1f} s"
+            + (f" ({rec['compile_s']:.1f} s compiling {rec['compilations']} programs, {rec['cache_hits']} from the "
+               f"compilation cache)" if "compile_s" in rec else ""))
         gather()
     archive = gather()
     log(f"batch {'finished' if status == 0 else 'stopped'} after {time.perf_counter() - t_all:.1f} s"

@@ -1,6 +1,7 @@
 """Timing on a shared machine: each contestant credited with its fastest call over interleaved
 rounds, so a burst of load from elsewhere does not land on one side only; the machine the
-numbers were measured on; the matmul peak that throughput is compared with."""
+numbers were measured on; the matmul peak that throughput is compared with; and the time a
+process spent compiling (:func:`compile_clock`), which on an accelerator can rival the work itself."""
 
 from __future__ import annotations
 
@@ -57,3 +58,44 @@ def matmul_peak(size: int = 2048, dtype="float32", min_time: float = 2.0) -> flo
     f(a).block_until_ready()
     seconds = fastest_call(lambda: f(a).block_until_ready(), min_time)
     return 2.0 * size**3 / seconds
+
+
+#: JAX's monitoring event timing each XLA compilation (a persistent-cache hit included: then the
+#: time of reading it), and the one counting persistent-cache hits
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+_COMPILES = {"compilations": 0, "compile_s": 0.0, "cache_hits": 0}
+_LISTENING: list[bool] = []
+
+
+def _on_duration(event: str, duration: float, **_) -> None:
+    if event == _COMPILE_EVENT:
+        _COMPILES["compilations"] += 1
+        _COMPILES["compile_s"] += float(duration)
+
+
+def _on_event(event: str, **_) -> None:
+    if event == _CACHE_HIT_EVENT:
+        _COMPILES["cache_hits"] += 1
+
+
+def compile_clock() -> dict:
+    """The compilations this process has done since the first call, as a snapshot to pass to
+    :func:`compiles_since`: ``compilations`` (XLA programs compiled or read from the persistent
+    cache), ``compile_s`` (seconds they took) and ``cache_hits``. The first call registers two
+    listeners with ``jax.monitoring`` (nothing of JAX's configuration changes); earlier compilations
+    are not counted. Why: on a GPU a small decoder compiles in seconds and runs in milliseconds, so
+    a chapter's wall time is read with its compile share beside it."""
+    if not _LISTENING:
+        jax.monitoring.register_event_duration_secs_listener(_on_duration)
+        jax.monitoring.register_event_listener(_on_event)
+        _LISTENING.append(True)
+    return dict(_COMPILES)
+
+
+def compiles_since(snapshot: dict) -> dict:
+    """What :func:`compile_clock` has counted since ``snapshot`` (one of its returns)."""
+    now = compile_clock()
+    return dict(compilations=now["compilations"] - snapshot["compilations"],
+                compile_s=round(now["compile_s"] - snapshot["compile_s"], 2),
+                cache_hits=now["cache_hits"] - snapshot["cache_hits"])

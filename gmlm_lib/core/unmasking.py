@@ -27,6 +27,7 @@ passes. The same ``select`` functions run on the Ising testbed, where
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, NamedTuple
 
@@ -37,7 +38,7 @@ import numpy as np
 from gmlm_lib.core import checks
 
 __all__ = ["RULES", "RULES_2025", "Rule", "make_rule", "random_order", "top_k", "threshold", "factor",
-           "entropy_bound", "dilated", "dependency", "dependency_select", "components", "dilated_passes"]
+           "entropy_bound", "dilated", "dependency", "dependency_select", "components", "dilated_passes", "select_with"]
 
 RULES = ("random", "top_k", "threshold", "factor", "entropy", "dilated", "dependency")
 """The rule names :func:`make_rule` accepts. The 2025 rules are ``threshold``, ``factor``,
@@ -135,12 +136,12 @@ def threshold(n: int, tau: float) -> Rule:
     """Fast-dLLM's threshold rule (Wu et al. 2025, arXiv 2505.22618): unmask every masked position
     whose confidence is at least ``tau``; when none is, the most confident one."""
     n, tau = _check_n(n), _check_unit("tau", tau)
+    return Rule("threshold", tau, n, functools.partial(_threshold_select, tau))
 
-    def select(conf, ent, masked, t, key):
-        sure = masked & (conf >= tau)
-        return sure | (_first(conf, masked, 1) & ~jnp.any(sure))
 
-    return Rule("threshold", tau, n, select)
+def _threshold_select(tau, conf, ent, masked, t, key):
+    sure = masked & (conf >= tau)
+    return sure | (_first(conf, masked, 1) & ~jnp.any(sure))
 
 
 def factor(n: int, f: float) -> Rule:
@@ -149,13 +150,13 @@ def factor(n: int, f: float) -> Rule:
     ``(m + 1)(1 - c_(m)) < f`` (at least one). The left side grows with ``m``, so the rule takes
     a prefix of the confidence order."""
     n, f = _check_n(n), _check_positive("f", f)
+    return Rule("factor", f, n, functools.partial(_factor_select, f))
 
-    def select(conf, ent, masked, t, key):
-        rank = _rank(conf, masked)
-        ok = masked & ((rank + 2) * (1.0 - conf) < f)
-        return _first(conf, masked, jnp.sum(ok))
 
-    return Rule("factor", f, n, select)
+def _factor_select(f, conf, ent, masked, t, key):
+    rank = _rank(conf, masked)
+    ok = masked & ((rank + 2) * (1.0 - conf) < f)
+    return _first(conf, masked, jnp.sum(ok))
 
 
 def entropy_bound(n: int, gamma: float) -> Rule:
@@ -164,15 +165,31 @@ def entropy_bound(n: int, gamma: float) -> Rule:
     over the ones taken, a bound on the mutual information among them. The first is always taken
     (its sum minus max is 0)."""
     n, gamma = _check_n(n), _check_positive("gamma", gamma)
+    return Rule("entropy", gamma, n, functools.partial(_entropy_select, gamma))
 
-    def select(conf, ent, masked, t, key):
-        order = jnp.argsort(jnp.where(masked, ent, jnp.inf), stable=True)
-        h = jnp.where(masked[order], ent[order], 0.0)
-        before = jnp.cumsum(h) - h  # sum of the lower entropies = sum - max over the first m
-        count = jnp.sum(masked[order] & (before <= gamma))
-        return _first(-ent, masked, count)
 
-    return Rule("entropy", gamma, n, select)
+def _entropy_select(gamma, conf, ent, masked, t, key):
+    order = jnp.argsort(jnp.where(masked, ent, jnp.inf), stable=True)
+    h = jnp.where(masked[order], ent[order], 0.0)
+    before = jnp.cumsum(h) - h  # sum of the lower entropies = sum - max over the first m
+    count = jnp.sum(masked[order] & (before <= gamma))
+    return _first(-ent, masked, count)
+
+
+#: the selections of the rules whose one parameter is a real number, that parameter first
+_PARAMETRIC = {"threshold": _threshold_select, "factor": _factor_select, "entropy": _entropy_select}
+
+
+def select_with(name: str) -> Callable:
+    """``select(param, conf, ent, masked, t, key)``: the selection of rule ``name`` (``threshold``,
+    ``factor`` or ``entropy``) with its parameter as an argument, which may be a traced array, so
+    one compiled decoder serves every value of a swept parameter (``tau``, ``f``, ``gamma``) instead
+    of one compilation per value. The same function :func:`make_rule`'s rule binds its checked
+    parameter to; the caller checks the value (e.g. :class:`gmlm_lib.mt.decoding.StrategyOptions`)."""
+    if name not in _PARAMETRIC:
+        raise ValueError(f"select_with takes a rule with a real parameter, one of {tuple(_PARAMETRIC)}; got {name!r} "
+                         f"(the others fix a count, a block size or dependent pairs: use make_rule).")
+    return _PARAMETRIC[name]
 
 
 def dilated_passes(n: int, B: int) -> np.ndarray:

@@ -66,15 +66,17 @@ def jitted(fn, graphdef, **static):
 def clear_compiled() -> int:
     """Drop every compiled decoder (this module's and JAX's caches); returns how many were held.
 
-    Why: each static setting (strategy, T, thresholds), input width and batch shape is its own
-    executable, and on the CPU backend every executable keeps its machine code in memory mappings
-    of its own. A sweep over many settings (a frontier of strategies x passes x buckets, then the
-    batch-1 programs of each for timing) can reach the kernel's limit on mappings per process
-    (``vm.max_map_count``, 65,530 by default), where LLVM fails with "Cannot allocate memory" and
+    Why: each static setting (a strategy's name, hypotheses and refill; T and thresholds are
+    arguments, see :func:`_dynamic`), input width and batch shape is its own executable, and on the
+    CPU backend every executable keeps its machine code in memory mappings of its own. A sweep over
+    many settings (strategies x buckets, batched and then batch 1 for timing) can reach the
+    kernel's limit on mappings per process (``vm.max_map_count``, 65,530 by default), where LLVM
+    fails with "Cannot allocate memory" and
     the process dies. Clearing between the phases of such a sweep keeps only one phase's programs
     alive; the next call of a setting compiles it again."""
     held = len(_COMPILED)
     _COMPILED.clear()
+    _NUMBERS.clear()
     jax.clear_caches()
     return held
 
@@ -273,6 +275,32 @@ class StrategyOptions:
             raise ValueError(f"StrategyOptions.refill must be 'prediction' or 'mask'; got {self.refill!r}.")
 
 
+#: the settings of each options class that a compiled decoder takes as arguments (traced), not as
+#: constants: a sweep over T or over a rule's threshold compiles once, not once per value
+_NUMERIC = {PadirOptions: ("steps",), StrategyOptions: ("steps", "confidence", "dependency", "factor", "entropy")}
+#: valid placeholders for those settings in the options a decoder is compiled for (never read there)
+_PLACEHOLDER = {PadirOptions: dict(steps=1),
+                StrategyOptions: dict(steps=1, confidence=0.5, dependency=0.5, factor=1.0, entropy=1.0)}
+_NUMBERS: dict = {}
+
+
+def _dynamic(options):
+    """``(structure, numbers)``: ``options`` with its numeric settings (:data:`_NUMERIC`: T, and a
+    strategy's thresholds) replaced by fixed placeholders, the static part a decoder is compiled for,
+    and those settings as device scalars (``steps`` int32, the others float32), the decoder's
+    arguments. Why: each static setting is its own executable, and a frontier over T and a
+    threshold grid compiled one decoder (a ``lax.switch`` over every hypothesis width) per value;
+    on an accelerator compiling costs seconds, running milliseconds. The scalars are made once per
+    options (uncommitted, so they follow the other arguments to their device)."""
+    kind = type(options)
+    numbers = _NUMBERS.get(options)
+    if numbers is None:
+        numbers = _NUMBERS[options] = {name: jnp.asarray(getattr(options, name),
+                                                         jnp.int32 if name == "steps" else jnp.float32)
+                                       for name in _NUMERIC[kind]}
+    return dataclasses.replace(options, **_PLACEHOLDER[kind]), numbers
+
+
 def _predict(model, hyp, tmask, enc_mask, cross_kv, with_attention: bool, with_entropy: bool = False):
     """One pass: argmax over the allowed ids (N, W), its log-probability (N, W), if asked the
     cross-attention distributions averaged over layers and heads (N, W, S + 1), and with
@@ -318,26 +346,31 @@ def _ceil_div(a, b: int):
     return (a + b - 1) // b
 
 
-def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, width: int) -> dict:
+def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, width: int, numbers=None) -> dict:
     """The passes of a :class:`StrategyOptions` strategy over ``B * hyps`` hypotheses of ``width``
     positions; returns ``ids`` (B, width), ``length`` (B,), ``score`` (B,) (mean log-probability
     of the chosen hypothesis' tokens, each when it was last predicted), ``steps`` (the passes the
     batch ran) and ``passes`` (B,): the passes each sentence needed, i.e. what a batch-1 decode of it
-    runs (its hypotheses decode together, so the most any of them needed)."""
+    runs (its hypotheses decode together, so the most any of them needed). ``numbers``: the
+    strategy's numeric settings as traced scalars (:func:`_dynamic`); ``None`` takes them from
+    ``options``."""
+    if numbers is None:
+        numbers = {name: getattr(options, name) for name in _NUMERIC[StrategyOptions]}
     b, l = lengths.shape
     lengths = lengths.reshape(-1)
     cross, enc_mask = hypothesis_cross_kv(model, enc, enc_mask, l)
     tmask = jnp.arange(width)[None, :] < lengths[:, None]
     n = tmask.sum(-1)
-    T = options.steps
+    T = numbers["steps"]
     hyp = jnp.where(tmask, V.MASK, V.PAD)
     dependency = options.name == "dependency"
     rule_based = options.name in RULE_STRATEGIES
     attention = options.name in ("dependency", "dependency_entropy")
-    if rule_based and options.name != "dependency_entropy":
-        param = dict(threshold=options.confidence, factor=options.factor, entropy=options.entropy,
-                     dilated=options.block)[options.name]
-        rule = unmasking.make_rule(options.name, width, param)
+    if options.name == "dilated":
+        select = unmasking.make_rule("dilated", width, options.block).select
+    elif rule_based and options.name != "dependency_entropy":
+        param = numbers[dict(threshold="confidence", factor="factor", entropy="entropy")[options.name]]
+        select = functools.partial(unmasking.select_with(options.name), param)
 
     def cond(c):
         t, _, _, done, _, _ = c
@@ -352,11 +385,11 @@ def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, wi
             logp = jnp.where(done, logp, lp)
             open_ = tmask & ~done
             if options.name == "dependency_entropy":
-                strong = cross_attention_similarity(att) > options.dependency
-                chosen = jax.vmap(lambda e, m, st: unmasking.dependency_select(e, m, st, options.entropy))(
+                strong = cross_attention_similarity(att) > numbers["dependency"]
+                chosen = jax.vmap(lambda e, m, st: unmasking.dependency_select(e, m, st, numbers["entropy"]))(
                     ent, open_, strong)
             else:
-                chosen = jax.vmap(lambda c_, e, m: rule.select(c_, e, m, t, None))(jnp.exp(lp), ent, open_)
+                chosen = jax.vmap(lambda c_, e, m: select(c_, e, m, t, None))(jnp.exp(lp), ent, open_)
             chosen = chosen & open_
             # at least ceil(n (t + 1) / T) committed after this pass: the most confident open ones first
             need = _ceil_div(n * (t + 1), T) - done.sum(-1) - chosen.sum(-1)
@@ -377,9 +410,9 @@ def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, wi
         logp = jnp.where(done, logp, lp)
         sim = cross_attention_similarity(att)
         open_ = tmask & ~done
-        dep = (sim > options.dependency) & open_[:, :, None] & open_[:, None, :] & ~jnp.eye(width, dtype=bool)
+        dep = (sim > numbers["dependency"]) & open_[:, :, None] & open_[:, None, :] & ~jnp.eye(width, dtype=bool)
         quota = _ceil_div(n * (t + 1), T) - done.sum(-1)
-        new = jax.vmap(_commit, in_axes=(0, 0, 0, 0, None))(jnp.exp(logp), dep, open_, quota, options.confidence)
+        new = jax.vmap(_commit, in_axes=(0, 0, 0, 0, None))(jnp.exp(logp), dep, open_, quota, numbers["confidence"])
         done = done | new
         refill = tokens if options.refill == "prediction" else jnp.where(tmask, V.MASK, V.PAD)
         return t + 1, jnp.where(done, tokens, refill), logp, done, tokens, used
@@ -474,9 +507,13 @@ def _padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Pad
 
 
 def _refine(model, enc, enc_mask, lengths, key, options: PadirOptions, width: int, *, history: bool,
-            return_attention: bool = False) -> dict:
+            return_attention: bool = False, steps=None) -> dict:
     """The refinement loop of :func:`padir_refine`; without ``history`` only ``ids``, ``length``,
-    ``score`` and ``steps`` are kept (the same passes, none of the per-pass records)."""
+    ``score`` and ``steps`` are kept (the same passes, none of the per-pass records), and the number
+    of passes may be ``steps``, a traced int32 (:func:`_dynamic`), instead of ``options.steps``."""
+    if steps is not None and history:
+        raise ValueError("_refine: a traced number of passes needs history=False (the records have a row a pass).")
+    T = options.steps if steps is None else steps
     b, l = lengths.shape
     lengths = lengths.reshape(-1)
     # cross-attention keys and values of the encoder states repeated per hypothesis: projected once for all T passes
@@ -487,7 +524,7 @@ def _refine(model, enc, enc_mask, lengths, key, options: PadirOptions, width: in
 
     def cond(c):
         t, _, _, _, stop, _, _, _ = c
-        return (t < options.steps) & ~stop
+        return (t < T) & ~stop
 
     def body(c):
         t, hyp, prev, _, _, hist, hist_score, last_in = c
@@ -539,10 +576,11 @@ def padir_ids(graphdef, params, src, src_mask, key, *, options: PadirOptions | S
     :func:`hypothesis_widths`. With :class:`StrategyOptions` the passes are that strategy's
     (``key`` unused: its hypotheses start from ``[MASK]``)."""
     widths = tuple(sorted(widths))
-    return jitted(_padir_ids, graphdef, options=options, widths=widths)(params, src, src_mask, key)
+    structure, numbers = _dynamic(options)
+    return jitted(_padir_ids, graphdef, options=structure, widths=widths)(params, src, src_mask, key, numbers)
 
 
-def _padir_ids(graphdef, params, src, src_mask, key, *, options, widths: tuple[int, ...]):
+def _padir_ids(graphdef, params, src, src_mask, key, numbers, *, options, widths: tuple[int, ...]):
     model = nnx.merge(graphdef, params)
     enc, enc_mask, lengths = _encode_lengths(model, src, src_mask, options.hyps)
     index = jnp.searchsorted(jnp.asarray(widths), jnp.max(lengths))  # the smallest width >= the longest length
@@ -550,9 +588,10 @@ def _padir_ids(graphdef, params, src, src_mask, key, *, options, widths: tuple[i
     def branch(width):
         def run(_):
             if isinstance(options, StrategyOptions):
-                ids = _strategy_refine(model, enc, enc_mask, lengths, options, width)["ids"]
+                ids = _strategy_refine(model, enc, enc_mask, lengths, options, width, numbers)["ids"]
             else:
-                ids = _refine(model, enc, enc_mask, lengths, key, options, width, history=False)["ids"]
+                ids = _refine(model, enc, enc_mask, lengths, key, options, width, history=False,
+                              steps=numbers["steps"])["ids"]
             return jnp.pad(ids, ((0, 0), (0, widths[-1] - width)), constant_values=V.PAD)
         return run
 
@@ -567,14 +606,16 @@ def strategy_passes(graphdef, params, src, src_mask, *, options: StrategyOptions
         raise TypeError(f"strategy_passes counts the passes of a StrategyOptions strategy; got "
                         f"{type(options).__name__} (plain PaDIR runs its T passes unless it stops early).")
     widths = tuple(sorted(widths))
-    return jitted(_strategy_passes, graphdef, options=options, widths=widths)(params, src, src_mask)
+    structure, numbers = _dynamic(options)
+    return jitted(_strategy_passes, graphdef, options=structure, widths=widths)(params, src, src_mask, numbers)
 
 
-def _strategy_passes(graphdef, params, src, src_mask, *, options, widths: tuple[int, ...]):
+def _strategy_passes(graphdef, params, src, src_mask, numbers, *, options, widths: tuple[int, ...]):
     model = nnx.merge(graphdef, params)
     enc, enc_mask, lengths = _encode_lengths(model, src, src_mask, options.hyps)
     index = jnp.searchsorted(jnp.asarray(widths), jnp.max(lengths))
-    branches = [lambda _, w=w: _strategy_refine(model, enc, enc_mask, lengths, options, w)["passes"] for w in widths]
+    branches = [lambda _, w=w: _strategy_refine(model, enc, enc_mask, lengths, options, w, numbers)["passes"]
+                for w in widths]
     return jax.lax.switch(jnp.minimum(index, len(widths) - 1), branches, None)
 
 
