@@ -15,7 +15,7 @@ ifneq ($(wildcard ../shared/data/multi30k/train.en.gz),)
 export GMLM_MULTI30K_DIR ?= $(abspath ../shared/data/multi30k)
 endif
 
-.PHONY: install book test test-fast smoke full check sync provenance labels clean gpu-wheels gpu-data gpu-run gpu-promote test-newest newest-env newest-tests
+.PHONY: install book test test-fast smoke full check sync provenance labels clean gpu-wheels gpu-data gpu-run gpu-start gpu-wait gpu-promote test-newest newest-env newest-tests
 
 $(BIN)/.installed: requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -123,10 +123,14 @@ gpu-promote: install
 	@test -d "$(FROM)" || { echo "error: gpu-promote needs FROM=the folder gpu-run filled (OUT)" >&2; exit 2; }
 	$(BIN)/python -m gmlm_lib.book promote "$(FROM)"
 
-gpu-run:
-	@test -n "$(OUT)" || { echo "error: gpu-run needs OUT=folder (the executed notebooks and log go there)" >&2; exit 2; }
+define GPU_ARGS_CHECK
 	@test -n "$(COMMIT)" || { echo "error: gpu-run needs COMMIT=\$$(git rev-parse HEAD) of the clean tree copied here" >&2; exit 2; }
 	@test -f "$(DATA)/train.en.gz" || { echo "error: gpu-run needs DATA=folder holding Multi30k (train.en.gz, ...); got '$(DATA)'" >&2; exit 2; }
+endef
+
+gpu-run:
+	@test -n "$(OUT)" || { echo "error: gpu-run needs OUT=folder (the executed notebooks and log go there)" >&2; exit 2; }
+	$(GPU_ARGS_CHECK)
 	@mkdir -p "$(OUT)"; site=""; \
 	if [ -d "$(WHEELS)" ] && ls $(WHEELS)/*.whl >/dev/null 2>&1; then \
 	  echo "gpu-run: installing $$(ls $(WHEELS)/*.whl | wc -l) wheels from $(WHEELS)/ into $(GPU_SITE)"; \
@@ -139,3 +143,34 @@ gpu-run:
 	  $(if $(GPU_JAX_CACHE),JAX_COMPILATION_CACHE_DIR=$(GPU_JAX_CACHE) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2) \
 	  $(if $(filter-out 0,$(GPU_DEADLINE)),timeout --signal=INT --kill-after=30 $(GPU_DEADLINE)) \
 	  $(GPU_PYTHON) -m gmlm_lib.book batch $(GPU_PROFILE) $(GPU_ARGS) --out "$(OUT)" $(if $(wildcard staged/*.md),--staged staged)
+
+# A lent machine may stop one command sooner than the run needs while the machine itself stays lent
+# longer. `make gpu-start` (the variables of gpu-run, but no OUT) checks them, starts gpu-run in a new
+# process session (setsid), which outlives the command that started it, and returns at once;
+# `make gpu-wait OUT=dir WAIT=seconds` waits at most WAIT seconds for that batch, copies what it has
+# made so far (notebooks, provenance.md, run records, log.txt) into OUT and prints the log; it succeeds
+# once the batch has ended well, and fails saying "still runs" (wait again) or how the batch ended.
+GPU_RUN_DIR ?= /tmp/gmlm-gpu-run
+WAIT        ?= 0
+
+gpu-start:
+	$(GPU_ARGS_CHECK)
+	@if [ -f "$(GPU_RUN_DIR)/pid" ] && [ ! -f "$(GPU_RUN_DIR)/status" ] && kill -0 $$(cat "$(GPU_RUN_DIR)/pid") 2>/dev/null; then \
+	  echo "error: the batch gpu-start began (pid $$(cat $(GPU_RUN_DIR)/pid)) still runs; make gpu-wait OUT=dir WAIT=seconds" >&2; exit 2; fi
+	@rm -rf "$(GPU_RUN_DIR)"; mkdir -p "$(GPU_RUN_DIR)"
+	@setsid sh -c '$(MAKE) --no-print-directory gpu-run OUT="$(GPU_RUN_DIR)/out"; echo $$? > "$(GPU_RUN_DIR)/status"' \
+	  > "$(GPU_RUN_DIR)/console.log" 2>&1 < /dev/null & echo $$! > "$(GPU_RUN_DIR)/pid"
+	@echo "gpu-start: gpu-run runs in the background (pid $$(cat $(GPU_RUN_DIR)/pid), console in $(GPU_RUN_DIR)/console.log); make gpu-wait OUT=dir WAIT=seconds"
+
+gpu-wait:
+	@test -n "$(OUT)" || { echo "error: gpu-wait needs OUT=folder (what the batch made so far is copied there)" >&2; exit 2; }
+	@test -f "$(GPU_RUN_DIR)/pid" || { echo "error: no batch was started in $(GPU_RUN_DIR); make gpu-start first" >&2; exit 2; }
+	@end=$$(( $$(date +%s) + $(WAIT) )); \
+	while [ ! -f "$(GPU_RUN_DIR)/status" ] && kill -0 $$(cat "$(GPU_RUN_DIR)/pid") 2>/dev/null && [ $$(date +%s) -lt $$end ]; do sleep 1; done; \
+	mkdir -p "$(OUT)"; if [ -d "$(GPU_RUN_DIR)/out" ]; then cp -p "$(GPU_RUN_DIR)"/out/* "$(OUT)"/ 2>/dev/null; fi; \
+	cat "$(GPU_RUN_DIR)/out/log.txt" 2>/dev/null || tail -n 20 "$(GPU_RUN_DIR)/console.log"; \
+	if [ -f "$(GPU_RUN_DIR)/status" ]; then \
+	  status=$$(cat "$(GPU_RUN_DIR)/status"); echo "gpu-wait: the batch ended with status $$status"; \
+	  [ "$$status" = 0 ] || { tail -n 20 "$(GPU_RUN_DIR)/console.log"; exit 1; }; \
+	elif kill -0 $$(cat "$(GPU_RUN_DIR)/pid") 2>/dev/null; then echo "gpu-wait: the batch still runs; make gpu-wait again"; exit 3; \
+	else echo "error: the batch ended without a status (killed?); its console:" >&2; tail -n 20 "$(GPU_RUN_DIR)/console.log" >&2; exit 1; fi

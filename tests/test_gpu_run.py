@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -224,6 +225,48 @@ def test_a_batch_interrupted_at_its_deadline_keeps_what_finished(tmp_path, monke
     assert "padir: finished" in log and "stutter: FAILED" in log and "interrupted (SIGINT" in log
     assert "ablations" not in log.split("stutter: FAILED")[1] and "batch stopped" in log
     assert (out / "padir.ipynb").is_file() and (out / "run-records.tar.gz").is_file()
+
+
+def _fake_python(path: Path, seconds: float, status: int) -> Path:
+    """A stand-in for GPU_PYTHON: ``-m gmlm_lib.book batch ... --out DIR`` writes DIR/log.txt after
+    ``seconds`` and exits with ``status`` (the detached plumbing is tested, not the chapters)."""
+    path.write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n"
+                    f"sleep {seconds}\nmkdir -p \"$out\"\necho 'batch finished' > \"$out/log.txt\"\n"
+                    "echo nb > \"$out/padir.ipynb\"\n"
+                    f"exit {status}\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("status", [0, 1])
+def test_gpu_start_detaches_the_batch_and_gpu_wait_gathers_it(tmp_path, status):
+    """make gpu-start returns at once with the batch running in its own session; gpu-wait fails saying
+    it still runs until it ends, then copies its files to OUT and succeeds, or fails with the batch's
+    status; a second gpu-start while it runs is refused."""
+    tree = _copy_without_git(tmp_path / "tree")
+    run_dir = tmp_path / "run"
+    common = ["make", "--no-print-directory", "-C", str(tree), f"GPU_RUN_DIR={run_dir}", "WHEELS=no-wheels-here"]
+    start = [*common, "gpu-start", f"COMMIT={COMMIT}", f"DATA={_data_dir()}",
+             f"GPU_PYTHON={_fake_python(tmp_path / 'python', 3, status)}"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(start, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "runs in the background" in proc.stdout, proc.stdout + proc.stderr
+    assert time.perf_counter() - t0 < 2.5  # it did not wait for the batch
+    again = subprocess.run(start, capture_output=True, text=True, timeout=60)
+    assert again.returncode != 0 and "still runs" in again.stderr
+    early = subprocess.run([*common, "gpu-wait", f"OUT={tmp_path / 'o1'}", "WAIT=0"], capture_output=True, text=True)
+    assert early.returncode != 0 and "still runs" in early.stdout, early.stdout + early.stderr
+    late = subprocess.run([*common, "gpu-wait", f"OUT={tmp_path / 'o2'}", "WAIT=60"], capture_output=True, text=True,
+                          timeout=120)
+    assert (late.returncode == 0) == (status == 0), late.stdout + late.stderr
+    assert ("ended with status 0" in late.stdout) == (status == 0) and "ended with status" in late.stdout
+    assert "batch finished" in late.stdout
+    assert sorted(p.name for p in (tmp_path / "o2").iterdir()) == ["log.txt", "padir.ipynb"]
+    missing = subprocess.run(["make", "--no-print-directory", "-C", str(tree), f"GPU_RUN_DIR={tmp_path / 'none'}",
+                              "gpu-wait", "OUT=o"], capture_output=True, text=True)
+    assert missing.returncode != 0 and "make gpu-start first" in missing.stderr
+    bad = subprocess.run([*common, "gpu-start", f"COMMIT={COMMIT}", f"DATA={tmp_path}"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "DATA=folder holding Multi30k" in bad.stderr
 
 
 def test_gpu_deadline_wraps_the_batch_in_a_sigint_timeout(tmp_path):

@@ -284,7 +284,8 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
 
     env = records.environment()
     log(f"batch of {len(names)} chapter(s), profile {profile}, commit {records.git_commit()}, "
-        f"{records.hardware_summary(env)}, JAX {env['jax_version']}, Python {env['python']}")
+        f"{records.hardware_summary(env)}, JAX {env['jax_version']}, Flax {env['flax_version']}, Python {env['python']}"
+        + "".join(f", {key.upper()}={env[key]}" for key in ("xla_flags", "jax_compilation_cache_dir") if key in env))
     status = 0
     t_all = time.perf_counter()
 

@@ -76,7 +76,7 @@ def clear_compiled() -> int:
     alive; the next call of a setting compiles it again."""
     held = len(_COMPILED)
     _COMPILED.clear()
-    _NUMBERS.clear()
+    _SPLITS.clear()
     jax.clear_caches()
     return held
 
@@ -281,7 +281,7 @@ _NUMERIC = {PadirOptions: ("steps",), StrategyOptions: ("steps", "confidence", "
 #: valid placeholders for those settings in the options a decoder is compiled for (never read there)
 _PLACEHOLDER = {PadirOptions: dict(steps=1),
                 StrategyOptions: dict(steps=1, confidence=0.5, dependency=0.5, factor=1.0, entropy=1.0)}
-_NUMBERS: dict = {}
+_SPLITS: dict = {}
 
 
 def _dynamic(options):
@@ -292,13 +292,13 @@ def _dynamic(options):
     threshold grid compiled one decoder (a ``lax.switch`` over every hypothesis width) per value;
     on an accelerator compiling costs seconds, running milliseconds. The scalars are made once per
     options (uncommitted, so they follow the other arguments to their device)."""
-    kind = type(options)
-    numbers = _NUMBERS.get(options)
-    if numbers is None:
-        numbers = _NUMBERS[options] = {name: jnp.asarray(getattr(options, name),
-                                                         jnp.int32 if name == "steps" else jnp.float32)
-                                       for name in _NUMERIC[kind]}
-    return dataclasses.replace(options, **_PLACEHOLDER[kind]), numbers
+    split = _SPLITS.get(options)
+    if split is None:  # once per options: a batch-1 decode pays a dictionary lookup, not a validation
+        kind = type(options)
+        split = _SPLITS[options] = (dataclasses.replace(options, **_PLACEHOLDER[kind]),
+                                     {name: jnp.asarray(getattr(options, name), jnp.int32 if name == "steps"
+                                                        else jnp.float32) for name in _NUMERIC[kind]})
+    return split
 
 
 def _predict(model, hyp, tmask, enc_mask, cross_kv, with_attention: bool, with_entropy: bool = False):
