@@ -111,8 +111,9 @@ def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
     log = (out / "log.txt").read_text()
     assert f"commit {COMMIT}" in log and "batch finished" in log
     # the kernels share one compilation cache: the later chapters read programs the earlier ones compiled
+    # (the first one too: models of one structure trained by separate jitted steps share their programs)
     hits = [int(h) for h in re.findall(r"programs, (\d+) from the compilation cache", log)]
-    assert len(hits) == len(names) and hits[0] == 0 and sum(hits) > 0 and any(cache.iterdir()), log
+    assert len(hits) == len(names) and sum(hits[1:]) > 0 and any(cache.iterdir()), log
     for name in names:  # a staged chapter ran from its staged source
         staged = (ROOT / runner.STAGED / f"{name}.md").is_file()
         assert f"{name}: started from {runner.STAGED if staged else 'notebooks'}/{name}.md" in log, log

@@ -67,13 +67,12 @@ def clear_compiled() -> int:
     """Drop every compiled decoder (this module's and JAX's caches); returns how many were held.
 
     Why: each static setting (a strategy's name, hypotheses and refill; T and thresholds are
-    arguments, see :func:`_dynamic`), input width and batch shape is its own executable, and on the
+    arguments, see ``_dynamic``), input width and batch shape is its own executable, and on the
     CPU backend every executable keeps its machine code in memory mappings of its own. A sweep over
     many settings (strategies x buckets, batched and then batch 1 for timing) can reach the
     kernel's limit on mappings per process (``vm.max_map_count``, 65,530 by default), where LLVM
-    fails with "Cannot allocate memory" and
-    the process dies. Clearing between the phases of such a sweep keeps only one phase's programs
-    alive; the next call of a setting compiles it again."""
+    fails with "Cannot allocate memory" and the process dies. Clearing between the phases of such a
+    sweep keeps only one phase's programs alive; the next call of a setting compiles it again."""
     held = len(_COMPILED)
     _COMPILED.clear()
     _SPLITS.clear()
@@ -285,7 +284,7 @@ _SPLITS: dict = {}
 
 
 def _dynamic(options):
-    """``(structure, numbers)``: ``options`` with its numeric settings (:data:`_NUMERIC`: T, and a
+    """``(structure, numbers)``: ``options`` with its numeric settings (``_NUMERIC``: T, and a
     strategy's thresholds) replaced by fixed placeholders, the static part a decoder is compiled for,
     and those settings as device scalars (``steps`` int32, the others float32), the decoder's
     arguments. Why: each static setting is its own executable, and a frontier over T and a
@@ -352,7 +351,7 @@ def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, wi
     of the chosen hypothesis' tokens, each when it was last predicted), ``steps`` (the passes the
     batch ran) and ``passes`` (B,): the passes each sentence needed, i.e. what a batch-1 decode of it
     runs (its hypotheses decode together, so the most any of them needed). ``numbers``: the
-    strategy's numeric settings as traced scalars (:func:`_dynamic`); ``None`` takes them from
+    strategy's numeric settings as traced scalars (``_dynamic``); ``None`` takes them from
     ``options``."""
     if numbers is None:
         numbers = {name: getattr(options, name) for name in _NUMERIC[StrategyOptions]}
@@ -510,7 +509,7 @@ def _refine(model, enc, enc_mask, lengths, key, options: PadirOptions, width: in
             return_attention: bool = False, steps=None) -> dict:
     """The refinement loop of :func:`padir_refine`; without ``history`` only ``ids``, ``length``,
     ``score`` and ``steps`` are kept (the same passes, none of the per-pass records), and the number
-    of passes may be ``steps``, a traced int32 (:func:`_dynamic`), instead of ``options.steps``."""
+    of passes may be ``steps``, a traced int32 (``_dynamic``), instead of ``options.steps``."""
     if steps is not None and history:
         raise ValueError("_refine: a traced number of passes needs history=False (the records have a row a pass).")
     T = options.steps if steps is None else steps
