@@ -634,21 +634,26 @@ def test_chapters_hide_their_setup(name):
     assert parameters == [True], f"{name}: its one parameters cell must be on the page, collapsed (hide-input)"
 
 
+def _tiny_book(root: Path, cells: list[str]) -> None:
+    """A one-chapter book in ``root``: chapter ``tiny`` with these code cells (the first its parameters
+    cell, one parameter ``n`` of smoke value 2)."""
+    for folder in ("notebooks", "book", "params"):
+        (root / folder).mkdir()
+    (root / "params" / "smoke.yaml").write_text("tiny: {n: 2}\n")
+    (root / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n- file: notebooks/tiny\n")
+    header = "---\nkernelspec:\n  display_name: Python 3\n  language: python\n  name: python3\n---\n\n# Tiny\n\n"
+    (root / "notebooks" / "tiny.md").write_text(header + "\n\n".join(f"```{{code-cell}} ipython3\n{c}\n```"
+                                                                     for c in cells))
+
+
 @pytest.mark.slow
 def test_full_run_pins_the_colab_install_to_its_commit(monkeypatch, tmp_path):
     """A full run sets ``install_ref`` to the commit it runs from, so the committed notebook's Colab
     cell installs the library that produced its outputs; papermill's injected cell is hidden."""
-    (tmp_path / "notebooks").mkdir()
-    (tmp_path / "book").mkdir()
-    (tmp_path / "params").mkdir()
-    (tmp_path / "params" / "smoke.yaml").write_text("tiny: {n: 2}\n")
-    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n- file: notebooks/tiny\n")
-    header = "---\nkernelspec:\n  display_name: Python 3\n  language: python\n  name: python3\n---\n\n# Tiny\n\n"
-    cells = ['---\ntags: [parameters]\n---\ninstall_ref = "main"\nn = 1',
-             "from gmlm_lib.book import provenance\nrun = provenance.start(dict(install_ref=install_ref, n=n))\n"
-             "print('installs', install_ref)",
-             "provenance.finish(run);"]
-    (tmp_path / "notebooks" / "tiny.md").write_text(header + "\n\n".join(f"```{{code-cell}} ipython3\n{c}\n```" for c in cells))
+    _tiny_book(tmp_path, ['---\ntags: [parameters]\n---\ninstall_ref = "main"\nn = 1',
+                          "from gmlm_lib.book import provenance\n"
+                          "run = provenance.start(dict(install_ref=install_ref, n=n))\nprint('installs', install_ref)",
+                          "provenance.finish(run);"])
     monkeypatch.setattr(provenance, "git_commit", lambda: "a" * 40)
     meta = runner.run_notebook("tiny", "full", root=tmp_path)
     nb = nbformat.read(tmp_path / "notebooks" / "tiny.ipynb", as_version=4)
@@ -668,18 +673,12 @@ def test_an_interrupted_run_keeps_the_cells_that_finished(tmp_path):
     """SIGINT during a chapter (make gpu-run's deadline) stops the run with KeyboardInterrupt, and the
     cells that finished, their outputs and papermill's timings, stay in _build/failed/ (run_batch
     brings them back with the log): what an interrupted GPU run cost, step by step."""
-    (tmp_path / "notebooks").mkdir()
-    (tmp_path / "params").mkdir()
-    (tmp_path / "params" / "smoke.yaml").write_text("tiny: {n: 2}\n")
-    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n- file: notebooks/tiny\n")
-    header = "---\nkernelspec:\n  display_name: Python 3\n  language: python\n  name: python3\n---\n\n# Tiny\n\n"
-    cells = ["---\ntags: [parameters]\n---\nn = 1",
-             "from gmlm_lib.book import provenance\nrun = provenance.start(dict(n=n))\nprint('first step done')",
-             "import os, signal, time\nos.kill(os.getppid(), signal.SIGINT)  # the runner's process, as timeout does\n"
-             "time.sleep(60)",
-             "provenance.finish(run);"]
-    (tmp_path / "notebooks" / "tiny.md").write_text(header + "\n\n".join(f"```{{code-cell}} ipython3\n{c}\n```"
-                                                                         for c in cells))
+    _tiny_book(tmp_path, ["---\ntags: [parameters]\n---\nn = 1",
+                          "from gmlm_lib.book import provenance\nrun = provenance.start(dict(n=n))\n"
+                          "print('first step done')",
+                          "import os, signal, time\n"
+                          "os.kill(os.getppid(), signal.SIGINT)  # the runner's process, as timeout does\ntime.sleep(60)",
+                          "provenance.finish(run);"])
     failed = tmp_path / "_build" / "failed" / "smoke-tiny.ipynb"
     failed.parent.mkdir(parents=True)
     failed.write_text("an earlier run's failure")
