@@ -65,7 +65,8 @@ clean:
 PYTHON_NEWEST ?= python3.12
 VENV_NEWEST   ?= .venv-newest
 NEWEST_TESTS  ?= tests/test_translation_models.py tests/test_translation_data.py tests/test_mt_config.py \
-                 tests/test_validation.py tests/test_ising.py tests/test_samplers.py
+                 tests/test_validation.py tests/test_ising.py tests/test_samplers.py \
+                 tests/test_gpu_run.py::test_compile_clock_counts_compilations_and_persistent_cache_hits
 
 test-newest: newest-env newest-tests
 
