@@ -92,9 +92,10 @@ newest-tests:
 # JAX and Flax (a chapter staged in staged/NAME.md runs instead of notebooks/NAME.md), and leaves the
 # executed notebooks, provenance.md, the run records and log.txt in OUT. The commit must be that of the
 # clean tree that was copied there. No probe run is needed first: the padir and ablations chapters time
-# one update on the device and fit their updates to their train_seconds (gmlm_lib.mt.sizing), so the
-# four chapters fit one call of the lent machine. GPU_DEADLINE=seconds interrupts the batch then (SIGINT):
-# it logs the chapter it stopped in and keeps what finished, before the machine's own limit kills it.
+# one update on the device and fit their updates to their train_seconds (gmlm_lib.mt.sizing); what else
+# the run costs (compiling above all) each chapter's provenance and the log report. GPU_DEADLINE=seconds
+# interrupts the batch then (SIGINT): it logs the chapter it stopped in and keeps what finished (that
+# chapter's finished cells too), before the machine's own limit kills it.
 # GPU_JAX_CACHE (empty: off) is JAX's persistent compilation cache, shared by the four chapters' kernels: the
 # later chapters decode (and the ablations retrain) the PaDIR chapter's models with the same programs, and on
 # a GPU a program compiles in seconds; a chapter run alone, as on Colab, compiles its own.
