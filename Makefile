@@ -174,5 +174,5 @@ gpu-wait:
 	if [ -f "$(GPU_RUN_DIR)/status" ]; then \
 	  status=$$(cat "$(GPU_RUN_DIR)/status"); echo "gpu-wait: the batch ended with status $$status"; \
 	  [ "$$status" = 0 ] || { tail -n 20 "$(GPU_RUN_DIR)/console.log"; exit 1; }; \
-	elif kill -0 $$(cat "$(GPU_RUN_DIR)/pid") 2>/dev/null; then echo "gpu-wait: the batch still runs; make gpu-wait again"; exit 3; \
+	elif kill -0 $$(cat "$(GPU_RUN_DIR)/pid") 2>/dev/null; then echo "gpu-wait: the batch still runs; make gpu-wait again"; exit 1; \
 	else echo "error: the batch ended without a status (killed?); its console:" >&2; tail -n 20 "$(GPU_RUN_DIR)/console.log" >&2; exit 1; fi

@@ -46,7 +46,7 @@ class Run:
     started: float = field(default_factory=time.perf_counter)
     commit: str = field(default_factory=lambda: git_commit())
     started_at: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-    compiles: dict = field(default_factory=lambda: timing.compile_clock())
+    compiles: dict = field(default_factory=timing.compile_clock)
 
 
 def start(parameters: dict) -> Run:

@@ -277,15 +277,12 @@ class StrategyOptions:
 #: the settings of each options class that a compiled decoder takes as arguments (traced), not as
 #: constants: a sweep over T or over a rule's threshold compiles once, not once per value
 _NUMERIC = {PadirOptions: ("steps",), StrategyOptions: ("steps", "confidence", "dependency", "factor", "entropy")}
-#: valid placeholders for those settings in the options a decoder is compiled for (never read there)
-_PLACEHOLDER = {PadirOptions: dict(steps=1),
-                StrategyOptions: dict(steps=1, confidence=0.5, dependency=0.5, factor=1.0, entropy=1.0)}
 _SPLITS: dict = {}
 
 
 def _dynamic(options):
     """``(structure, numbers)``: ``options`` with its numeric settings (``_NUMERIC``: T, and a
-    strategy's thresholds) replaced by fixed placeholders, the static part a decoder is compiled for,
+    strategy's thresholds) at their class defaults, the static part a decoder is compiled for,
     and those settings as device scalars (``steps`` int32, the others float32), the decoder's
     arguments. Why: each static setting is its own executable, and a frontier over T and a
     threshold grid compiled one decoder (a ``lax.switch`` over every hypothesis width) per value;
@@ -293,10 +290,11 @@ def _dynamic(options):
     options (uncommitted, so they follow the other arguments to their device)."""
     split = _SPLITS.get(options)
     if split is None:  # once per options: a batch-1 decode pays a dictionary lookup, not a validation
-        kind = type(options)
-        split = _SPLITS[options] = (dataclasses.replace(options, **_PLACEHOLDER[kind]),
-                                     {name: jnp.asarray(getattr(options, name), jnp.int32 if name == "steps"
-                                                        else jnp.float32) for name in _NUMERIC[kind]})
+        kind, numeric = type(options), _NUMERIC[type(options)]
+        kept = {f.name: getattr(options, f.name) for f in dataclasses.fields(kind) if f.name not in numeric}
+        numbers = {name: jnp.asarray(getattr(options, name), jnp.int32 if name == "steps" else jnp.float32)
+                   for name in numeric}
+        split = _SPLITS[options] = (kind(**kept), numbers)
     return split
 
 
