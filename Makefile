@@ -66,7 +66,8 @@ PYTHON_NEWEST ?= python3.12
 VENV_NEWEST   ?= .venv-newest
 NEWEST_TESTS  ?= tests/test_translation_models.py tests/test_translation_data.py tests/test_mt_config.py \
                  tests/test_validation.py tests/test_ising.py tests/test_samplers.py \
-                 tests/test_gpu_run.py::test_compile_clock_counts_compilations_and_persistent_cache_hits
+                 tests/test_gpu_run.py::test_compile_clock_counts_compilations_and_persistent_cache_hits \
+                 tests/test_gpu_run.py::test_persistent_cache_turns_on_after_compiling_and_keeps_a_folder_set_before
 
 test-newest: newest-env newest-tests
 

@@ -147,6 +147,28 @@ def test_compile_clock_counts_compilations_and_persistent_cache_hits(tmp_path):
     assert runs[1]["compilations"] == runs[0]["compilations"] and runs[1]["cache_hits"] >= 1
 
 
+def test_persistent_cache_turns_on_after_compiling_and_keeps_a_folder_set_before(tmp_path):
+    """timing.persistent_cache, which each translation chapter calls: turned on after the process has
+    compiled something, the folder it names receives the later programs; a folder set before
+    (JAX_COMPILATION_CACHE_DIR, as make gpu-run sets for the four chapters) is kept and used instead,
+    so the chapters share one cache."""
+    script = ("import sys, jax, jax.numpy as jnp\nfrom gmlm_lib.core import timing\n"
+              "jnp.ones(3).sum()\n"  # something compiled before the cache is on
+              "print(timing.persistent_cache(sys.argv[1]))\n"
+              "jax.jit(lambda x: jnp.tanh(x @ x.T).sum())(jnp.ones((64, 64)))")
+    env = {**os.environ, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "PYTHONPATH": str(ROOT)}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+
+    def run(folder, **extra):
+        return subprocess.run([sys.executable, "-c", script, str(folder)], env={**env, **extra}, capture_output=True,
+                              text=True, check=True, timeout=120).stdout.splitlines()[-1]
+
+    alone, beside, shared = tmp_path / "alone", tmp_path / "beside", tmp_path / "shared"
+    assert run(alone) == str(alone) and any(alone.iterdir())
+    assert run(beside, JAX_COMPILATION_CACHE_DIR=str(shared)) == str(shared)
+    assert any(shared.iterdir()) and not (beside.exists() and any(beside.iterdir()))
+
+
 def _fake_result(md: Path, out: Path, profile: str = "full") -> Path:
     nb = sources.read_text_notebook(md)
     nb.metadata.pop("jupytext", None)

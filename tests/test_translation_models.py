@@ -15,7 +15,7 @@ import pytest
 from flax import nnx
 
 from gmlm_lib.book import provenance
-from gmlm_lib.mt import batching, decode_costs, decoding, experiment, reductions, seq2seq, training, translate
+from gmlm_lib.mt import batching, decode_costs, decoding, experiment, objectives, reductions, seq2seq, training, translate
 from gmlm_lib.mt import vocab as V
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -445,6 +445,40 @@ def test_a_run_folder_is_reused_only_on_the_data_it_was_trained_on(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         training.train(cfg, batcher, tmp_path / "fresh", progress=False)  # a new folder: no warning
+
+
+def test_configs_that_differ_only_in_traced_fields_share_one_program():
+    """The unmasking rate is an argument of the compiled update and val programs
+    (training.TRACED): the ablations' rate variants lower to their baseline's program, so JAX's
+    compilation cache compiles it once, while each still corrupts its targets at its own rate."""
+    base, batcher = _cfg("padir", unmasking_rate=0.1), _toy_batcher()
+    graphdef, params = nnx.split(seq2seq.build(base.model, base.seed))
+    bucket, ix = next(iter(batcher.epoch(0)))
+    batch, key = batcher.make(bucket, ix).arrays(), jax.random.key(3)
+    tx = training.optimizer(base)
+
+    def program(cfg, make=training.make_step):
+        args = (params, tx.init(params), batch, key) if make is training.make_step else (params, batch, key)
+        return make(graphdef, cfg, tx) if make is training.make_step else make(graphdef, cfg), args
+
+    def text(cfg, make=training.make_step):
+        fn, args = program(cfg, make)
+        return fn.lower(*args).as_text(debug_info=False)
+
+    for make in (training.make_step, training.make_eval):
+        assert text(base, make) == text(base.replace(unmasking_rate=0.5), make)
+        assert text(base, make) != text(base.replace(stages=1), make)  # a structural field: another program
+    # each rate is honoured: the compiled val loss equals the loss with the rate as a constant
+    model = nnx.merge(graphdef, params)
+    losses = []
+    for rate in (0.1, 0.5):
+        cfg = base.replace(unmasking_rate=rate)
+        fn, args = program(cfg, training.make_eval)
+        total, tokens = fn(*args)
+        _, parts = objectives.loss_fn(model, cfg.replace(label_smoothing=0.0), batch, key, dropout=False)
+        assert float(total / tokens) == pytest.approx(float(parts["token_loss"]), rel=1e-5)
+        losses.append(float(total / tokens))
+    assert losses[0] != pytest.approx(losses[1], rel=1e-3)
 
 
 def test_training_reduces_the_loss(tmp_path):

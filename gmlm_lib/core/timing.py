@@ -1,7 +1,8 @@
 """Timing on a shared machine: each contestant credited with its fastest call over interleaved
 rounds, so a burst of load from elsewhere does not land on one side only; the machine the
 numbers were measured on; the matmul peak that throughput is compared with; and the time a
-process spent compiling (:func:`compile_clock`), which on an accelerator can rival the work itself."""
+process spent compiling (:func:`compile_clock`), which on an accelerator can rival the work itself,
+and the persistent cache that spares a later run the same compilations (:func:`persistent_cache`)."""
 
 from __future__ import annotations
 
@@ -99,3 +100,15 @@ def compiles_since(snapshot: dict) -> dict:
     return dict(compilations=now["compilations"] - snapshot["compilations"],
                 compile_s=round(now["compile_s"] - snapshot["compile_s"], 2),
                 cache_hits=now["cache_hits"] - snapshot["cache_hits"])
+
+
+def persistent_cache(folder) -> str:
+    """Turn on JAX's persistent compilation cache in ``folder``, unless a cache folder is set
+    already (``JAX_COMPILATION_CACHE_DIR``: ``make gpu-run`` gives the four translation chapters
+    one, so the later chapters read the programs the PaDIR chapter compiled for the same models),
+    and return the folder in use. A chapter calls it before its first compilation, never a module on
+    import (it changes JAX's configuration): JAX opens the cache at the first compilation after a
+    folder is set and keeps that one for the process."""
+    if not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", str(folder))
+    return str(jax.config.jax_compilation_cache_dir)

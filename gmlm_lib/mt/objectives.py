@@ -50,17 +50,21 @@ def ar_loss(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, dro
     return loss, dict(token_loss=loss, tokens=count)
 
 
-def padir_loss(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, dropout: bool = True):
+def padir_loss(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, dropout: bool = True,
+               unmasking_rate=None):
     """PaDIR's loss [App. L.1.2]: the mean over ``cfg.stages`` stages of the per-token loss on every
     target position, stage 1 given the corrupted target (:func:`gmlm_lib.mt.batching.corrupt`: each
     position kept with probability ``unmasking_rate``), each later stage given the previous stage's
     own argmax (gradients stopped); plus ``length_loss_weight`` times the length predictor's
     cross-entropy. Returns ``(loss, parts)``. ``dropout = False``: no dropout (the corruption still
-    draws from ``key``), the validation loss."""
+    draws from ``key``), the validation loss. ``unmasking_rate`` (a scalar, traced or not; None:
+    ``cfg.unmasking_rate``) lets a compiled update take the rate as an argument
+    (:data:`gmlm_lib.mt.training.TRACED`)."""
     k_enc, k_cor, k_dec = jax.random.split(key, 3)
     src, sm, tgt, tm = batch["src"], batch["src_mask"], batch["tgt"], batch["tgt_mask"]
     enc, enc_mask = model.encode(src, sm, k_enc if dropout else None)
-    hyp = batching.corrupt(k_cor, tgt, tm, cfg.model.vocab, cfg.unmasking_rate, cfg.fill)
+    rate = cfg.unmasking_rate if unmasking_rate is None else unmasking_rate
+    hyp = batching.corrupt(k_cor, tgt, tm, cfg.model.vocab, rate, cfg.fill)
     rows = batch.get("rows")  # rows that fill up a validation batch do not count
     counted = tm if rows is None else tm & rows[:, None]
     token_loss = 0.0
@@ -78,8 +82,12 @@ def padir_loss(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, 
     return loss, dict(token_loss=token_loss, length_loss=length_loss, tokens=count)
 
 
-def loss_fn(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, dropout: bool = True):
+def loss_fn(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, dropout: bool = True,
+            numbers: dict | None = None):
     """The loss of ``cfg.kind`` ("ar": :func:`ar_loss`, "padir": :func:`padir_loss`) on one batch
     (``src``, ``src_mask`` (B, S); ``tgt``, ``tgt_mask`` (B, L)): ``(mean loss, parts)``; without
-    dropout when ``dropout`` is false."""
-    return (ar_loss if cfg.kind == "ar" else padir_loss)(model, cfg, batch, key, dropout=dropout)
+    dropout when ``dropout`` is false. ``numbers`` (None: ``cfg``'s own) gives the values of the
+    fields in :data:`gmlm_lib.mt.training.TRACED`, as arguments of a compiled program."""
+    if cfg.kind == "ar":
+        return ar_loss(model, cfg, batch, key, dropout=dropout)
+    return padir_loss(model, cfg, batch, key, dropout=dropout, **(numbers or {}))

@@ -20,6 +20,7 @@ import time
 from typing import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
@@ -32,7 +33,7 @@ from gmlm_lib.core.progress import bar as progress_bar
 from gmlm_lib.mt import batching, objectives, runfolder, seq2seq
 from gmlm_lib.mt.runfolder import DAMAGED, RunFolderBusy, RunFolderError
 
-__all__ = ["TrainConfig", "schedule", "optimizer", "mesh", "make_step", "make_eval", "validation_loss", "VAL_METRIC",
+__all__ = ["TrainConfig", "TRACED", "Program", "schedule", "optimizer", "mesh", "make_step", "make_eval", "validation_loss", "VAL_METRIC",
            "flops_per_step", "Result", "train", "load",
            "RunFolderBusy", "RunFolderError", "DAMAGED"]
 
@@ -168,36 +169,60 @@ def mesh(devices=None) -> Mesh:
     return Mesh(np.array(devices), ("data",))
 
 
-def make_step(graphdef, cfg: TrainConfig, tx):
-    """The jitted update ``(params, opt_state, batch, key) -> (params, opt_state, loss, parts)``.
-    Sharding follows the inputs: batches split over "data", parameters replicated."""
+TRACED = ("unmasking_rate",)
+"""The :class:`TrainConfig` fields that are arguments of the compiled update and validation programs,
+not constants baked into them: configs that differ only in these compile to the same program, which
+JAX's persistent compilation cache then shares (the ablations' unmasking-rate variants train with
+their baseline's program). Every other field shapes the program (layers, stages, the schedule)."""
 
-    def step(params, opt_state, batch, key):
+
+class Program:
+    """A jitted function of a :class:`TrainConfig` with the config's :data:`TRACED` values bound as
+    its last argument (device scalars, made once): call or :meth:`lower` it with the other arguments."""
+
+    def __init__(self, jitted, cfg: TrainConfig):
+        self.jitted = jitted
+        self.numbers = {name: jnp.asarray(getattr(cfg, name), jnp.float32) for name in TRACED}
+
+    def __call__(self, *args):
+        return self.jitted(*args, self.numbers)
+
+    def lower(self, *args):
+        return self.jitted.lower(*args, self.numbers)
+
+
+def make_step(graphdef, cfg: TrainConfig, tx) -> Program:
+    """The compiled update ``(params, opt_state, batch, key) -> (params, opt_state, loss, parts)``.
+    Sharding follows the inputs: batches split over "data", parameters replicated. The fields in
+    :data:`TRACED` are arguments of the program, not constants."""
+
+    def step(params, opt_state, batch, key, numbers):
         def f(p):
-            return objectives.loss_fn(nnx.merge(graphdef, p), cfg, batch, key)
+            return objectives.loss_fn(nnx.merge(graphdef, p), cfg, batch, key, numbers=numbers)
 
         (loss, parts), grads = jax.value_and_grad(f, has_aux=True)(params)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, parts
 
-    return jax.jit(step, donate_argnums=(0, 1))
+    return Program(jax.jit(step, donate_argnums=(0, 1)), cfg)
 
 
 VAL_METRIC = "token loss on the val split (nats; the training objective without dropout or label smoothing)"
 """What the validation loss of a run measures (:func:`validation_loss`); the run's record names it."""
 
 
-def make_eval(graphdef, cfg: TrainConfig):
-    """The jitted ``(params, batch, key) -> (summed token loss, tokens)`` of ``cfg``'s objective
+def make_eval(graphdef, cfg: TrainConfig) -> Program:
+    """The compiled ``(params, batch, key) -> (summed token loss, tokens)`` of ``cfg``'s objective
     without dropout or label smoothing: PaDIR's mean over its stages, the AR loss as it is (the
-    length loss left out), over the rows ``batch["rows"]`` marks."""
+    length loss left out), over the rows ``batch["rows"]`` marks; :data:`TRACED` as in
+    :func:`make_step`."""
     plain = cfg.replace(label_smoothing=0.0)
 
-    def f(params, batch, key):
-        _, parts = objectives.loss_fn(nnx.merge(graphdef, params), plain, batch, key, dropout=False)
+    def f(params, batch, key, numbers):
+        _, parts = objectives.loss_fn(nnx.merge(graphdef, params), plain, batch, key, dropout=False, numbers=numbers)
         return parts["token_loss"] * parts["tokens"], parts["tokens"]
 
-    return jax.jit(f)
+    return Program(jax.jit(f), cfg)
 
 
 def validation_loss(eval_fn, params, batches: list[batching.Batch], key, sharding=None) -> float:
