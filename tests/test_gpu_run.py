@@ -147,6 +147,32 @@ def test_compile_clock_counts_compilations_and_persistent_cache_hits(tmp_path):
     assert runs[1]["compilations"] == runs[0]["compilations"] and runs[1]["cache_hits"] >= 1
 
 
+@pytest.mark.parametrize("before", [None, "true"])
+def test_the_batch_reads_its_device_without_keeping_its_memory(before, tmp_path, monkeypatch):
+    """run_batch's own process touches the device only to name it in the log, with JAX's preallocation
+    off (else it would hold 75% of a GPU while its chapters' kernels run); the kernels, its children,
+    inherit the environment as it was."""
+    from gmlm_lib.core import records
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def environment():
+        seen.append(os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"))
+        raise Stop
+
+    if before is None:
+        monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    else:
+        monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", before)
+    monkeypatch.setattr(records, "environment", environment)
+    with pytest.raises(Stop):
+        runner.run_batch(["stutter"], "smoke", tmp_path, root=ROOT)
+    assert seen == ["false"] and os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE") == before
+
+
 def test_persistent_cache_turns_on_after_compiling_and_keeps_a_folder_set_before(tmp_path):
     """timing.persistent_cache, which each translation chapter calls: turned on after the process has
     compiled something, the folder it names receives the later programs; a folder set before

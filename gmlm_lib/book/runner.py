@@ -282,7 +282,10 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
 
     from gmlm_lib.core import records
 
-    env = records.environment()
+    # the batch reads its device's name and leaves the device's memory to the chapters' kernels, its
+    # children: JAX would otherwise preallocate 75% of a GPU to this process for the whole batch
+    with _environ(XLA_PYTHON_CLIENT_PREALLOCATE="false"):
+        env = records.environment()
     log(f"batch of {len(names)} chapter(s), profile {profile}, commit {records.git_commit()}, "
         f"{records.hardware_summary(env)}, JAX {env['jax_version']}, Flax {env['flax_version']}, Python {env['python']}"
         + "".join(f", {key.upper()}={env[key]}" for key in ("xla_flags", "jax_compilation_cache_dir") if key in env))
