@@ -195,17 +195,20 @@ def corrupt(key, tgt: jax.Array, tgt_mask: jax.Array, vocab_size: int, unmasking
             fill: str = "random") -> jax.Array:
     """PaDIR's training input [App. L.1.2]: each real position keeps its correct token with
     probability ``unmasking_rate``; the others become uniform random pieces (``fill="random"``)
-    or ``[MASK]``. Padding stays PAD."""
+    or ``[MASK]``. Padding stays PAD. In a compiled update both may be traced scalars (``fill`` then a
+    boolean, true for ``[MASK]``: :data:`gmlm_lib.mt.training.TRACED`); the random pieces are drawn
+    either way, so a value decides only which of the two fills is used."""
     checks.shape(tgt, "tgt", (None, None), what="(batch, length)")
     tgt_mask = checks.mask(tgt_mask, "tgt_mask", tuple(tgt.shape), what="(the shape of tgt)")
     if not isinstance(unmasking_rate, jax.core.Tracer):
         checks.real(unmasking_rate, "unmasking_rate", low=0.0, high=1.0)
-    if fill not in ("random", "mask"):
-        raise ValueError(f"fill must be 'random' or 'mask'; got {fill!r}.")
+    if isinstance(fill, str):
+        if fill not in ("random", "mask"):
+            raise ValueError(f"fill must be 'random' or 'mask'; got {fill!r}.")
+        fill = fill == "mask"
+    elif not isinstance(fill, jax.core.Tracer):
+        raise TypeError(f"fill must be 'random' or 'mask' (or a traced boolean in a compiled update); got {fill!r}.")
     k1, k2 = jax.random.split(key)
     keep = jax.random.bernoulli(k1, unmasking_rate, tgt.shape)
-    if fill == "mask":
-        noise = jnp.full_like(tgt, V.MASK)
-    else:
-        noise = jax.random.randint(k2, tgt.shape, V.FIRST_PIECE, vocab_size, tgt.dtype)
+    noise = jnp.where(fill, V.MASK, jax.random.randint(k2, tgt.shape, V.FIRST_PIECE, vocab_size, tgt.dtype))
     return jnp.where(tgt_mask, jnp.where(keep, tgt, noise), V.PAD)

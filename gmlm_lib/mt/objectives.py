@@ -51,20 +51,20 @@ def ar_loss(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, dro
 
 
 def padir_loss(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, dropout: bool = True,
-               unmasking_rate=None):
+               unmasking_rate=None, fill=None):
     """PaDIR's loss [App. L.1.2]: the mean over ``cfg.stages`` stages of the per-token loss on every
     target position, stage 1 given the corrupted target (:func:`gmlm_lib.mt.batching.corrupt`: each
     position kept with probability ``unmasking_rate``), each later stage given the previous stage's
     own argmax (gradients stopped); plus ``length_loss_weight`` times the length predictor's
     cross-entropy. Returns ``(loss, parts)``. ``dropout = False``: no dropout (the corruption still
-    draws from ``key``), the validation loss. ``unmasking_rate`` (a scalar, traced or not; None:
-    ``cfg.unmasking_rate``) lets a compiled update take the rate as an argument
-    (:data:`gmlm_lib.mt.training.TRACED`)."""
+    draws from ``key``), the validation loss. ``unmasking_rate`` and ``fill`` (None: ``cfg``'s; a
+    traced scalar, for ``fill`` a boolean true for ``[MASK]``) let a compiled update take them as
+    arguments (:data:`gmlm_lib.mt.training.TRACED`)."""
     k_enc, k_cor, k_dec = jax.random.split(key, 3)
     src, sm, tgt, tm = batch["src"], batch["src_mask"], batch["tgt"], batch["tgt_mask"]
     enc, enc_mask = model.encode(src, sm, k_enc if dropout else None)
     rate = cfg.unmasking_rate if unmasking_rate is None else unmasking_rate
-    hyp = batching.corrupt(k_cor, tgt, tm, cfg.model.vocab, rate, cfg.fill)
+    hyp = batching.corrupt(k_cor, tgt, tm, cfg.model.vocab, rate, cfg.fill if fill is None else fill)
     rows = batch.get("rows")  # rows that fill up a validation batch do not count
     counted = tm if rows is None else tm & rows[:, None]
     token_loss = 0.0

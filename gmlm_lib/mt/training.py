@@ -169,11 +169,12 @@ def mesh(devices=None) -> Mesh:
     return Mesh(np.array(devices), ("data",))
 
 
-TRACED = ("unmasking_rate",)
+TRACED = ("unmasking_rate", "fill")
 """The :class:`TrainConfig` fields that are arguments of the compiled update and validation programs,
-not constants baked into them: configs that differ only in these compile to the same program, which
-JAX's persistent compilation cache then shares (the ablations' unmasking-rate variants train with
-their baseline's program). Every other field shapes the program (layers, stages, the schedule)."""
+not constants baked into them (``fill`` as a boolean, true for ``[MASK]``): configs that differ
+only in these compile to the same program, which JAX's persistent compilation cache then shares
+(the ablations' unmasking-rate and ``[MASK]`` variants train with their baseline's program). Every
+other field shapes the program (layers, stages, the schedule)."""
 
 
 class Program:
@@ -182,7 +183,8 @@ class Program:
 
     def __init__(self, jitted, cfg: TrainConfig):
         self.jitted = jitted
-        self.numbers = {name: jnp.asarray(getattr(cfg, name), jnp.float32) for name in TRACED}
+        self.numbers = dict(unmasking_rate=jnp.asarray(cfg.unmasking_rate, jnp.float32),
+                            fill=jnp.asarray(cfg.fill == "mask"))
 
     def __call__(self, *args):
         return self.jitted(*args, self.numbers)
