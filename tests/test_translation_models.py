@@ -457,7 +457,7 @@ def test_configs_that_differ_only_in_traced_fields_share_one_program():
     batch, key = batcher.make(bucket, ix).arrays(), jax.random.key(3)
     tx = training.optimizer(base)
     variants = [base.replace(unmasking_rate=0.5), base.replace(fill="mask")]
-    assert set(training.TRACED) == {"unmasking_rate", "fill"}
+    assert set(training.TRACED) == {"unmasking_rate", "fill"} == set(training.make_eval(graphdef, base).numbers)
 
     def text(cfg, make):
         args = (params, tx.init(params), batch, key) if make is training.make_step else (params, batch, key)
