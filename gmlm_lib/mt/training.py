@@ -179,7 +179,7 @@ other field shapes the program (layers, stages, the schedule)."""
 
 class Program:
     """A jitted function of a :class:`TrainConfig` with the config's :data:`TRACED` values bound as
-    its last argument (device scalars, made once): call or :meth:`lower` it with the other arguments."""
+    its last argument (device scalars, made once): call it, or ``lower`` it, with the other arguments."""
 
     def __init__(self, jitted, cfg: TrainConfig):
         self.jitted = jitted
