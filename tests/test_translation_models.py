@@ -698,6 +698,32 @@ def test_mask_predict_follows_its_definition():
         assert (got[0, 7:] == V.PAD).all()
 
 
+def test_adjacent_similarity_is_the_one_sentence_definition_batched():
+    """decoding.adjacent_similarity (batched, compiled) equals, row by row, the statistic read from
+    one sentence at a time: cross-attention averaged over layers and heads, cosine of i and i + 1,
+    at any padding of the source and whatever the other rows hold."""
+    m = tiny(False)
+    g, p = nnx.split(m)
+    lengths_src, lengths_tgt = [5, 8, 3], [6, 2, 9]
+    src_rows = [np.asarray(ids(20 + i, (n,))).tolist() for i, n in enumerate(lengths_src)]
+    tgt_rows = [np.asarray(ids(30 + i, (n,))).tolist() for i, n in enumerate(lengths_tgt)]
+    src, sm = batching.pad(src_rows, 8)
+    tgt, tm = batching.pad(tgt_rows, 16)
+    got = np.asarray(decoding.adjacent_similarity(g, p, jnp.asarray(src), jnp.asarray(sm), jnp.asarray(tgt),
+                                                  jnp.asarray(tm)))
+    assert got.shape == (3, 15)
+    for r, (s_row, t_row) in enumerate(zip(src_rows, tgt_rows)):
+        s1, m1 = batching.pad([s_row], len(s_row))  # no padding at all
+        t1, n1 = batching.pad([t_row], 16)
+        enc, enc_mask = m.encode(jnp.asarray(s1), jnp.asarray(m1))
+        _, w = m.decode(jnp.asarray(t1), jnp.asarray(n1), None, enc_mask, cross_kv=m.cross_kv(enc),
+                        return_attention=True)
+        cross = np.asarray(jnp.mean(jnp.stack([c for _, c in w]), axis=(0, 2)))[0, : len(t_row)]
+        unit = cross / np.linalg.norm(cross, axis=-1, keepdims=True)
+        want = np.sum(unit[:-1] * unit[1:], axis=-1)
+        np.testing.assert_allclose(got[r, : len(t_row) - 1], want, rtol=1e-5, atol=1e-6)
+
+
 def test_dependency_aware_commits_by_confidence_and_dependency():
     """The commit rule on a hand-made row: most confident first, a dependent position waits,
     the quota overrides both; and end to end every position is filled within T passes."""

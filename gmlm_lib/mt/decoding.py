@@ -322,6 +322,23 @@ def cross_attention_similarity(cross: jax.Array) -> jax.Array:
     return jnp.einsum("nis,njs->nij", unit, unit)
 
 
+def adjacent_similarity(graphdef, params, src, src_mask, tgt, tgt_mask) -> jax.Array:
+    """The dependency statistic of given outputs: (B, S) sources and (B, W) targets (PAD after each
+    output) -> (B, W - 1), entry i the :func:`cross_attention_similarity` of positions i and i + 1,
+    their cross-attention distributions averaged over layers and heads, read in one decoder pass over
+    the targets given the source. The statistic the dependency-aware strategy thresholds, measured on
+    a finished output [Section 3.4]; compiled once per input shape."""
+    return jitted(_adjacent_similarity, graphdef)(params, src, src_mask, tgt, tgt_mask)
+
+
+def _adjacent_similarity(graphdef, params, src, src_mask, tgt, tgt_mask):
+    model = nnx.merge(graphdef, params)
+    enc, enc_mask = model.encode(src, src_mask)
+    _, weights = model.decode(tgt, tgt_mask, None, enc_mask, cross_kv=model.cross_kv(enc), return_attention=True)
+    cross = jnp.mean(jnp.stack([c for _, c in weights]), axis=(0, 2))  # (B, W, S + 1)
+    return jnp.diagonal(cross_attention_similarity(cross), offset=1, axis1=1, axis2=2)
+
+
 def _commit(p, dep, eligible, quota, threshold):
     """One row: which eligible positions to commit, visiting them most confident first; a
     position is committed while fewer than ``quota`` are, or when it is confident and depends on
