@@ -171,6 +171,11 @@ def test_ar_inputs_and_corruption():
     assert bool((z[:, 40:] == 0).all()) and int(z[:, :40].min()) >= vocab.FIRST_PIECE
     zm = batching.corrupt(jax.random.key(0), big, big != 0, 100, 0.0, fill="mask")
     assert bool((zm[:, :40] == vocab.MASK).all())
+    # the rate and the fill as scalar arrays (as a compiled update passes them): the same inputs
+    for fill, rate, want in ((jnp.asarray(True), 0.0, zm), (jnp.asarray(False), jnp.asarray(0.2, jnp.float32), z)):
+        assert bool((batching.corrupt(jax.random.key(0), big, big != 0, 100, rate, fill) == want).all())
+    with pytest.raises(TypeError, match="fill must be"):
+        batching.corrupt(jax.random.key(0), big, big != 0, 100, 0.2, fill=1)
 
 
 def test_bleu_and_chrf_equal_sacrebleu_called_directly():

@@ -195,9 +195,9 @@ def corrupt(key, tgt: jax.Array, tgt_mask: jax.Array, vocab_size: int, unmasking
             fill: str = "random") -> jax.Array:
     """PaDIR's training input [App. L.1.2]: each real position keeps its correct token with
     probability ``unmasking_rate``; the others become uniform random pieces (``fill="random"``)
-    or ``[MASK]``. Padding stays PAD. In a compiled update both may be traced scalars (``fill`` then a
-    boolean, true for ``[MASK]``: :data:`gmlm_lib.mt.training.TRACED`); the random pieces are drawn
-    either way, so a value decides only which of the two fills is used."""
+    or ``[MASK]``. Padding stays PAD. Both may be scalar arrays, traced in a compiled update (``fill``
+    then a boolean, true for ``[MASK]``: :data:`gmlm_lib.mt.training.TRACED`); the random pieces are
+    drawn either way, so its value decides only which of the two fills is used."""
     checks.shape(tgt, "tgt", (None, None), what="(batch, length)")
     tgt_mask = checks.mask(tgt_mask, "tgt_mask", tuple(tgt.shape), what="(the shape of tgt)")
     if not isinstance(unmasking_rate, jax.core.Tracer):
@@ -206,8 +206,9 @@ def corrupt(key, tgt: jax.Array, tgt_mask: jax.Array, vocab_size: int, unmasking
         if fill not in ("random", "mask"):
             raise ValueError(f"fill must be 'random' or 'mask'; got {fill!r}.")
         fill = fill == "mask"
-    elif not isinstance(fill, jax.core.Tracer):
-        raise TypeError(f"fill must be 'random' or 'mask' (or a traced boolean in a compiled update); got {fill!r}.")
+    elif not (isinstance(fill, (bool, np.bool_, jax.Array)) and jnp.shape(fill) == ()
+              and jnp.result_type(fill) == jnp.bool_):
+        raise TypeError(f"fill must be 'random' or 'mask' (or a boolean scalar, true for [MASK]); got {fill!r}.")
     k1, k2 = jax.random.split(key)
     keep = jax.random.bernoulli(k1, unmasking_rate, tgt.shape)
     noise = jnp.where(fill, V.MASK, jax.random.randint(k2, tgt.shape, V.FIRST_PIECE, vocab_size, tgt.dtype))
