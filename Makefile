@@ -92,7 +92,8 @@ newest-tests:
 # runs padir, stutter, dependency_decoding and ablations in the full profile with the machine's own
 # JAX and Flax (a chapter staged in staged/NAME.md runs instead of notebooks/NAME.md), and leaves the
 # executed notebooks, provenance.md, the run records and log.txt in OUT. The commit must be that of the
-# clean tree that was copied there. No probe run is needed first: the padir and ablations chapters time
+# clean tree that was copied there; it names the sources even where git metadata travelled with the tree (a
+# stale copy of .git was seen on the lent machine: GIT_DIR points git at nothing). No probe run is needed first: the padir and ablations chapters time
 # one update on the device and fit their updates to their train_seconds (gmlm_lib.mt.sizing); what else
 # the run costs (compiling above all) each chapter's provenance and the log report. GPU_DEADLINE=seconds
 # interrupts the batch then (SIGINT): it logs the chapter it stopped in and keeps what finished (that
@@ -141,7 +142,7 @@ gpu-run:
 	    --target $(GPU_SITE) $(WHEELS)/*.whl || exit 1; \
 	  site=":$(GPU_SITE)"; export PATH="$(GPU_SITE)/bin:$$PATH"; \
 	fi; \
-	PYTHONPATH="$(CURDIR)$$site$${PYTHONPATH:+:$$PYTHONPATH}" GMLM_COMMIT=$(COMMIT) \
+	PYTHONPATH="$(CURDIR)$$site$${PYTHONPATH:+:$$PYTHONPATH}" GMLM_COMMIT=$(COMMIT) GIT_DIR="$(CURDIR)/.no-git-read" \
 	  GMLM_MULTI30K_DIR=$(abspath $(DATA)) PYTHONUNBUFFERED=1 \
 	  $(if $(GPU_JAX_CACHE),JAX_COMPILATION_CACHE_DIR=$(GPU_JAX_CACHE) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2) \
 	  $(if $(filter-out 0,$(GPU_DEADLINE)),timeout --signal=INT --kill-after=30 $(GPU_DEADLINE)) \

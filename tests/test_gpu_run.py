@@ -147,6 +147,25 @@ def test_compile_clock_counts_compilations_and_persistent_cache_hits(tmp_path):
     assert runs[1]["compilations"] == runs[0]["compilations"] and runs[1]["cache_hits"] >= 1
 
 
+def test_the_passed_commit_names_the_sources_even_beside_stale_git_metadata(tmp_path):
+    """On the lent machine the tree arrived with a stale .git (another commit, the sources differing
+    from it): the runs must name COMMIT, the commit copied there, not that repository's HEAD."""
+    tree = _copy_without_git(tmp_path / "tree")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tree)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "Makefile"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "stale"], check=True)
+    python = tmp_path / "python"  # stands in for GPU_PYTHON: says which commit the library reads, whatever its args
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from gmlm_lib.core import records; "
+                      "print(\"COMMIT\", records.git_commit())'\n")
+    python.chmod(0o755)
+    proc = subprocess.run(["make", "--no-print-directory", "-C", str(tree), "gpu-run", f"GPU_PYTHON={python}",
+                           "WHEELS=no-wheels-here", f"OUT={tmp_path / 'out'}", f"COMMIT={COMMIT}", f"DATA={_data_dir()}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"COMMIT {COMMIT}" in proc.stdout, proc.stdout
+
+
 @pytest.mark.parametrize("before", [None, "true"])
 def test_the_batch_reads_its_device_without_keeping_its_memory(before, tmp_path, monkeypatch):
     """run_batch's own process touches the device only to name it in the log, with JAX's preallocation
