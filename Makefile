@@ -15,7 +15,7 @@ ifneq ($(wildcard ../shared/data/multi30k/train.en.gz),)
 export GMLM_MULTI30K_DIR ?= $(abspath ../shared/data/multi30k)
 endif
 
-.PHONY: install book test test-fast smoke full check sync provenance labels clean gpu-wheels gpu-data gpu-run gpu-start gpu-wait gpu-promote test-newest newest-env newest-tests
+.PHONY: install book test test-fast smoke full check sync provenance labels clean gpu-wheels gpu-data gpu-run gpu-start gpu-wait gpu-promote gpu-probe test-newest newest-env newest-tests
 
 $(BIN)/.installed: requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -110,6 +110,8 @@ GPU_SITE    ?= /tmp/gmlm-site
 GPU_ARGS    ?=
 GPU_DEADLINE ?= 0
 GPU_JAX_CACHE ?= /tmp/gmlm-jax-cache
+# XLA_FLAGS of the run (empty: XLA's defaults), recorded in every chapter's provenance; choose them with gpu-probe
+GPU_XLA_FLAGS ?=
 PLATFORMS   := $(foreach n,2_28 2_27 2_17 2014 1,--platform $(if $(filter 2014 1,$(n)),manylinux$(n),manylinux_$(n))_x86_64)
 
 gpu-wheels:
@@ -145,8 +147,24 @@ gpu-run:
 	PYTHONPATH="$(CURDIR)$$site$${PYTHONPATH:+:$$PYTHONPATH}" GMLM_COMMIT=$(COMMIT) GIT_DIR="$(CURDIR)/.no-git-read" \
 	  GMLM_MULTI30K_DIR=$(abspath $(DATA)) PYTHONUNBUFFERED=1 \
 	  $(if $(GPU_JAX_CACHE),JAX_COMPILATION_CACHE_DIR=$(GPU_JAX_CACHE) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2) \
+	  $(if $(GPU_XLA_FLAGS),XLA_FLAGS="$(GPU_XLA_FLAGS)") \
 	  $(if $(filter-out 0,$(GPU_DEADLINE)),timeout --signal=INT --kill-after=30 $(GPU_DEADLINE)) \
 	  $(GPU_PYTHON) -m gmlm_lib.book batch $(GPU_PROFILE) $(GPU_ARGS) --out "$(OUT)" $(if $(wildcard staged/*.md),--staged staged)
+
+# What compiling costs there, before a run is sized: `make gpu-probe OUT=dir DATA=folder-of-multi30k` times
+# one update and batch-1 decoding of the GPU preset's untrained models (PROBE_KINDS) under each XLA flag
+# setting of PROBE_FLAGS, each in its own process (an XLA that does not know a flag is reported, not fatal),
+# and writes probe.json and the table probe.md to OUT (benchmarks/compile_probe.py). No notebook tooling needed.
+PROBE_KINDS ?= padir
+PROBE_FLAGS ?= --flags= --flags=--xla_gpu_autotune_level=0
+
+gpu-probe:
+	@test -n "$(OUT)" || { echo "error: gpu-probe needs OUT=folder (probe.json and probe.md go there)" >&2; exit 2; }
+	@test -f "$(DATA)/train.en.gz" || { echo "error: gpu-probe needs DATA=folder holding Multi30k (train.en.gz, ...); got '$(DATA)'" >&2; exit 2; }
+	@mkdir -p "$(OUT)"; PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" GIT_DIR="$(CURDIR)/.no-git-read" \
+	  $(if $(COMMIT),GMLM_COMMIT=$(COMMIT)) GMLM_MULTI30K_DIR=$(abspath $(DATA)) PYTHONUNBUFFERED=1 \
+	  $(GPU_PYTHON) benchmarks/compile_probe.py --kinds $(PROBE_KINDS) $(PROBE_FLAGS) $(PROBE_ARGS) \
+	  --json "$(OUT)/probe.json" > "$(OUT)/probe.md"; status=$$?; cat "$(OUT)/probe.md"; exit $$status
 
 # A lent machine may stop one command sooner than the run needs while the machine itself stays lent
 # longer. `make gpu-start` (the variables of gpu-run, but no OUT) checks them, starts gpu-run in a new

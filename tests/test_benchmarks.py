@@ -84,3 +84,24 @@ def test_train_step_times_every_setting_and_compares_with_before(tmp_path):
     bad = subprocess.run([sys.executable, str(BENCHMARKS / "train_step.py"), "--preset", "tpu"], capture_output=True,
                          text=True, cwd=tmp_path, timeout=120)
     assert bad.returncode == 2 and "preset must be" in bad.stderr
+
+
+def test_compile_probe_measures_each_flag_setting_in_its_own_process_and_reports_a_bad_flag(tmp_path):
+    out = tmp_path / "probe.json"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "compile_probe.py"), "--preset", "multi30k_tiny",
+                           "--kinds", "ar", "padir", "--train-sentences", "200", "--sentences", "2", "--repeats", "1",
+                           "--flags=", "--flags=--xla_gpu_autotune_level=0", "--flags=--xla_no_such_flag=1",
+                           "--json", str(out)], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 1, done.stderr[-3000:]  # one setting failed: said in the exit status
+    rec = json.loads(out.read_text())
+    good, tuned, bad = rec["settings"]
+    assert (good["flags"], tuned["flags"]) == ("", "--xla_gpu_autotune_level=0") and good["ok"] and tuned["ok"]
+    for s in (good, tuned):
+        assert [(r["kind"], r["what"]) for r in s["rows"]] == [
+            ("ar", "update"), ("ar", "decode"), ("padir", "update"), ("padir", "decode")]
+        assert all(r["run_ms"] > 0 and r["first_s"] > 0 for r in s["rows"])
+        assert all(r["programs"] >= 1 and r["compile_s"] > 0 for r in s["rows"] if r["what"] == "update")
+        assert s["machine"]["backend"] and s["process_s"] >= s["wall_s"] > 0
+    assert not bad["ok"] and "xla_no_such_flag" in bad["error"]
+    assert "| --xla_no_such_flag=1 | failed: " in done.stdout and "| (defaults) | padir | update |" in done.stdout
+    assert rec["commit"] == LIBRARY_COMMIT and rec["preset"] == "multi30k_tiny"

@@ -345,3 +345,22 @@ def test_gpu_deadline_wraps_the_batch_in_a_sigint_timeout(tmp_path):
     dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(tree), "gpu-run", "OUT=o",
                           f"COMMIT={COMMIT}", f"DATA={tree}"], capture_output=True, text=True)
     assert "timeout" not in dry.stdout
+
+
+def test_gpu_probe_writes_its_table_and_record_in_a_copy_without_git(tmp_path):
+    tree = _copy_without_git(tmp_path / "tree")
+    (tree / "benchmarks").mkdir()
+    shutil.copy2(ROOT / "benchmarks" / "compile_probe.py", tree / "benchmarks")
+    env = {k: v for k, v in os.environ.items() if k not in ("GMLM_COMMIT", "GMLM_MULTI30K_DIR")}
+    base = ["make", "--no-print-directory", "-C", str(tree), "gpu-probe", f"GPU_PYTHON={sys.executable}"]
+    lacking = subprocess.run(base + [f"OUT={tmp_path}/o"], capture_output=True, text=True, env=env, timeout=60)
+    assert lacking.returncode == 2 and "DATA=folder" in lacking.stderr
+    out = tmp_path / "out"
+    proc = subprocess.run(base + [f"OUT={out}", f"DATA={_data_dir()}", f"COMMIT={COMMIT}", "PROBE_KINDS=ar",
+                                  "PROBE_ARGS=--preset multi30k_tiny --train-sentences 200 --sentences 2 --repeats 1"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rec = json.loads((out / "probe.json").read_text())
+    assert [s["flags"] for s in rec["settings"]] == ["", "--xla_gpu_autotune_level=0"]  # PROBE_FLAGS' default
+    assert rec["commit"] == COMMIT[:12] and rec["kinds"] == ["ar"]
+    assert "| --xla_gpu_autotune_level=0 | ar | update |" in (out / "probe.md").read_text()

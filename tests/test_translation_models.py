@@ -579,15 +579,15 @@ def test_latencies_time_every_system_on_every_sentence_in_rotating_order():
         def __init__(self, name):
             self.name = name
 
-        def warm_up(self, method):
-            calls.append(("warm", self.name))
+        def warm_calls(self, method):
+            return [lambda: calls.append(("warm", self.name))]
 
         def translate_one(self, text, method):
             calls.append((text, self.name))
 
     systems = {n: (Recorder(n), translate.Method("greedy")) for n in "abc"}
     times = translate.latencies(systems, ["s0", "s1", "s2", "s3"], progress=False)
-    assert calls[:3] == [("warm", n) for n in "abc"]
+    assert sorted(calls[:3]) == [("warm", n) for n in "abc"]  # every system compiled (side by side) before timing
     assert [n for _, n in calls[3:]] == list("abc" "bca" "cab" "abc")
     assert [t for t, _ in calls[3:]] == [f"s{i}" for i in range(4) for _ in range(3)]
     assert set(times) == set("abc") and all(v.shape == (4,) and (v > 0).all() for v in times.values())
@@ -619,13 +619,20 @@ from tests.test_translation_models import _cfg, _toy_batcher
 from gmlm_lib.mt import training
 import dataclasses
 assert len(jax.devices()) == 8, jax.devices()
+steps = []  # compilations of the update: one per bucket, before the first update, if the copies it ran on match
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, d, fun_name=None, **_: steps.append(fun_name)
+    if event == "/jax/core/compile/backend_compile_duration" and fun_name == "jit(step)" else None)
 out = {}
 for kind in ("ar", "padir"):
     cfg = dataclasses.replace(_cfg(kind), steps=2, log_every=1, checkpoint_every=100)
     batcher = _toy_batcher(multiple=8, n=128)
+    steps.clear()
     many = training.train(cfg, batcher, sys.argv[2] + "/" + kind + "8", progress=False)
+    compiled = len(steps)
     one = training.train(cfg, batcher, sys.argv[2] + "/" + kind + "1", devices=jax.devices()[:1], progress=False)
-    out[kind] = dict(many=many.losses, one=one.losses, batch=int(batcher.at(0).src.shape[0]))
+    out[kind] = dict(many=many.losses, one=one.losses, batch=int(batcher.at(0).src.shape[0]), compiled=compiled,
+                     buckets=len(batcher.groups))
 print(json.dumps(out))
 """
 
@@ -639,6 +646,7 @@ def test_data_parallel_on_8_host_devices_matches_one_device(tmp_path):
     out = json.loads(res.stdout.strip().splitlines()[-1])
     for kind, r in out.items():
         assert r["batch"] % 8 == 0
+        assert r["compiled"] == r["buckets"]  # compiled once per bucket, early, for the sharded arrays it then runs on
         assert [s for s, _ in r["many"]] == [1, 2]
         for (_, a), (_, b) in zip(r["many"], r["one"]):
             assert abs(a - b) <= 1e-5, (kind, r)
@@ -897,3 +905,40 @@ def test_translator_counts_each_sentences_passes():
     assert got.tolist() == alone  # a sentence's count does not depend on its batch
     with pytest.raises(ValueError, match="StrategyOptions"):
         tr.passes(texts[:1], translate.Method("padir"))
+
+
+def test_batched_translation_compiles_its_buckets_side_by_side_and_gives_the_same_outputs(monkeypatch):
+    from gmlm_lib.core import timing
+
+    texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras", "a dog", "ein Hund im Park"] * 10
+    v = V.train(texts, 60)
+    out = {}
+    for causal in (True, False):
+        cfg = seq2seq.ModelConfig(vocab=v.size, causal=causal, d_model=32, heads=4, enc_layers=1, dec_layers=1,
+                                  d_ff=64, max_len=32)
+        tr = translate.Translator(seq2seq.build(cfg, 3), v, buckets=(8, 16, 32))
+        method = translate.Method("greedy") if causal else translate.Method(
+            "padir", padir=decoding.PadirOptions(steps=2, hyps=2))
+        shapes = {src.shape for _, src, _, _ in tr.batches(texts, 3)}
+        assert len(shapes) >= 2
+        seen = []
+        real = timing.compile_in_parallel
+        monkeypatch.setattr(timing, "compile_in_parallel", lambda calls, threads=None: seen.append(len(calls)) or
+                            real(calls, threads))
+        parallel = tr.translate(texts, method, batch_size=3)
+        monkeypatch.setattr(timing, "compile_in_parallel", lambda calls, threads=None: 0.0)  # nothing run early
+        decoding.clear_compiled()
+        serial = [None] * len(texts)
+        for chunk, src, mask, key in tr.batches(texts, 3):
+            for i, t in zip(chunk, v.decode(tr._strip(tr.decode_ids(src, mask, method, key), method))):
+                serial[i] = t
+        assert seen == [len(shapes)] and parallel == serial
+        out[causal] = parallel
+        if not causal:
+            strategy = translate.Method("padir", padir=decoding.StrategyOptions("threshold", steps=3, confidence=0.5))
+            monkeypatch.setattr(timing, "compile_in_parallel", real)
+            got = tr.passes(texts, strategy, batch_size=3)
+            assert got.shape == (len(texts),) and got.min() >= 1 and got.max() <= 3
+            monkeypatch.setattr(timing, "compile_in_parallel", lambda calls, threads=None: 0.0)
+            assert (tr.passes(texts, strategy, batch_size=3) == got).all()  # the same without the early batches
+    assert all(len(o) == len(texts) for o in out.values())

@@ -219,6 +219,10 @@ def test_update_seconds_times_a_compiled_update():
 
     m = sizing.update_seconds(_cfg(), _batcher(24, 1), repeats=2)
     assert m["update_s"] > 0 and m["compile_s"] > 0 and m["bucket"] in (8, 16) and m["batch"] >= 1
+    both = sizing.updates_seconds({"ar": (_cfg(), _batcher(24, 1)), "padir": (_cfg("padir"), _batcher(24, 1))},
+                                  repeats=2)
+    assert set(both) == {"ar", "padir"} and all(r["update_s"] > 0 for r in both.values())
+    assert both["ar"]["compile_s"] == both["padir"]["compile_s"] > 0  # compiled together, side by side
 
 
 def test_fit_shrinks_the_updates_once_and_every_chapter_reuses_the_decision(tmp_path, monkeypatch):
@@ -226,11 +230,12 @@ def test_fit_shrinks_the_updates_once_and_every_chapter_reuses_the_decision(tmp_
 
     calls = []
 
-    def fake(cfg, batcher, repeats=5):
-        calls.append(cfg.kind)
-        return dict(update_s=0.01 if cfg.kind == "ar" else 0.02, compile_s=1.0, bucket=16, batch=8)
+    def fake(models, repeats=5):
+        calls.extend(cfg.kind for cfg, _ in models.values())
+        return {name: dict(update_s=0.01 if cfg.kind == "ar" else 0.02, compile_s=1.0, bucket=16, batch=8)
+                for name, (cfg, _) in models.items()}
 
-    monkeypatch.setattr(sizing, "update_seconds", fake)
+    monkeypatch.setattr(sizing, "updates_seconds", fake)
     exp = config.get("multi30k_cpu", dict(ar_steps=1000, padir_steps=500, warmup=100, checkpoint_every=200,
                                           train_seconds=15.0))
     data = {"ar": _batcher(8, 1), "padir": _batcher(8, 1)}
@@ -278,3 +283,63 @@ def test_fit_config_shrinks_one_recipe_for_several_models(monkeypatch):
     assert roomy == cfg and record["update_s"] == 0.01
     with pytest.raises(ValueError, match="models=...\\) must be >= 1"):
         sizing.fit_config(cfg, _batcher(8, 1), 0, 60.0)
+
+
+def test_a_run_compiles_its_update_and_val_programs_at_once_before_its_first_update(tmp_path, monkeypatch):
+    from gmlm_lib.core import timing
+
+    def batches(seed):
+        return batching.Batcher(*_pairs(24, seed), batch_tokens=128, buckets=(5, 8))
+
+    train, val = batches(1), batches(2)
+    assert len(train.groups) == 2  # both buckets hold pairs: two update programs
+    val_shapes = {(b.src.shape, b.tgt.shape) for b in val.once()}
+    phase, compiled, batches = ["off"], [], []
+
+    def listener(event, duration, fun_name=None, **_):
+        if event == "/jax/core/compile/backend_compile_duration" and phase[0] != "off":
+            compiled.append((phase[0], fun_name))
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    real = timing.compile_in_parallel
+
+    def spy(calls, threads=None):
+        batches.append(len(calls))
+        seconds = real(calls, threads)
+        phase[0] = "loop"
+        return seconds
+
+    monkeypatch.setattr(timing, "compile_in_parallel", spy)
+    phase[0] = "setup"
+    try:
+        res = training.train(_cfg(buckets=(5, 8)), train, tmp_path / "run", val=val, progress=False)
+    finally:
+        phase[0] = "off"
+    assert batches == [2 + len(val_shapes)]
+    programs = ("jit(step)", "jit(f)")  # the update and the val loss
+    assert sum(name == "jit(step)" for p, name in compiled if p == "setup") == 2
+    assert sum(name == "jit(f)" for p, name in compiled if p == "setup") == len(val_shapes)
+    assert [name for p, name in compiled if p == "loop" and name in programs] == []  # the loop compiles none
+    assert res.record["segments"][-1]["compile_s"] > 0
+    # the same run trained without the early compilation: the same losses (the copies it donated were copies)
+    monkeypatch.setattr(timing, "compile_in_parallel", lambda calls, threads=None: 0.0)
+    plain = training.train(_cfg(buckets=(5, 8)), train, tmp_path / "plain", val=val, progress=False)
+    assert plain.losses == res.losses and plain.val_losses == res.val_losses
+
+
+def test_compile_in_parallel_calls_everything_and_raises_what_a_call_raised():
+    from gmlm_lib.core import timing
+
+    done = []
+    assert timing.compile_in_parallel([]) == 0.0
+    assert timing.compile_in_parallel([lambda i=i: done.append(i) or jax.numpy.ones(i + 1) for i in range(5)],
+                                      threads=2) >= 0.0
+    assert sorted(done) == list(range(5))
+
+    def bad():
+        raise FloatingPointError("boom")
+
+    with pytest.raises(FloatingPointError, match="boom"):
+        timing.compile_in_parallel([lambda: jax.numpy.ones(2), bad])
+    with pytest.raises(ValueError, match="threads"):
+        timing.compile_in_parallel([bad], threads=0)

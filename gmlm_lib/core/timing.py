@@ -2,10 +2,12 @@
 rounds, so a burst of load from elsewhere does not land on one side only; the machine the
 numbers were measured on; the matmul peak that throughput is compared with; and the time a
 process spent compiling (:func:`compile_clock`), which on an accelerator can rival the work itself,
-and the persistent cache that spares a later run the same compilations (:func:`persistent_cache`)."""
+and the persistent cache that spares a later run the same compilations (:func:`persistent_cache`);
+and :func:`compile_in_parallel`, which compiles a run's programs at once instead of one by one."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import time
 
@@ -112,3 +114,28 @@ def persistent_cache(folder) -> str:
     if not jax.config.jax_compilation_cache_dir:
         jax.config.update("jax_compilation_cache_dir", str(folder))
     return str(jax.config.jax_compilation_cache_dir)
+
+
+def compile_in_parallel(calls: list, threads: int | None = None) -> float:
+    """Call every function of ``calls`` (no arguments; each calls a jitted program once, for
+    arguments of shapes the program has not seen), each in its own thread, wait for all, and return
+    the wall seconds. Tracing holds Python's lock, but XLA compiles with it released, so the
+    programs compile side by side on the machine's cores (the JAX maintainers' advice for warming
+    jit caches, jax-ml/jax#11788), and each lands in its jit cache: the calls that follow with
+    arguments of the same shapes run at once. Why: a run compiles an update and a val program per
+    length bucket and model, each for seconds to tens of seconds on a GPU, where the updates take
+    milliseconds. ``threads``: at most this many at once (default: the machine's cores). An
+    exception in a call is raised here, after every call has ended."""
+    calls = list(calls)
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"compile_in_parallel(threads=...) must be an integer >= 1 or None; got {threads!r}.")
+    t0 = time.perf_counter()
+    if not calls:
+        return 0.0
+    workers = min(len(calls), threads or os.cpu_count() or 1)
+    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="compile") as pool:
+        futures = [pool.submit(lambda f=f: jax.block_until_ready(f())) for f in calls]
+        concurrent.futures.wait(futures)
+    for f in futures:
+        f.result()
+    return time.perf_counter() - t0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -47,19 +48,25 @@ def ar_next_token(logits):
 _GRAPHDEFS: dict[int, tuple] = {}
 _DISTINCT: dict = {}
 _COMPILED: dict[tuple, object] = {}
+_LOCK = threading.Lock()  # decoders are compiled from several threads at once (Translator.warm_up)
 
 
 def jitted(fn, graphdef, **static):
     """``jax.jit(fn)`` with ``graphdef`` and the ``static`` settings bound, one per (equal graphdef,
     ``fn``, settings): models of the same structure share their compilations, and a call costs
-    a dictionary lookup by ``id(graphdef)`` instead of hashing the graphdef."""
+    a dictionary lookup by ``id(graphdef)`` instead of hashing the graphdef. Thread-safe: threads
+    asking for the same decoder at once get the same jitted function (so its compilations are shared)."""
     hit = _GRAPHDEFS.get(id(graphdef))
     if hit is None or hit[0] is not graphdef:
-        hit = _GRAPHDEFS[id(graphdef)] = (graphdef, _DISTINCT.setdefault(graphdef, len(_DISTINCT)))
+        with _LOCK:
+            hit = _GRAPHDEFS[id(graphdef)] = (graphdef, _DISTINCT.setdefault(graphdef, len(_DISTINCT)))
     key = (hit[1], fn, tuple(sorted(static.items())))
     f = _COMPILED.get(key)
     if f is None:
-        f = _COMPILED[key] = jax.jit(functools.partial(fn, graphdef, **static))
+        with _LOCK:
+            f = _COMPILED.get(key)
+            if f is None:
+                f = _COMPILED[key] = jax.jit(functools.partial(fn, graphdef, **static))
     return f
 
 

@@ -1,8 +1,8 @@
 """Fitting a run's number of updates to a wall-time budget on the device at hand.
 
 A preset names the updates its recipe wants (``ar_steps``, ``padir_steps``); ``train_seconds`` caps
-the time they may take. Before anything trains, :func:`update_seconds` times one update of each
-model the run trains (compiled first, so compilation is not counted), and :func:`factor` gives the
+the time they may take. Before anything trains, :func:`updates_seconds` times one update of each
+model the run trains (all compiled first, side by side, so compilation is not counted), and :func:`factor` gives the
 one factor by which every model's updates (and its warm-up and checkpoint interval, so the schedule
 keeps its shape and the val split still scores as many checkpoints) shrink to fit. A fast device
 keeps the recipe (factor 1); a slower one trains proportionally less, and says so: the run's record
@@ -20,49 +20,65 @@ import pathlib
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from gmlm_lib.core import records
+from gmlm_lib.core import records, timing
 from gmlm_lib.mt import batching, seq2seq, training
 
-__all__ = ["update_seconds", "factor", "scaled", "fit", "fit_config", "SIZING_FILE"]
+__all__ = ["update_seconds", "updates_seconds", "factor", "scaled", "fit", "fit_config", "SIZING_FILE"]
 
 SIZING_FILE = "sizing.json"
 """Where :func:`fit` keeps a run folder's sizing decision."""
 
 
 def update_seconds(cfg: training.TrainConfig, batcher: batching.Batcher, *, repeats: int = 5) -> dict:
-    """Seconds one update of ``cfg`` takes on this machine's devices, on a batch of the bucket that
-    ``batcher``'s epochs use most (every batch holds about ``batch_tokens`` padded tokens, so the
-    buckets cost about the same): the first call compiles (``compile_s``), the next ``repeats`` are
-    timed and their median is ``update_s``. The model starts from random weights whatever ``cfg.init``
-    says (the weights do not change the time); nothing is written anywhere."""
+    """Seconds one update of ``cfg`` takes on this machine's devices (:func:`updates_seconds` for
+    one model)."""
+    return updates_seconds({"": (cfg, batcher)}, repeats=repeats)[""]
+
+
+def updates_seconds(models: dict, *, repeats: int = 5) -> dict:
+    """Seconds one update takes on this machine's devices, for each ``name: (cfg, batcher)`` of
+    ``models``, on a batch of the bucket that the batcher's epochs use most (every batch holds about
+    ``batch_tokens`` padded tokens, so the buckets cost about the same). All updates are compiled
+    first, side by side (:func:`gmlm_lib.core.timing.compile_in_parallel`; ``compile_s``, their wall
+    seconds, the same for every model), then each is timed ``repeats`` times: ``update_s`` is the
+    median. The models start from random weights whatever ``cfg.init`` says (the weights do not
+    change the time); nothing is written anywhere. Returns ``name: dict(update_s, compile_s, bucket,
+    batch)``."""
     if repeats < 1:
         raise ValueError(f"update_seconds(repeats=...) must be >= 1; got {repeats!r}.")
-    counts: dict[int, int] = {}
-    for bucket, _ in batcher.epoch(0):
-        counts[bucket] = counts.get(bucket, 0) + 1
-    bucket = max(counts, key=lambda b: (counts[b], b))
-    ix = np.resize(batcher.groups[bucket], batcher.batch_size(bucket))
-    b = batcher.make(bucket, ix)
     m = training.mesh()
-    batch = jax.device_put(b.arrays(), NamedSharding(m, P("data")))
-    graphdef, params = nnx.split(seq2seq.build(cfg.model, cfg.seed))
-    tx = training.optimizer(cfg)
-    state = jax.device_put((params, tx.init(params)), NamedSharding(m, P()))
-    step = training.make_step(graphdef, cfg, tx)
-    key = jax.random.key(cfg.seed)
-    times = []
-    for i in range(repeats + 1):
-        t0 = time.perf_counter()
-        *state, loss, _ = step(*state, batch, jax.random.fold_in(key, i))
-        jax.block_until_ready(loss)
-        times.append(time.perf_counter() - t0)
-    return dict(update_s=float(np.median(times[1:])), compile_s=times[0] - float(np.median(times[1:])),
-                bucket=int(bucket), batch=len(ix))
+    jobs = {}
+    for name, (cfg, batcher) in models.items():
+        counts: dict[int, int] = {}
+        for bucket, _ in batcher.epoch(0):
+            counts[bucket] = counts.get(bucket, 0) + 1
+        bucket = max(counts, key=lambda b: (counts[b], b))
+        ix = np.resize(batcher.groups[bucket], batcher.batch_size(bucket))
+        batch = jax.device_put(batcher.make(bucket, ix).arrays(), NamedSharding(m, P("data")))
+        graphdef, params = nnx.split(seq2seq.build(cfg.model, cfg.seed))
+        tx = training.optimizer(cfg)
+        state = jax.device_put((params, tx.init(params)), NamedSharding(m, P()))
+        jobs[name] = dict(step=training.make_step(graphdef, cfg, tx), state=state, batch=batch,
+                          key=jax.random.key(cfg.seed), bucket=int(bucket), size=len(ix))
+    compile_s = timing.compile_in_parallel(
+        [lambda j=j: j["step"](*jax.tree.map(jnp.copy, j["state"]), j["batch"], j["key"])[2] for j in jobs.values()])
+    out = {}
+    for name, j in jobs.items():
+        state, times = j["state"], []
+        for i in range(repeats):
+            t0 = time.perf_counter()
+            *state, loss, _ = j["step"](*state, j["batch"], jax.random.fold_in(j["key"], i))
+            jax.block_until_ready(loss)
+            times.append(time.perf_counter() - t0)
+        out[name] = dict(update_s=float(np.median(times)), compile_s=round(compile_s, 3), bucket=j["bucket"],
+                         batch=j["size"])
+    return out
 
 
 def factor(seconds: float, planned: dict[str, tuple[int, float]]) -> float:
@@ -115,10 +131,7 @@ def fit(exp, vocab_size: int, batchers: dict, root: str | pathlib.Path) -> tuple
         return dataclasses.replace(exp, **kept["chosen"]), kept
     if not exp.train_seconds:
         return exp, dict(asked=asked, factor=1.0, chosen={}, measured={}, planned_s=None)
-    measured = {}
-    for kind, data in batchers.items():
-        cfg = exp.train_config(kind, vocab_size)
-        measured[kind] = update_seconds(cfg, data)
+    measured = updates_seconds({kind: (exp.train_config(kind, vocab_size), data) for kind, data in batchers.items()})
     planned = {kind: (exp.padir_steps * 2 if kind == "padir" else exp.ar_steps, m["update_s"])
                for kind, m in measured.items()}
     f = factor(exp.train_seconds, planned)

@@ -28,12 +28,12 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from gmlm_lib.core import checks, records
+from gmlm_lib.core import checks, records, timing
 from gmlm_lib.core.progress import bar as progress_bar
 from gmlm_lib.mt import batching, objectives, runfolder, seq2seq
 from gmlm_lib.mt.runfolder import DAMAGED, RunFolderBusy, RunFolderError
 
-__all__ = ["TrainConfig", "TRACED", "Program", "schedule", "optimizer", "mesh", "make_step", "make_eval", "validation_loss", "VAL_METRIC",
+__all__ = ["TrainConfig", "TRACED", "Program", "schedule", "optimizer", "mesh", "make_step", "make_eval", "compile_programs", "validation_loss", "VAL_METRIC",
            "flops_per_step", "Result", "train", "load",
            "RunFolderBusy", "RunFolderError", "DAMAGED"]
 
@@ -473,6 +473,10 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher, va
 
     step_fn = make_step(graphdef, cfg, tx)
     base_key = jax.random.key(cfg.seed)
+    if start < cfg.steps:
+        # wall seconds compiling the run's programs before its first update (part of the segment's wall_s)
+        record.segment["compile_s"] = compile_programs(step_fn, batcher, (params, opt_state), sharded, base_key,
+                                                       validation)
     lr = schedule(cfg)
     losses, loss = [], float("nan")
     bar = progress_bar(range(start, cfg.steps), progress=progress, initial=start, total=cfg.steps,
@@ -546,6 +550,32 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher, va
     model = nnx.merge(graphdef, jax.device_get(params))
     return Result(model, losses if start < cfg.steps else runfolder.losses(metrics), final_loss, rec,
                   validation.losses() if validation is not None else [], selected)
+
+
+def compile_programs(step_fn: Program, batcher: batching.Batcher, state: tuple, sharding, key,
+                     validation: "_Validation | None" = None) -> float:
+    """Compile every program a run will call, at once, before its first update
+    (:func:`gmlm_lib.core.timing.compile_in_parallel`): the update ``step_fn`` for each length
+    bucket of ``batcher`` (called on a copy of ``state = (params, opt_state)``, which it donates,
+    with a batch of that bucket placed by ``sharding``) and, with ``validation``, the val program
+    for each batch shape of the val split. Each lands in its jit cache, so the loop then runs
+    without stopping to compile; the wall seconds are returned. Why: the trainer otherwise compiles
+    each bucket's update when its first batch comes, one after another, and on a GPU an update
+    compiles in tens of seconds and runs in milliseconds."""
+    calls = []
+    for bucket, ix in batcher.groups.items():
+        b = batcher.make(bucket, np.resize(ix, batcher.batch_size(bucket)))
+        batch = jax.device_put(dict(src=b.src, src_mask=b.src_mask, tgt=b.tgt, tgt_mask=b.tgt_mask), sharding)
+        # the copy is made in the call's thread, so at most one per running thread is alive
+        calls.append(lambda batch=batch: step_fn(*jax.tree.map(jnp.copy, state), batch, key)[2])
+    if validation is not None:
+        shapes = {}
+        for b in validation.batches:
+            shapes.setdefault((b.src.shape, b.tgt.shape), b)
+        for b in shapes.values():
+            arrays = jax.device_put(b.arrays(), sharding)
+            calls.append(lambda arrays=arrays: validation.eval_fn(state[0], arrays, key))
+    return round(timing.compile_in_parallel(calls), 3)
 
 
 def _read_config(run_dir: pathlib.Path) -> TrainConfig:

@@ -3,12 +3,14 @@
 A :class:`Method` names a decoding procedure and its settings; :class:`Translator` wraps a model
 and its vocabulary. Sources are padded to length buckets and batches to a fixed size, so each
 (method, bucket, batch size) compiles once; :meth:`Translator.warm_up` compiles them all before
-anything is timed.
+anything is timed, side by side on the machine's cores, and a batched translation compiles its
+buckets' programs side by side before its other batches run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 
 import jax
@@ -16,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from gmlm_lib.core import checks
+from gmlm_lib.core import checks, timing
 from gmlm_lib.core.progress import bar
 from gmlm_lib.mt import batching, decoding
 from gmlm_lib.mt import vocab as V
@@ -140,14 +142,31 @@ class Translator:
                 yield chunk, src, mask, jax.random.fold_in(self.key, n)
                 n += 1
 
+    def _each_batch(self, texts: list[str], batch_size: int, fn):
+        """Yield ``(chunk, fn(src, src_mask, key))`` for the :meth:`batches` of ``texts``, the first
+        batch of each shape run first, side by side (:func:`gmlm_lib.core.timing.compile_in_parallel`):
+        each shape is a program to compile, and they compile in parallel instead of one by one as
+        their first batch comes. The outputs do not change (each batch keeps its key)."""
+        todo = list(self.batches(texts, batch_size))
+        first = {}
+        for i, (_, src, _, _) in enumerate(todo):
+            first.setdefault(src.shape, i)
+        done = {}
+        if len(first) > 1:
+            def run(i):
+                done[i] = fn(*todo[i][1:])
+
+            timing.compile_in_parallel([functools.partial(run, i) for i in first.values()])
+        for i, (chunk, src, mask, key) in enumerate(todo):
+            yield chunk, done.pop(i) if i in done else fn(src, mask, key)
+
     def translate(self, texts: list[str], method: Method, *, batch_size: int = 64, progress=None) -> list[str]:
         """Translate ``texts`` in batches of ``batch_size`` (:meth:`batches`; the copies that fill
         a last partial batch are dropped). Same inputs, same outputs."""
         self._check(method)
         texts = self._check_texts(texts, batch_size)
         out: list[str | None] = [None] * len(texts)
-        for chunk, src, mask, key in self.batches(texts, batch_size):
-            res = self.decode_ids(src, mask, method, key)
+        for chunk, res in self._each_batch(texts, batch_size, lambda s, m, k: self.decode_ids(s, m, method, k)):
             for i, text in zip(chunk, self.vocab.decode(self._strip(res, method))):
                 out[i] = text
             if progress is not None:
@@ -164,10 +183,14 @@ class Translator:
                              "padir=StrategyOptions(...))); plain PaDIR and AR decoding run a fixed loop.")
         texts = self._check_texts(texts, batch_size)
         out = np.zeros(len(texts), dtype=np.int64)
-        for chunk, src, mask, _ in self.batches(texts, batch_size):
-            got = decoding.strategy_passes(self.graphdef, self.params, jnp.asarray(src, jnp.int32),
-                                           jnp.asarray(mask, bool), options=method.padir, widths=self.widths)
-            out[chunk] = np.asarray(jax.device_get(got))[: len(chunk)]
+
+        def passes(src, mask, _):
+            return np.asarray(jax.device_get(decoding.strategy_passes(
+                self.graphdef, self.params, jnp.asarray(src, jnp.int32), jnp.asarray(mask, bool),
+                options=method.padir, widths=self.widths)))
+
+        for chunk, got in self._each_batch(texts, batch_size, passes):
+            out[chunk] = got[: len(chunk)]
         return out
 
     def translate_one(self, text: str, method: Method) -> str:
@@ -179,12 +202,22 @@ class Translator:
         src, mask = batching.pad([row], self.bucket(len(row)))
         return self.vocab.decode(self._strip(self.decode_ids(src, mask, method), method))[0]
 
-    def warm_up(self, method: Method, batch_sizes=(1,)):
-        """Compile every (bucket, batch size) of ``method`` (PaDIR's program holds every hypothesis width)."""
+    def warm_calls(self, method: Method, batch_sizes=(1,)) -> list:
+        """One call (no arguments) per (bucket, batch size) of ``method``, each decoding a dummy
+        input of that shape: what :meth:`warm_up` runs, to be run side by side with other systems'
+        (:func:`latencies`)."""
+        self._check(method)
+        calls = []
         for bs in batch_sizes:
             for b in self.buckets:
                 src, mask = batching.pad([[V.FIRST_PIECE] * b] * bs, b)
-                self.decode_ids(src, mask, method)
+                calls.append(functools.partial(self.decode_ids, src, mask, method))
+        return calls
+
+    def warm_up(self, method: Method, batch_sizes=(1,)):
+        """Compile every (bucket, batch size) of ``method`` (PaDIR's program holds every hypothesis
+        width), side by side (:func:`gmlm_lib.core.timing.compile_in_parallel`)."""
+        timing.compile_in_parallel(self.warm_calls(method, batch_sizes))
 
     def latency(self, texts: list[str], method: Method) -> np.ndarray:
         """Seconds per sentence at batch 1, end to end (``translate_one``), after :meth:`warm_up`."""
@@ -208,8 +241,8 @@ def latencies(systems: dict[str, tuple[Translator, Method]], texts: list[str], *
     then come out faster than one that runs fewer). Returns ``name: (len(texts),)`` seconds."""
     if not systems:
         raise ValueError("latencies: systems is empty; pass at least one name: (translator, method).")
-    for translator, method in systems.values():
-        translator.warm_up(method)
+    # every system's programs compiled side by side before any timing
+    timing.compile_in_parallel([c for translator, method in systems.values() for c in translator.warm_calls(method)])
     names = list(systems)
     times = {name: np.empty(len(texts)) for name in names}
     for i, text in enumerate(bar(texts, progress=progress, desc="batch-1 latency", leave=False)):

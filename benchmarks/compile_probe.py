@@ -1,0 +1,159 @@
+"""What the translation chapters pay to compile on this device, under each of several XLA flag settings.
+
+    python benchmarks/compile_probe.py --json probe.json                   # the GPU recipe, XLA's defaults
+    python benchmarks/compile_probe.py --flags= --flags=--xla_gpu_autotune_level=0 --json probe.json
+    make gpu-probe OUT=dir DATA=.gpu-data                                   # the same on the GPU machine
+
+On an accelerator a small Transformer's training update runs in milliseconds and compiles in tens of
+seconds (XLA:GPU tries candidate kernels for every matrix product while compiling: its autotuner), so
+the wall time of a translation run is decided by how many programs it compiles and what each costs.
+This script measures that unit cost before a full run is sized: for each flag setting (each ``--flags=VALUE``,
+a value of ``XLA_FLAGS``, which XLA reads once at start, so each runs in its own child process;
+``""`` is XLA's defaults) it builds the preset's models (``--preset``, default ``"multi30k_gpu"``)
+with random weights and, for each model kind (``--kinds``: the AR teacher, PaDIR, the deep-shallow
+AR baseline):
+
+* ``update``: one training update on a batch of the bucket the epochs use most
+  (:func:`gmlm_lib.mt.sizing.update_seconds`): ``first_s`` the first call (building the model,
+  tracing, lowering and compiling), ``compile_s`` the seconds XLA spent compiling in it (the
+  model's initialisation included), and ``run_ms`` the median update;
+* ``decode``: batch-1 decoding as the latency tables run it (AR greedy; PaDIR with T = 4 passes
+  and 3 length hypotheses), the programs of every source bucket compiled first
+  (:meth:`gmlm_lib.mt.translate.Translator.warm_up`), then ``run_ms`` the median over
+  ``--sentences`` test sentences (the untrained AR model runs to its length limit: an upper bound).
+
+A setting whose child fails (an XLA that does not know a flag aborts at start) is reported with the
+end of its error, and the others still run. The JSON holds every row, each setting's wall time, the
+machine and the library's commit; a table goes to stdout. The models are untrained: the times, not
+the translations, are the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+KINDS = ("ar", "padir", "ar_shallow")
+DECODE = {"ar": "greedy", "ar_shallow": "greedy", "padir": "padir T=4, #hyp=3"}
+
+
+def measure(args) -> dict:
+    """One flag setting, in this process: the rows of every kind (what :func:`main` gathers)."""
+    import numpy as np
+
+    from gmlm_lib.core import timing
+    from gmlm_lib.mt import config, decoding, pipeline, seq2seq, sizing, translate
+
+    start = time.perf_counter()
+    timing.compile_clock()
+    exp = config.get(args.preset, dict(train_sentences=args.train_sentences, test_sentences=args.sentences,
+                                       run_root=""))
+    data = pipeline.load_data(exp)
+    root = Path(args.workdir)
+    vocab = pipeline.vocabulary(exp, data.train, root)
+    batches = pipeline.batcher(exp, vocab, data.train.src, data.train.tgt)
+    rows = []
+    for kind in args.kinds:
+        cfg = exp.train_config(kind, vocab.size)
+        clock = timing.compile_clock()
+        got = sizing.update_seconds(cfg, batches, repeats=args.repeats)
+        spent = timing.compiles_since(clock)
+        rows.append(dict(kind=kind, what="update", bucket=got["bucket"], batch=got["batch"],
+                         first_s=round(got["compile_s"] + got["update_s"], 3), compile_s=spent["compile_s"],
+                         programs=spent["compilations"], run_ms=round(1e3 * got["update_s"], 3)))
+        model = seq2seq.build(cfg.model, cfg.seed)
+        tr = translate.Translator(model, vocab, buckets=exp.decode_buckets, seed=exp.seed)
+        method = (translate.Method("padir", padir=decoding.PadirOptions(steps=4, hyps=3)) if kind == "padir"
+                  else translate.Method("greedy"))
+        clock = timing.compile_clock()
+        t0 = time.perf_counter()
+        tr.warm_up(method)
+        first = time.perf_counter() - t0
+        spent = timing.compiles_since(clock)
+        seconds = translate.latencies({kind: (tr, method)}, data.test.src, progress=False)[kind]
+        rows.append(dict(kind=kind, what="decode", bucket=None, batch=1, first_s=round(first, 3),
+                         compile_s=spent["compile_s"], programs=spent["compilations"],
+                         run_ms=round(1e3 * float(np.median(seconds)), 3)))
+    return dict(rows=rows, wall_s=round(time.perf_counter() - start, 2), machine=timing.machine())
+
+
+def child(args, flags: str, workdir: Path) -> dict:
+    """Run :func:`measure` with ``XLA_FLAGS`` = ``flags`` (appended to any set already) in a new process."""
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = " ".join(f for f in (os.environ.get("XLA_FLAGS", ""), flags) if f)
+    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    cmd = [sys.executable, __file__, "--child", "--preset", args.preset, "--kinds", *args.kinds,
+           "--train-sentences", str(args.train_sentences), "--sentences", str(args.sentences),
+           "--repeats", str(args.repeats), "--workdir", str(workdir)]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    wall = round(time.perf_counter() - t0, 2)
+    if done.returncode != 0:
+        return dict(flags=flags, ok=False, process_s=wall, error=(done.stderr or done.stdout)[-2000:])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return dict(flags=flags, ok=True, process_s=wall, **result)
+
+
+def table(settings: list[dict]) -> str:
+    lines = ["| XLA_FLAGS | model | program | first call (s) | compiling (s) | programs | run (ms) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for s in settings:
+        name = s["flags"] or "(defaults)"
+        if not s["ok"]:
+            last = s["error"].strip().splitlines()[-1][:120] if s["error"].strip() else "?"
+            lines.append(f"| {name} | failed: {last} | | | | | |")
+            continue
+        for r in s["rows"]:
+            what = "update" if r["what"] == "update" else f"batch-1 {DECODE[r['kind']]}"
+            lines.append(f"| {name} | {r['kind']} | {what} | {r['first_s']:.1f} | {r['compile_s']:.1f} | "
+                         f"{r['programs']} | {r['run_ms']:.2f} |")
+        lines.append(f"| {name} | all | process wall time | {s['process_s']:.1f} | | | |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--flags", action="append", metavar="=VALUE",
+                    help="an XLA_FLAGS value, written --flags=VALUE (one child process each; --flags= is the "
+                         "defaults); repeat it for several settings; none: the defaults only")
+    ap.add_argument("--preset", default="multi30k_gpu", help="gmlm_lib.mt.config preset of the models")
+    ap.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    ap.add_argument("--train-sentences", type=int, default=4000, help="training pairs (vocabulary and batches)")
+    ap.add_argument("--sentences", type=int, default=40, help="test sentences decoded at batch 1")
+    ap.add_argument("--repeats", type=int, default=5, help="timed updates after the compiling one")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds one setting may take")
+    ap.add_argument("--json", help="write every row here")
+    ap.add_argument("--workdir", help=argparse.SUPPRESS)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    for name in ("train_sentences", "sentences", "repeats"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
+    args.flags = [""] if args.flags is None else args.flags
+    if args.child:
+        print(json.dumps(measure(args)))
+        return 0
+    import tempfile
+
+    from gmlm_lib.core import records
+
+    with tempfile.TemporaryDirectory(prefix="compile-probe-") as tmp:
+        settings = []
+        for flags in args.flags:
+            print(f"compile_probe: XLA_FLAGS={flags!r} ...", file=sys.stderr, flush=True)
+            settings.append(child(args, flags, Path(tmp)))  # one vocabulary, trained by the first
+    out = dict(preset=args.preset, kinds=list(args.kinds), sentences=args.sentences, settings=settings,
+               commit=records.short_commit(records.git_commit()))
+    print(table(settings))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    return 0 if all(s["ok"] for s in settings) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
