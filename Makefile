@@ -93,9 +93,10 @@ newest-tests:
 # JAX and Flax (a chapter staged in staged/NAME.md runs instead of notebooks/NAME.md), and leaves the
 # executed notebooks, provenance.md, the run records and log.txt in OUT. The commit must be that of the
 # clean tree that was copied there; it names the sources even where git metadata travelled with the tree (a
-# stale copy of .git was seen on the lent machine: GIT_DIR points git at nothing). No probe run is needed first: the padir and ablations chapters time
-# one update on the device and fit their updates to their train_seconds (gmlm_lib.mt.sizing); what else
-# the run costs (compiling above all) each chapter's provenance and the log report. GPU_DEADLINE=seconds
+# stale copy of .git was seen on the lent machine: GIT_DIR points git at nothing). The padir and ablations
+# chapters time one update on the device and fit their updates to their train_seconds (gmlm_lib.mt.sizing);
+# what else the run costs (compiling above all: see gpu-probe) each chapter's provenance and the log report.
+# GPU_XLA_FLAGS sets XLA_FLAGS for the run (gpu-probe says which settings compile faster). GPU_DEADLINE=seconds
 # interrupts the batch then (SIGINT): it logs the chapter it stopped in and keeps what finished (that
 # chapter's finished cells too), before the machine's own limit kills it.
 # GPU_JAX_CACHE (empty: off) is JAX's persistent compilation cache, shared by the four chapters' kernels: the

@@ -111,3 +111,21 @@ def test_a_folder_whose_vocabulary_is_not_its_models_is_refused(built, tmp_path)
     with pytest.raises(runfolder.RunFolderError, match=rf"has {other.size:,} pieces but the 'ar' model .* was built for "
                                                          rf"{folder.vocab.size:,}"):
         experiment.open_run(root)
+
+
+def test_reuse_turns_the_cache_on_beside_the_run_then_opens_it_or_trains_a_stand_in(built, tmp_path, monkeypatch):
+    from gmlm_lib.core import timing
+
+    caches = []
+    monkeypatch.setattr(timing, "persistent_cache", lambda folder: caches.append(str(folder)) or str(folder))
+    src, folder = built
+    root = tmp_path / "runs" / "en-de"
+    shutil.copytree(src, root)
+    stamp = (root / "ar" / "run.json").stat().st_mtime_ns
+    opened = pipeline.reuse(str(root), TINY)
+    assert caches == [str(tmp_path / "runs" / "jax-cache")] and opened.records == folder.records
+    assert (root / "ar" / "run.json").stat().st_mtime_ns == stamp  # opened, nothing trained again
+    stand_in = pipeline.reuse("", TINY, stand_in_sentences=40, seed=3, padir_init="teacher")
+    assert len(caches) == 2 and caches[1] != caches[0] and "jax-cache-" in caches[1]
+    assert len(stand_in.distilled) == 40 and stand_in.root.name == "en-de" and stand_in.root != root
+    assert stand_in.records["padir_raw"]["init"]["start"] == "teacher"

@@ -15,7 +15,7 @@ what a previous call left in the run folder (``<run_root>/<src>-<tgt>/``, laid o
 
 :func:`build` runs them all; :func:`ensure` opens a run folder that is complete and builds the one
 that is not, so a chapter that reuses the PaDIR chapter's models opens on a fresh runtime (a
-Colab session) as well as beside a finished run. The smoke stand-in of the chapters and tests is
+Colab session) as well as beside a finished run; :func:`reuse` is how such a chapter opens it. The smoke stand-in of the chapters and tests is
 the same pipeline with the ``"multi30k_tiny"`` preset (:func:`gmlm_lib.mt.experiment.tiny_run`).
 """
 
@@ -27,11 +27,12 @@ import tempfile
 
 import jax
 
+from gmlm_lib.core import timing
 from gmlm_lib.mt import batching, config, corpus, experiment, runfolder, sizing, training, translate
 from gmlm_lib.mt import vocab as V
 
 __all__ = ["Data", "run_folder", "load_data", "vocabulary", "batcher", "size", "train_teacher", "train_shallow",
-           "distil_training_set", "train_padir", "build", "complete", "ensure"]
+           "distil_training_set", "train_padir", "build", "complete", "ensure", "reuse"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,3 +208,23 @@ def ensure(root: str | pathlib.Path, exp: config.Experiment, *, data: Data | Non
     if complete(root):
         return experiment.open_run(root)
     return build(exp, root, data=data, progress=progress)
+
+
+def reuse(padir_run: str, exp: config.Experiment, *, stand_in_sentences: int = 1000, seed: int = 0,
+          padir_init: str = "random") -> experiment.RunFolder:
+    """The PaDIR chapter's run folder as a chapter that reuses its models opens it (stutter,
+    dependency-aware decoding, ablations). First JAX's persistent compilation cache is turned on
+    beside it (``<padir_run>/../jax-cache``, unless ``JAX_COMPILATION_CACHE_DIR`` names one:
+    :func:`gmlm_lib.core.timing.persistent_cache`), so the programs the PaDIR chapter compiled for
+    the same models are read, not compiled again; then ``padir_run`` is opened, or built there with
+    ``exp`` when it is missing or unfinished (:func:`ensure`: a fresh runtime trains the models
+    first). An empty ``padir_run`` (the smoke profile) is a few-step stand-in trained on the first
+    ``stand_in_sentences`` training pairs of ``exp``'s language pair, in a fresh temporary folder
+    (:func:`gmlm_lib.mt.experiment.tiny_run`, started as ``padir_init`` says, with ``seed``)."""
+    if padir_run:
+        timing.persistent_cache(pathlib.Path(padir_run).parent / "jax-cache")
+        return ensure(padir_run, exp)
+    timing.persistent_cache(tempfile.mkdtemp(prefix="jax-cache-"))
+    pairs = corpus.multi30k("train", exp.src_lang, exp.tgt_lang, root=exp.data_dir or None).take(stand_in_sentences)
+    root = pathlib.Path(tempfile.mkdtemp(prefix="padir-stand-in-")) / f"{exp.src_lang}-{exp.tgt_lang}"
+    return experiment.tiny_run(root, pairs, seed=seed, padir_init=padir_init)

@@ -169,9 +169,13 @@ def mesh(devices=None) -> Mesh:
     return Mesh(np.array(devices), ("data",))
 
 
-TRACED = ("unmasking_rate", "fill")
+TRACED = {
+    "unmasking_rate": lambda cfg: jnp.asarray(cfg.unmasking_rate, jnp.float32),
+    "fill": lambda cfg: jnp.asarray(cfg.fill == "mask"),
+}
 """The :class:`TrainConfig` fields that are arguments of the compiled update and validation programs,
-not constants baked into them (``fill`` as a boolean, true for ``[MASK]``): configs that differ
+not constants baked into them, each with the device scalar a config passes for it (``fill`` as a
+boolean, true for ``[MASK]``): configs that differ
 only in these compile to the same program, which JAX's persistent compilation cache then shares
 (the ablations' unmasking-rate and ``[MASK]`` variants train with their baseline's program). Every
 other field shapes the program (layers, stages, the schedule)."""
@@ -183,8 +187,7 @@ class Program:
 
     def __init__(self, jitted, cfg: TrainConfig):
         self.jitted = jitted
-        self.numbers = dict(unmasking_rate=jnp.asarray(cfg.unmasking_rate, jnp.float32),
-                            fill=jnp.asarray(cfg.fill == "mask"))
+        self.numbers = {name: value(cfg) for name, value in TRACED.items()}
 
     def __call__(self, *args):
         return self.jitted(*args, self.numbers)
