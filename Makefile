@@ -96,7 +96,8 @@ newest-tests:
 # stale copy of .git was seen on the lent machine: GIT_DIR points git at nothing). The padir and ablations
 # chapters time one update on the device and fit their updates to their train_seconds (gmlm_lib.mt.sizing);
 # what else the run costs (compiling above all: see gpu-probe) each chapter's provenance and the log report.
-# GPU_XLA_FLAGS sets XLA_FLAGS for the run (gpu-probe says which settings compile faster). GPU_DEADLINE=seconds
+# GPU_XLA_FLAGS sets XLA_FLAGS for the run (gpu-probe says which settings compile faster); GMLM_COMPILE_THREADS=1
+# in the environment compiles one program at a time (the library compiles side by side by default). GPU_DEADLINE=seconds
 # interrupts the batch then (SIGINT): it logs the chapter it stopped in and keeps what finished (that
 # chapter's finished cells too), before the machine's own limit kills it.
 # GPU_JAX_CACHE (empty: off) is JAX's persistent compilation cache, shared by the four chapters' kernels: the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import time
 
 import jax
 import numpy as np
@@ -343,3 +344,31 @@ def test_compile_in_parallel_calls_everything_and_raises_what_a_call_raised():
         timing.compile_in_parallel([lambda: jax.numpy.ones(2), bad])
     with pytest.raises(ValueError, match="threads"):
         timing.compile_in_parallel([bad], threads=0)
+
+
+def test_the_environment_caps_the_compile_threads_and_the_record_names_it(monkeypatch):
+    import threading
+
+    from gmlm_lib.core import records, timing
+
+    names = []
+
+    def call():
+        names.append(threading.current_thread().name)
+        time.sleep(0.05)  # long enough that a second thread, if there were one, would take a call
+
+    monkeypatch.setenv(timing.ENV_THREADS, "1")
+    timing.compile_in_parallel([call] * 4)
+    assert len(set(names)) == 1  # one by one
+    assert records.environment()["gmlm_compile_threads"] == "1"
+    names.clear()
+    timing.compile_in_parallel([call] * 4, threads=2)  # an explicit cap wins
+    assert len(set(names)) == 2
+    monkeypatch.setenv(timing.ENV_THREADS, "many")
+    with pytest.raises(ValueError, match=r"\$GMLM_COMPILE_THREADS must be an integer >= 1"):
+        timing.compile_in_parallel([call])
+    monkeypatch.setenv(timing.ENV_THREADS, "0")
+    with pytest.raises(ValueError, match=r"\$GMLM_COMPILE_THREADS must be an integer >= 1"):
+        timing.compile_in_parallel([call])
+    monkeypatch.delenv(timing.ENV_THREADS)
+    assert "gmlm_compile_threads" not in records.environment()

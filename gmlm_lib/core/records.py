@@ -74,9 +74,9 @@ def cpu_model() -> str:
 
 def environment() -> dict:
     """JAX and Flax versions, backend, device kind and count, Python version, host platform and CPU,
-    and the XLA and compilation-cache settings from the environment when set (``XLA_FLAGS``,
-    ``JAX_COMPILATION_CACHE_DIR``): the GPU run uses the machine's own JAX and Flax, and XLA flags can
-    change both the timings and the compile time a record reports."""
+    and the XLA and compilation settings from the environment when set (``XLA_FLAGS``,
+    ``JAX_COMPILATION_CACHE_DIR``, ``GMLM_COMPILE_THREADS``): the GPU run uses the machine's own JAX
+    and Flax, and these settings can change both the timings and the compile time a record reports."""
     from importlib.metadata import PackageNotFoundError, version
 
     import jax
@@ -86,8 +86,8 @@ def environment() -> dict:
         flax_version = version("flax")
     except PackageNotFoundError:
         flax_version = "not installed"
-    settings = {key.lower(): os.environ[key] for key in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR")
-                if os.environ.get(key)}
+    settings = {key.lower(): os.environ[key] for key in ("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR",
+                                                         "GMLM_COMPILE_THREADS") if os.environ.get(key)}
     return {
         "jax_version": jax.__version__,
         "flax_version": flax_version,

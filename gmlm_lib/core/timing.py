@@ -116,6 +116,11 @@ def persistent_cache(folder) -> str:
     return str(jax.config.jax_compilation_cache_dir)
 
 
+ENV_THREADS = "GMLM_COMPILE_THREADS"
+"""The environment variable that caps :func:`compile_in_parallel`'s threads (1: one by one, for
+comparing; recorded in every run's environment, :func:`gmlm_lib.core.records.environment`)."""
+
+
 def compile_in_parallel(calls: list, threads: int | None = None) -> float:
     """Call every function of ``calls`` (no arguments; each calls a jitted program once, for
     arguments of shapes the program has not seen), each in its own thread, wait for all, and return
@@ -124,11 +129,21 @@ def compile_in_parallel(calls: list, threads: int | None = None) -> float:
     jit caches, jax-ml/jax#11788), and each lands in its jit cache: the calls that follow with
     arguments of the same shapes run at once. Why: a run compiles an update and a val program per
     length bucket and model, each for seconds to tens of seconds on a GPU, where the updates take
-    milliseconds. ``threads``: at most this many at once (default: the machine's cores). An
-    exception in a call is raised here, after every call has ended."""
+    milliseconds. ``threads``: at most this many at once (default: ``$GMLM_COMPILE_THREADS`` when
+    set, 1 compiling one by one, else the machine's cores). An exception in a call is raised here,
+    after every call has ended."""
     calls = list(calls)
+    if threads is None and os.environ.get(ENV_THREADS):
+        try:
+            threads = int(os.environ[ENV_THREADS])
+        except ValueError:
+            raise ValueError(f"${ENV_THREADS} must be an integer >= 1 (1: compile one by one); got "
+                             f"{os.environ[ENV_THREADS]!r}.") from None
+        where = f"${ENV_THREADS}"
+    else:
+        where = "compile_in_parallel(threads=...)"
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"compile_in_parallel(threads=...) must be an integer >= 1 or None; got {threads!r}.")
+        raise ValueError(f"{where} must be an integer >= 1 (1: compile one by one) or unset; got {threads!r}.")
     t0 = time.perf_counter()
     if not calls:
         return 0.0
