@@ -112,7 +112,10 @@ GPU_SITE    ?= /tmp/gmlm-site
 GPU_ARGS    ?=
 GPU_DEADLINE ?= 0
 GPU_JAX_CACHE ?= /tmp/gmlm-jax-cache
-# XLA_FLAGS of the run (empty: XLA's defaults), recorded in every chapter's provenance; choose them with gpu-probe
+# XLA_FLAGS of the run, added to any the environment sets (empty: none added), recorded in every chapter's
+# provenance; "auto": the compile
+# probe (gpu-probe's PROBE_* settings) runs first and chooses them (benchmarks/compile_probe.py, choose()),
+# its rows in OUT/probe.json; GPU_DEADLINE counts from the start of gpu-run, the probe included
 GPU_XLA_FLAGS ?=
 PLATFORMS   := $(foreach n,2_28 2_27 2_17 2014 1,--platform $(if $(filter 2014 1,$(n)),manylinux$(n),manylinux_$(n))_x86_64)
 
@@ -139,18 +142,26 @@ endef
 gpu-run:
 	@test -n "$(OUT)" || { echo "error: gpu-run needs OUT=folder (the executed notebooks and log go there)" >&2; exit 2; }
 	$(GPU_ARGS_CHECK)
-	@mkdir -p "$(OUT)"; site=""; \
+	@mkdir -p "$(OUT)"; site=""; start=$$(date +%s); \
 	if [ -d "$(WHEELS)" ] && ls $(WHEELS)/*.whl >/dev/null 2>&1; then \
 	  echo "gpu-run: installing $$(ls $(WHEELS)/*.whl | wc -l) wheels from $(WHEELS)/ into $(GPU_SITE)"; \
 	  $(GPU_PYTHON) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 	    --target $(GPU_SITE) $(WHEELS)/*.whl || exit 1; \
 	  site=":$(GPU_SITE)"; export PATH="$(GPU_SITE)/bin:$$PATH"; \
 	fi; \
-	PYTHONPATH="$(CURDIR)$$site$${PYTHONPATH:+:$$PYTHONPATH}" GMLM_COMMIT=$(COMMIT) GIT_DIR="$(CURDIR)/.no-git-read" \
-	  GMLM_MULTI30K_DIR=$(abspath $(DATA)) PYTHONUNBUFFERED=1 \
+	export GIT_DIR="$(CURDIR)/.no-git-read" GMLM_COMMIT=$(COMMIT) GMLM_MULTI30K_DIR=$(abspath $(DATA)) PYTHONUNBUFFERED=1; \
+	xla='$(GPU_XLA_FLAGS)'; if [ "$$xla" = auto ]; then \
+	  echo "gpu-run: choosing XLA_FLAGS with the compile probe (its rows in $(OUT)/probe.json)"; \
+	  chosen=$$(mktemp); PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_PYTHON) benchmarks/compile_probe.py \
+	    --kinds $(PROBE_KINDS) $(PROBE_FLAGS) $(PROBE_ARGS) --json "$(OUT)/probe.json" --choose "$$chosen" \
+	    || { echo "error: gpu-run: the compile probe failed; set GPU_XLA_FLAGS by hand" >&2; exit 1; }; \
+	  xla=$$(cat "$$chosen"); rm -f "$$chosen"; \
+	fi; \
+	if [ -n "$$xla" ]; then export XLA_FLAGS="$${XLA_FLAGS:+$$XLA_FLAGS }$$xla"; echo "gpu-run: XLA_FLAGS=$$XLA_FLAGS"; fi; \
+	left=$$(( $(GPU_DEADLINE) - $$(date +%s) + start )); [ $$left -gt 1 ] || left=1; \
+	PYTHONPATH="$(CURDIR)$$site$${PYTHONPATH:+:$$PYTHONPATH}" \
 	  $(if $(GPU_JAX_CACHE),JAX_COMPILATION_CACHE_DIR=$(GPU_JAX_CACHE) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2) \
-	  $(if $(GPU_XLA_FLAGS),XLA_FLAGS="$(GPU_XLA_FLAGS)") \
-	  $(if $(filter-out 0,$(GPU_DEADLINE)),timeout --signal=INT --kill-after=30 $(GPU_DEADLINE)) \
+	  $(if $(filter-out 0,$(GPU_DEADLINE)),timeout --signal=INT --kill-after=30 $$left) \
 	  $(GPU_PYTHON) -m gmlm_lib.book batch $(GPU_PROFILE) $(GPU_ARGS) --out "$(OUT)" $(if $(wildcard staged/*.md),--staged staged)
 
 # What compiling costs there, before a run is sized: `make gpu-probe OUT=dir DATA=folder-of-multi30k` times

@@ -23,7 +23,10 @@ AR baseline):
   ``--sentences`` test sentences (the untrained AR model runs to its length limit: an upper bound).
 
 A setting whose child fails (an XLA that does not know a flag aborts at start) is reported with the
-end of its error, and the others still run. The JSON holds every row, each setting's wall time, the
+end of its error, and the others still run. With ``--choose FILE`` the script also decides which
+setting a run should use (:func:`choose`: the defaults unless another compiles faster and runs no
+more than ``SLACK`` times slower) and writes its ``XLA_FLAGS`` value to FILE: what ``make gpu-run
+GPU_XLA_FLAGS=auto`` does before the chapters run. The JSON holds every row, each setting's wall time, the
 machine and the library's commit; a table goes to stdout. The models are untrained: the times, not
 the translations, are the result.
 """
@@ -99,6 +102,40 @@ def child(args, flags: str, workdir: Path) -> dict:
     return dict(flags=flags, ok=True, process_s=wall, **result)
 
 
+SLACK = 1.25
+"""How much slower than with XLA's defaults a setting's programs may run and still be chosen."""
+
+
+def choose(settings: list[dict], slack: float = SLACK) -> tuple[str, str]:
+    """The ``XLA_FLAGS`` value a run should use, and a sentence saying why: XLA's defaults, unless
+    another setting's first calls (building, tracing and compiling) took less time in all and every
+    program it timed ran at most ``slack`` times as long as with the defaults (a setting that buys
+    its compile time with slower kernels would bias the run's timings). The defaults (``""``) must be
+    among ``settings`` and must have run; failed settings are passed over."""
+    base = next((s for s in settings if s["flags"] == ""), None)
+    if base is None or not base["ok"]:
+        raise ValueError("choose: XLA's defaults (--flags=) must be among the settings and must have run; "
+                         + ("they failed." if base is not None else "they were not probed."))
+
+    def cost(s):
+        return sum(r["first_s"] for r in s["rows"])
+
+    best, ratios = base, {}
+    for s in settings:
+        if s is base or not s["ok"] or [(r["kind"], r["what"]) for r in s["rows"]] != \
+                [(r["kind"], r["what"]) for r in base["rows"]]:
+            continue
+        ratios[s["flags"]] = max(r["run_ms"] / b["run_ms"] for r, b in zip(s["rows"], base["rows"]))
+        if ratios[s["flags"]] <= slack and cost(s) < cost(best):
+            best = s
+    if best is base:
+        return "", (f"XLA's defaults: no other setting compiled faster with its programs at most {slack:.2f}x "
+                    f"as slow (first calls {cost(base):.1f} s with the defaults)")
+    return best["flags"], (f"{best['flags']}: first calls {cost(best):.1f} s against {cost(base):.1f} s with XLA's "
+                           f"defaults, its programs at most {ratios[best['flags']]:.2f}x as slow (allowed "
+                           f"{slack:.2f}x)")
+
+
 def table(settings: list[dict]) -> str:
     lines = ["| XLA_FLAGS | model | program | first call (s) | compiling (s) | programs | run (ms) |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -128,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5, help="timed updates after the compiling one")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one setting may take")
     ap.add_argument("--json", help="write every row here")
+    ap.add_argument("--choose", metavar="FILE",
+                    help="write the XLA_FLAGS value a run should use (choose(): the defaults unless a setting "
+                         "compiles faster without running slower) to FILE, and why to stdout")
     ap.add_argument("--workdir", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -150,8 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     out = dict(preset=args.preset, kinds=list(args.kinds), sentences=args.sentences, settings=settings,
                commit=records.short_commit(records.git_commit()))
     print(table(settings))
+    if args.choose:
+        flags, why = choose(settings)
+        out["chosen"] = dict(flags=flags, why=why, slack=SLACK)
+        print(f"\nchosen XLA_FLAGS: {why}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    if args.choose:
+        Path(args.choose).write_text(out["chosen"]["flags"] + "\n")
+        return 0
     return 0 if all(s["ok"] for s in settings) else 1
 
 

@@ -105,3 +105,35 @@ def test_compile_probe_measures_each_flag_setting_in_its_own_process_and_reports
     assert not bad["ok"] and "xla_no_such_flag" in bad["error"]
     assert "| --xla_no_such_flag=1 | failed: " in done.stdout and "| (defaults) | padir | update |" in done.stdout
     assert rec["commit"] == LIBRARY_COMMIT and rec["preset"] == "multi30k_tiny"
+
+
+def _probe_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compile_probe", BENCHMARKS / "compile_probe.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _setting(flags, firsts, runs, ok=True):
+    rows = [dict(kind="padir", what=w, first_s=f, run_ms=r) for w, f, r in zip(("update", "decode"), firsts, runs)]
+    return dict(flags=flags, ok=True, rows=rows) if ok else dict(flags=flags, ok=False, error="Unknown flag")
+
+
+def test_compile_probe_chooses_the_defaults_unless_a_setting_compiles_faster_without_running_slower():
+    probe = _probe_module()
+    base = _setting("", (40.0, 8.0), (30.0, 4.0))
+    fast = _setting("--a", (10.0, 2.0), (33.0, 4.4))  # 1.1x slower to run: within the slack
+    faster_but_slow = _setting("--b", (5.0, 1.0), (30.0, 6.0))  # decodes 1.5x slower: passed over
+    broken = _setting("--c", (), (), ok=False)
+    flags, why = probe.choose([base, faster_but_slow, broken, fast])
+    assert flags == "--a" and "12.0 s against 48.0 s" in why and "1.10x" in why
+    assert probe.choose([base, faster_but_slow])[0] == ""
+    assert "XLA's defaults" in probe.choose([base])[1]
+    assert probe.choose([base, _setting("--d", (50.0, 9.0), (20.0, 3.0))])[0] == ""  # runs faster, compiles slower
+    assert probe.choose([base, faster_but_slow], slack=1.6)[0] == "--b"
+    with pytest.raises(ValueError, match="must be among the settings"):
+        probe.choose([fast])
+    with pytest.raises(ValueError, match="they failed"):
+        probe.choose([_setting("", (), (), ok=False), fast])

@@ -103,11 +103,21 @@ def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
     tree = _copy_without_git(tmp_path / "tree")
     out = tmp_path / "out"
     cache = tmp_path / "jax-cache"
+    (tree / "benchmarks").mkdir()
+    shutil.copy2(ROOT / "benchmarks" / "compile_probe.py", tree / "benchmarks")
+    # GPU_XLA_FLAGS=auto: the compile probe chooses the run's XLA_FLAGS first (tiny models here)
     proc = _make(tree, f"OUT={out}", f"COMMIT={COMMIT}", f"DATA={_data_dir()}", "GPU_PROFILE=smoke",
-                 f"GPU_JAX_CACHE={cache}", timeout=1400)
+                 f"GPU_JAX_CACHE={cache}", "GPU_XLA_FLAGS=auto", "PROBE_KINDS=ar",
+                 "PROBE_ARGS=--preset multi30k_tiny --train-sentences 200 --sentences 2 --repeats 1", timeout=1400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     names = list(runner.TRANSLATION_CHAPTERS)
-    assert sorted(p.name for p in out.iterdir()) == sorted([f"{n}.ipynb" for n in names] + ["log.txt"])
+    # at most 8 files: what a lent machine sends back
+    assert sorted(p.name for p in out.iterdir()) == sorted([f"{n}.ipynb" for n in names] + ["log.txt", "probe.json"])
+    chosen = json.loads((out / "probe.json").read_text())["chosen"]
+    assert "chosen XLA_FLAGS: " + chosen["why"] in proc.stdout
+    # the chosen flags are added to those of the environment (the tests' own, conftest.py)
+    flags = " ".join(f for f in (os.environ.get("XLA_FLAGS", ""), chosen["flags"]) if f)
+    assert (f"gpu-run: XLA_FLAGS={flags}\n" in proc.stdout) == bool(chosen["flags"])
     log = (out / "log.txt").read_text()
     assert f"commit {COMMIT}" in log and "batch finished" in log
     # the kernels share one compilation cache: the later chapters read programs the earlier ones compiled
@@ -127,6 +137,7 @@ def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
         meta = nb.metadata["gmlm"]
         assert meta["profile"] == "smoke" and meta["code_sha256"] == sources.code_hash(nb)
         assert meta["provenance"]["gmlm_lib_commit"] == COMMIT, name
+        assert meta["provenance"].get("xla_flags", "") == flags, name  # with the flags the probe chose
         assert meta["total_wall_time_s"] <= 2 * 120 * 2, f"{name} smoke run took {meta['total_wall_time_s']} s"
         last = "".join(o.get("text", "") for o in nb.cells[-1].get("outputs", []))
         assert last.startswith("Provenance: profile smoke;"), last
@@ -341,7 +352,9 @@ def test_gpu_deadline_wraps_the_batch_in_a_sigint_timeout(tmp_path):
     tree = _copy_without_git(tmp_path / "tree")
     dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(tree), "gpu-run", "OUT=o",
                           f"COMMIT={COMMIT}", f"DATA={tree}", "GPU_DEADLINE=560"], capture_output=True, text=True)
-    assert "timeout --signal=INT --kill-after=30 560" in dry.stdout, dry.stdout + dry.stderr
+    # the deadline counts from gpu-run's start (a compile probe before the chapters included)
+    assert "left=$(( 560 - $(date +%s) + start ))" in dry.stdout, dry.stdout + dry.stderr
+    assert "timeout --signal=INT --kill-after=30 $left" in dry.stdout, dry.stdout + dry.stderr
     dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(tree), "gpu-run", "OUT=o",
                           f"COMMIT={COMMIT}", f"DATA={tree}"], capture_output=True, text=True)
     assert "timeout" not in dry.stdout

@@ -579,7 +579,7 @@ def test_latencies_time_every_system_on_every_sentence_in_rotating_order():
         def __init__(self, name):
             self.name = name
 
-        def warm_calls(self, method):
+        def warm_calls(self, method, batch_sizes=(1,), passes=False):
             return [lambda: calls.append(("warm", self.name))]
 
         def translate_one(self, text, method):
@@ -942,3 +942,33 @@ def test_batched_translation_compiles_its_buckets_side_by_side_and_gives_the_sam
             monkeypatch.setattr(timing, "compile_in_parallel", lambda calls, threads=None: 0.0)
             assert (tr.passes(texts, strategy, batch_size=3) == got).all()  # the same without the early batches
     assert all(len(o) == len(texts) for o in out.values())
+
+
+def test_compile_all_compiles_every_system_and_bucket_before_a_sweep():
+    texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras", "a dog", "ein Hund im Park"] * 4
+    v = V.train(texts, 60)
+    cfg = seq2seq.ModelConfig(vocab=v.size, causal=False, d_model=32, heads=4, enc_layers=1, dec_layers=1,
+                              d_ff=64, max_len=32)
+    tr = translate.Translator(seq2seq.build(cfg, 5), v, buckets=(8, 16, 32))
+    rules = [translate.Method("padir", padir=decoding.StrategyOptions(name, steps=t))
+             for name in ("threshold", "entropy") for t in (2, 4)]  # T is an argument: two programs, not four
+    compiled = []
+
+    def listener(event, duration, fun_name=None, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(fun_name)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    decoding.clear_compiled()
+    compiled.clear()
+    assert translate.compile_all([(tr, m) for m in rules], (3,)) > 0
+    assert compiled.count("jit(_padir_ids)") == 2 * len(tr.buckets)
+    assert translate.compile_all([(tr, m) for m in rules], (3,), passes=True) > 0
+    assert compiled.count("jit(_strategy_passes)") == 2 * len(tr.buckets)
+    compiled.clear()
+    for m in rules:
+        tr.translate(texts, m, batch_size=3)
+        tr.passes(texts, m, batch_size=3)
+    assert "jit(_padir_ids)" not in compiled and "jit(_strategy_passes)" not in compiled  # all compiled before
+    with pytest.raises(ValueError, match="pass count of a StrategyOptions"):
+        tr.warm_calls(translate.Method("padir"), passes=True)

@@ -202,16 +202,24 @@ class Translator:
         src, mask = batching.pad([row], self.bucket(len(row)))
         return self.vocab.decode(self._strip(self.decode_ids(src, mask, method), method))[0]
 
-    def warm_calls(self, method: Method, batch_sizes=(1,)) -> list:
+    def warm_calls(self, method: Method, batch_sizes=(1,), *, passes: bool = False) -> list:
         """One call (no arguments) per (bucket, batch size) of ``method``, each decoding a dummy
-        input of that shape: what :meth:`warm_up` runs, to be run side by side with other systems'
-        (:func:`latencies`)."""
+        input of that shape (with ``passes``: counting its passes, :meth:`passes`' program): what
+        :meth:`warm_up` runs, to be run side by side with other systems' (:func:`compile_all`)."""
         self._check(method)
+        if passes and not (method.kind == "padir" and isinstance(method.padir, decoding.StrategyOptions)):
+            raise ValueError("warm_calls(passes=True) compiles the pass count of a StrategyOptions strategy; got "
+                             f"{method.label}.")
         calls = []
         for bs in batch_sizes:
             for b in self.buckets:
                 src, mask = batching.pad([[V.FIRST_PIECE] * b] * bs, b)
-                calls.append(functools.partial(self.decode_ids, src, mask, method))
+                if passes:
+                    calls.append(functools.partial(decoding.strategy_passes, self.graphdef, self.params,
+                                                   jnp.asarray(src), jnp.asarray(mask), options=method.padir,
+                                                   widths=self.widths))
+                else:
+                    calls.append(functools.partial(self.decode_ids, src, mask, method))
         return calls
 
     def warm_up(self, method: Method, batch_sizes=(1,)):
@@ -231,6 +239,18 @@ class Translator:
         return len(texts) / (time.perf_counter() - t0)
 
 
+def compile_all(systems, batch_sizes=(1,), *, passes: bool = False) -> float:
+    """Compile the programs of every ``(translator, method)`` of ``systems`` (an iterable of pairs)
+    for every bucket and each of ``batch_sizes``, all side by side
+    (:func:`gmlm_lib.core.timing.compile_in_parallel`; methods that differ only in a traced number,
+    T or a threshold, share one program, which JAX compiles once), and return the wall seconds.
+    With ``passes``: the pass-count programs of :meth:`Translator.passes` instead. Why: a chapter
+    that compares many strategies compiles one program per strategy, bucket and batch size, each
+    for seconds on a GPU; compiled before a sweep they cost about one of them, not all in turn."""
+    return timing.compile_in_parallel([c for translator, method in systems
+                                       for c in translator.warm_calls(method, batch_sizes, passes=passes)])
+
+
 def latencies(systems: dict[str, tuple[Translator, Method]], texts: list[str], *,
               progress: bool = True) -> dict[str, np.ndarray]:
     """Seconds per sentence at batch 1, end to end (:meth:`Translator.translate_one`), for each
@@ -241,8 +261,7 @@ def latencies(systems: dict[str, tuple[Translator, Method]], texts: list[str], *
     then come out faster than one that runs fewer). Returns ``name: (len(texts),)`` seconds."""
     if not systems:
         raise ValueError("latencies: systems is empty; pass at least one name: (translator, method).")
-    # every system's programs compiled side by side before any timing
-    timing.compile_in_parallel([c for translator, method in systems.values() for c in translator.warm_calls(method)])
+    compile_all(systems.values())  # every system's programs compiled side by side before any timing
     names = list(systems)
     times = {name: np.empty(len(texts)) for name in names}
     for i, text in enumerate(bar(texts, progress=progress, desc="batch-1 latency", leave=False)):
