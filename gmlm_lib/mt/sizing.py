@@ -2,11 +2,12 @@
 
 A preset names the updates its recipe wants (``ar_steps``, ``padir_steps``); ``train_seconds`` caps
 the time they may take. Before anything trains, :func:`updates_seconds` times one update of each
-model the run trains (all compiled first, side by side, so compilation is not counted), and :func:`factor` gives the
-one factor by which every model's updates (and its warm-up and checkpoint interval, so the schedule
-keeps its shape and the val split still scores as many checkpoints) shrink to fit. A fast device
-keeps the recipe (factor 1); a slower one trains proportionally less, and says so: the run's record
-names the budget, the measured seconds per update and the factor. A run is sized once:
+model the run trains (all compiled first, side by side, so compilation is not counted), and
+:func:`factor` gives the one factor by which every model's updates (and its warm-up and checkpoint
+interval, so the schedule keeps its shape and the val split still scores as many checkpoints)
+shrink to fit. A fast device keeps the recipe (factor 1); a slower one trains proportionally less,
+and says so: the run's record names the budget, the measured seconds per update and the factor.
+A run is sized once:
 :func:`fit` keeps its decision in the run folder (``sizing.json``), so the chapters that reuse the
 folder, or a resumed run, train exactly the same updates.
 """
@@ -51,7 +52,7 @@ def updates_seconds(models: dict, *, repeats: int = 5) -> dict:
     change the time); nothing is written anywhere. Returns ``name: dict(update_s, compile_s, bucket,
     batch)``."""
     if repeats < 1:
-        raise ValueError(f"update_seconds(repeats=...) must be >= 1; got {repeats!r}.")
+        raise ValueError(f"updates_seconds(repeats=...) must be >= 1; got {repeats!r}.")
     m = training.mesh()
     jobs = {}
     for name, (cfg, batcher) in models.items():
