@@ -152,8 +152,7 @@ gpu-run:
 	export GIT_DIR="$(CURDIR)/.no-git-read" GMLM_COMMIT=$(COMMIT) GMLM_MULTI30K_DIR=$(abspath $(DATA)) PYTHONUNBUFFERED=1; \
 	xla='$(GPU_XLA_FLAGS)'; if [ "$$xla" = auto ]; then \
 	  echo "gpu-run: choosing XLA_FLAGS with the compile probe (its rows in $(OUT)/probe.json)"; \
-	  chosen=$$(mktemp); PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_PYTHON) benchmarks/compile_probe.py \
-	    --kinds $(PROBE_KINDS) $(PROBE_FLAGS) $(PROBE_ARGS) --json "$(OUT)/probe.json" --choose "$$chosen" \
+	  chosen=$$(mktemp); $(PROBE_CMD) --choose "$$chosen" \
 	    || { echo "error: gpu-run: the compile probe failed; set GPU_XLA_FLAGS by hand" >&2; exit 1; }; \
 	  xla=$$(cat "$$chosen"); rm -f "$$chosen"; \
 	fi; \
@@ -170,14 +169,16 @@ gpu-run:
 # and writes probe.json and the table probe.md to OUT (benchmarks/compile_probe.py). No notebook tooling needed.
 PROBE_KINDS ?= padir
 PROBE_FLAGS ?= --flags= --flags=--xla_gpu_autotune_level=0
+# the probe's command, in gpu-probe and in gpu-run GPU_XLA_FLAGS=auto (their recipes set its environment)
+PROBE_CMD = PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(GPU_PYTHON) benchmarks/compile_probe.py \
+  --kinds $(PROBE_KINDS) $(PROBE_FLAGS) $(PROBE_ARGS) --json "$(OUT)/probe.json"
 
 gpu-probe:
 	@test -n "$(OUT)" || { echo "error: gpu-probe needs OUT=folder (probe.json and probe.md go there)" >&2; exit 2; }
 	@test -f "$(DATA)/train.en.gz" || { echo "error: gpu-probe needs DATA=folder holding Multi30k (train.en.gz, ...); got '$(DATA)'" >&2; exit 2; }
-	@mkdir -p "$(OUT)"; PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" GIT_DIR="$(CURDIR)/.no-git-read" \
-	  $(if $(COMMIT),GMLM_COMMIT=$(COMMIT)) GMLM_MULTI30K_DIR=$(abspath $(DATA)) PYTHONUNBUFFERED=1 \
-	  $(GPU_PYTHON) benchmarks/compile_probe.py --kinds $(PROBE_KINDS) $(PROBE_FLAGS) $(PROBE_ARGS) \
-	  --json "$(OUT)/probe.json" > "$(OUT)/probe.md"; status=$$?; cat "$(OUT)/probe.md"; exit $$status
+	@mkdir -p "$(OUT)"; export GIT_DIR="$(CURDIR)/.no-git-read" GMLM_MULTI30K_DIR=$(abspath $(DATA)) PYTHONUNBUFFERED=1 \
+	  $(if $(COMMIT),GMLM_COMMIT=$(COMMIT)); \
+	$(PROBE_CMD) > "$(OUT)/probe.md"; status=$$?; cat "$(OUT)/probe.md"; exit $$status
 
 # A lent machine may stop one command sooner than the run needs while the machine itself stays lent
 # longer. `make gpu-start` (the variables of gpu-run, but no OUT) checks them, starts gpu-run in a new

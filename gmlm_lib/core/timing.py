@@ -148,9 +148,8 @@ def compile_in_parallel(calls: list, threads: int | None = None) -> float:
     if not calls:
         return 0.0
     workers = min(len(calls), threads or os.cpu_count() or 1)
-    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="compile") as pool:
+    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="compile") as pool:  # waits for all
         futures = [pool.submit(lambda f=f: jax.block_until_ready(f())) for f in calls]
-        concurrent.futures.wait(futures)
     for f in futures:
         f.result()
     return time.perf_counter() - t0
