@@ -169,13 +169,19 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Coarse buckets: each bucket is one more compilation of every model's update and val programs
     # (seconds each on a GPU), and an accelerator wastes little time on padding: three buckets keep 71%
     # of the padded target tokens real on Multi30k en-de (8k pieces), against 82% with five.
+    # One decoding bucket: every decoder (AR greedy, AR beam, PaDIR; per batch size) is one program
+    # instead of three, and PaDIR's has one hypothesis width instead of a lax.switch over three, so the
+    # decoders compile about 3x (AR) and 9x (PaDIR) less code (seconds a program on a GPU). Sources pad
+    # to 64 and PaDIR refines 64 positions: at batch 1 an accelerator's pass is bound by reading the
+    # weights, not by the width (the PaDIR chapter measures the units at several widths to check this),
+    # and what the width costs falls mostly on PaDIR (its AR baselines only read padded sources).
     # Latency over the whole test set (1,000 sentences at batch 1), so that the p99 is a real tail.
     # Each model is the checkpoint (every 500 updates) with the lowest loss on the val split.
     # The updates of the four models get 120 s of the four chapters' 8-minute budget: a device too slow
     # for 3000/2000 updates in that time trains fewer (one factor, measured first: gmlm_lib.mt.sizing).
     "multi30k_gpu": dict(
         layers=4, dropout=0.3, batch_tokens=8192, ar_steps=3000, padir_steps=2000, learning_rate=0.001,
-        warmup=400, compute_dtype="bfloat16", train_buckets=(16, 32, 64), decode_buckets=(16, 32, 64),
+        warmup=400, compute_dtype="bfloat16", train_buckets=(16, 32, 64), decode_buckets=(64,),
         latency_steps=(2, 4, 10), latency_sentences=0, throughput_batch=256, checkpoint_every=500,
         train_seconds=120.0),
     # The few-step stand-in of a run folder (smoke runs and tests): barely trained, same layout.
