@@ -95,7 +95,8 @@ newest-tests:
 # clean tree that was copied there; it names the sources even where git metadata travelled with the tree (a
 # stale copy of .git was seen on the lent machine: GIT_DIR points git at nothing). The padir and ablations
 # chapters time one update on the device and fit their updates to their train_seconds (gmlm_lib.mt.sizing);
-# what else the run costs (compiling above all: see gpu-probe) each chapter's provenance and the log report.
+# what else the run costs (compiling above all: see gpu-probe) each chapter's provenance and the log report;
+# the log also sums, after each chapter (one stopped at the deadline too), the seconds by program compiled.
 # GPU_XLA_FLAGS sets XLA_FLAGS for the run (gpu-probe says which settings compile faster); GMLM_COMPILE_THREADS=1
 # in the environment compiles one program at a time (the library compiles side by side by default). GPU_DEADLINE=seconds
 # interrupts the batch then (SIGINT): it logs the chapter it stopped in and keeps what finished (that

@@ -91,7 +91,7 @@ def main() -> None:
                                        multiple=len(jax.devices()))
             graphdef, params = nnx.split(seq2seq.build(cfg.model, cfg.seed))
             tx = training.optimizer(cfg)
-            step = training.make_step(graphdef, cfg, tx)
+            step = training.make_step(graphdef, cfg)
             first = {}
             for bucket, ix in batcher.epoch(0):
                 first.setdefault(bucket, ix)

@@ -17,7 +17,7 @@ import nbformat
 import pytest
 
 from gmlm_lib.book import runner, sources
-from gmlm_lib.core import records
+from gmlm_lib.core import records, timing
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -128,6 +128,8 @@ def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
         staged = (ROOT / runner.STAGED / f"{name}.md").is_file()
         assert f"{name}: started from {runner.STAGED if staged else 'notebooks'}/{name}.md" in log, log
     assert [line.split("]")[1].split(":")[0].strip() for line in log.splitlines() if "finished in" in line] == names
+    for name in names:  # and which programs each chapter's compile time went to
+        assert re.search(rf"{name}: compiled or read from the cache: \d+ programs, [\d.]+ s summed: jit\(", log), log
     for name in names:
         nb = nbformat.read(out / f"{name}.ipynb", as_version=4)
         errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
@@ -289,6 +291,8 @@ def test_a_batch_interrupted_at_its_deadline_keeps_what_finished(tmp_path, monke
     done = []
 
     def fake_run(name, profile, params, *, root, staged=None):
+        with open(os.environ[timing.COMPILE_LOG], "a") as f:  # as a chapter's kernel logs its compilations
+            f.write(f"{time.time():.3f}\t1\tjit(step_{name})\t2.5\n")
         if done:
             raise KeyboardInterrupt
         path = runner.output_path(root, name, profile)
@@ -303,7 +307,38 @@ def test_a_batch_interrupted_at_its_deadline_keeps_what_finished(tmp_path, monke
     log = (out / "log.txt").read_text()
     assert "padir: finished" in log and "stutter: FAILED" in log and "interrupted (SIGINT" in log
     assert "ablations" not in log.split("stutter: FAILED")[1] and "batch stopped" in log
+    # what each chapter compiled, the stopped one too, its own lines only (this test process may log
+    # programs of its own beside them: its listener, if another test registered it, sees the variable)
+    said = {line.split("] ")[1].split(":")[0]: line for line in log.splitlines() if "compiled or read from" in line}
+    assert sorted(said) == ["padir", "stutter"], log
+    assert "jit(step_padir) 1 x 2.5 s" in said["padir"] and "jit(step_stutter) 1 x 2.5 s" in said["stutter"]
+    assert "step_padir" not in said["stutter"], log
     assert (out / "padir.ipynb").is_file() and (out / "run-records.tar.gz").is_file()
+
+
+def test_compile_summary_sums_the_logged_programs_since_a_time(tmp_path):
+    """timing.compile_summary, which the batch log shows after each chapter: the lines of the
+    GMLM_COMPILE_LOG file at or after `since`, summed by program, the costliest first."""
+    path = tmp_path / "compiles.tsv"
+    path.write_text("10.0\t1\tjit(old)\t99.0\n"  # before `since`: another chapter's
+                    "20.0\t2\tjit(step)\t3.0\n20.5\t2\tjit(f)\t0.5\n21.0\t3\tjit(step)\t4.0\nnot a line\n")
+    assert timing.compile_summary(path, since=15.0) == "3 programs, 7.5 s summed: jit(step) 2 x 7.0 s, jit(f) 1 x 0.5 s"
+    assert timing.compile_summary(path, since=15.0, top=1).endswith("jit(step) 2 x 7.0 s, ...")
+    assert timing.compile_summary(path).startswith("4 programs, 106.5 s summed: jit(old) 1 x 99.0 s")
+    assert timing.compile_summary(tmp_path / "none.tsv") == "no compilation logged"
+
+
+def test_a_process_that_counts_its_compilations_logs_each_program(tmp_path):
+    """With GMLM_COMPILE_LOG set, compile_clock's listener appends one line a program (name, seconds)."""
+    log = tmp_path / "compiles.tsv"
+    script = ("import jax, jax.numpy as jnp\nfrom gmlm_lib.core import timing\ntiming.compile_clock()\n"
+              "def tanh_sum(x):\n    return jnp.tanh(x).sum()\n"
+              "jax.jit(tanh_sum)(jnp.ones(8))\n")
+    env = {**os.environ, timing.COMPILE_LOG: str(log), "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
+    rows = [line.split("\t") for line in log.read_text().splitlines()]
+    assert rows and all(len(r) == 4 and float(r[3]) >= 0 for r in rows)
+    assert "jit(tanh_sum)" in [r[2] for r in rows]
 
 
 def _fake_python(path: Path, seconds: float, status: int) -> Path:

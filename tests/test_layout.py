@@ -163,7 +163,7 @@ tgt = jnp.asarray(rng.integers(5, 40, size=(2, 6)), jnp.int32)
 batch = dict(src=src, src_mask=jnp.ones_like(src, bool), tgt=tgt, tgt_mask=jnp.ones_like(tgt, bool))
 enc, _ = model.encode(src, batch["src_mask"])
 tx = training.optimizer(tcfg)
-step = training.make_step(graphdef, tcfg, tx)
+step = training.make_step(graphdef, tcfg)
 losses = []
 state = (params, tx.init(params))
 for t in range(2):

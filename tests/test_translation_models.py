@@ -456,13 +456,14 @@ def test_configs_that_differ_only_in_traced_fields_share_one_program():
     bucket, ix = next(iter(batcher.epoch(0)))
     batch, key = batcher.make(bucket, ix).arrays(), jax.random.key(3)
     tx = training.optimizer(base)
-    variants = [base.replace(unmasking_rate=0.5), base.replace(fill="mask")]
-    assert set(training.TRACED) == {"unmasking_rate", "fill"} == set(training.make_eval(graphdef, base).numbers)
+    variants = [base.replace(unmasking_rate=0.5), base.replace(fill="mask"),
+                base.replace(steps=base.steps * 3, warmup=base.warmup + 1, learning_rate=3e-4, min_lr_ratio=0.2)]
+    assert set(training.TRACED) == {"unmasking_rate", "fill", "learning_rate", "warmup", "steps", "min_lr_ratio"} \
+        == set(training.make_eval(graphdef, base).numbers)
 
     def text(cfg, make):
         args = (params, tx.init(params), batch, key) if make is training.make_step else (params, batch, key)
-        fn = make(graphdef, cfg, tx) if make is training.make_step else make(graphdef, cfg)
-        return fn.lower(*args).as_text(debug_info=False)
+        return make(graphdef, cfg).lower(*args).as_text(debug_info=False)
 
     for make in (training.make_step, training.make_eval):
         assert all(text(base, make) == text(cfg, make) for cfg in variants)
@@ -476,6 +477,64 @@ def test_configs_that_differ_only_in_traced_fields_share_one_program():
         assert float(total / tokens) == pytest.approx(float(parts["token_loss"]), rel=1e-5)
         losses.append(float(total / tokens))
     assert len({round(v, 4) for v in losses}) == 3
+
+
+@pytest.mark.parametrize("steps, warmup, lr, ratio", [(4000, 400, 1e-3, 0.05), (12, 1, 2e-3, 0.0), (7, 6, 3e-4, 0.2),
+                                                     (1200, 0, 1e-3, 1.0), (100, 10, 5e-4, 0.05)])
+def test_the_traced_schedule_gives_the_optax_rates(steps, warmup, lr, ratio):
+    """training.traced_schedule (the update program's schedule, its numbers arguments), jitted as the
+    update runs it, against the warm-up-cosine formula in float64 and against the optax schedule of
+    training.schedule, at every update and past the end, to float32 rounding: a relative 1e-6, or
+    1e-6 of the peak where terms cancel (optax's warm-up -peak * (1 - c / w) + peak near c = 0, the
+    cosine's 1 + cos near the end)."""
+    cfg = _cfg("padir").replace(steps=steps, warmup=warmup, learning_rate=lr, min_lr_ratio=ratio)
+    numbers = {k: f(cfg) for k, f in training.TRACED.items()}
+    counts = jnp.arange(0, steps + 5, dtype=jnp.int32)
+    ours = jax.jit(jax.vmap(lambda c, n: training.traced_schedule(n)(c), in_axes=(0, None)))(counts, numbers)
+    theirs = jax.jit(jax.vmap(training.schedule(cfg)))(counts)
+    assert ours.dtype == theirs.dtype == jnp.float32
+    c, w = np.arange(steps + 5, dtype=np.float64), max(warmup, 1)
+    t = np.minimum(c - w, steps - w) / (steps - w)
+    exact = np.where(c < w, lr * c / w, lr * ((1 - ratio) * 0.5 * (1 + np.cos(np.pi * t)) + ratio))
+    for reference in (exact, np.asarray(theirs)):  # float32's error is relative to the peak where terms cancel
+        np.testing.assert_allclose(np.asarray(ours), reference, rtol=1e-6, atol=1e-6 * lr + 1e-12)
+
+
+def test_a_run_sized_to_a_budget_trains_with_the_program_its_timing_compiled(tmp_path):
+    """sizing.fit_config times one update of the asked config, then the run trains fewer updates (so
+    another schedule): with the schedule's numbers arguments of the update (training.TRACED), the run's
+    update for the timed bucket is the timed one, read from the persistent compilation cache instead
+    of compiled again (on a GPU, half a minute a model). In a fresh process, as a chapter runs."""
+    script = f"""
+import json, pathlib, numpy as np
+from gmlm_lib.core import timing
+from gmlm_lib.mt import batching, seq2seq, sizing, training
+rng = np.random.default_rng(0)
+src = [list(rng.integers(6, 40, rng.integers(2, 7))) for _ in range(64)]
+batcher = batching.Batcher(src, [s[::-1] for s in src], batch_tokens=128, seed=0, buckets=(8,))
+mc = seq2seq.ModelConfig(vocab=40, causal=False, d_model=32, heads=4, enc_layers=1, dec_layers=1, d_ff=64, max_len=8)
+cfg = training.TrainConfig(kind="padir", model=mc, steps=400, warmup=40, batch_tokens=128, checkpoint_every=200,
+                           log_every=50, buckets=(8,))
+s = timing.compile_clock()
+fitted, record = sizing.fit_config(cfg, batcher, 1, 1e-9)  # a budget that shrinks the run to its floor
+timed = timing.compiles_since(s)
+def updates():  # the update programs in the cache: a program compiled (not read) is written there, by key
+    return {{p.name.split("-")[1] for p in pathlib.Path({str(tmp_path / "cache")!r}).glob("jit_step-*")}}
+after_timing = updates()
+s = timing.compile_clock()
+training.train(fitted, batcher, {str(tmp_path / "run")!r}, progress=False)
+print(json.dumps(dict(steps=fitted.steps, warmup=fitted.warmup, timed=timed, train=timing.compiles_since(s),
+                      timed_updates=len(after_timing), new_updates=len(updates() - after_timing))))
+"""
+    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "cache"),
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got["steps"] < 400 and got["warmup"] < 40  # another schedule than the one timed
+    assert got["timed"]["compilations"] >= 1 and got["timed"]["cache_hits"] == 0
+    assert got["timed_updates"] == 1 and got["new_updates"] == 0, got  # the update, as the timing compiled it
+    assert got["train"]["cache_hits"] >= 1, got
 
 
 def test_training_reduces_the_loss(tmp_path):

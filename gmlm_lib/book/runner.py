@@ -299,18 +299,25 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
             shutil.copy2(root / "book" / "provenance.md", out / "provenance.md")
         return _records_archive(root, out)
 
+    from gmlm_lib.core import timing
+
+    # every program the chapters' kernels compile (or read from the cache), one line each: summed by
+    # program in this log after each chapter, a stopped one included
+    compile_log = Path(tempfile.mkdtemp(prefix="gmlm-compiles-")) / "compiles.tsv"
     for name in names:
         mine = own[name]
         source = chapter_source(root, name, staged)
         log(f"{name}: started from {source.relative_to(root) if source.is_relative_to(root) else source}"
             + (f" with {mine}" if mine else ""))
-        t0 = time.perf_counter()
+        t0, began = time.perf_counter(), time.time()
         try:
-            meta = run_notebook(name, profile, mine, root=root, staged=staged)
+            with _environ(**{timing.COMPILE_LOG: str(compile_log)}):
+                meta = run_notebook(name, profile, mine, root=root, staged=staged)
         except (Exception, KeyboardInterrupt) as err:  # the batch reports every failure, then stops
             why = ("interrupted (SIGINT: a deadline such as make gpu-run's GPU_DEADLINE, or Ctrl-C)"
                    if isinstance(err, KeyboardInterrupt) else f"{type(err).__name__}: {err}")
             log(f"{name}: FAILED after {time.perf_counter() - t0:.1f} s: {why}")
+            log(f"{name}: compiled or read from the cache: {timing.compile_summary(compile_log, began)}")
             failed = root / "_build" / "failed" / f"{profile}-{name}.ipynb"
             if failed.is_file():
                 shutil.copy2(failed, out / failed.name)
@@ -321,6 +328,7 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
         log(f"{name}: finished in {meta['total_wall_time_s']:.1f} s"
             + (f" ({rec['compile_s']:.1f} s compiling {rec['compilations']} programs, {rec['cache_hits']} from the "
                f"compilation cache)" if "compile_s" in rec else ""))
+        log(f"{name}: compiled or read from the cache: {timing.compile_summary(compile_log, began)}")
         gather()
     archive = gather()
     log(f"batch {'finished' if status == 0 else 'stopped'} after {time.perf_counter() - t_all:.1f} s"

@@ -71,10 +71,48 @@ _COMPILES = {"compilations": 0, "compile_s": 0.0, "cache_hits": 0}
 _LISTENING: list[bool] = []
 
 
-def _on_duration(event: str, duration: float, **_) -> None:
+COMPILE_LOG = "GMLM_COMPILE_LOG"
+"""The environment variable naming a file to which every process that counts its compilations
+(:func:`compile_clock`) appends one line a program: ``time``, ``pid``, the program's name and the
+seconds it took (compiled, or read from the persistent cache), tab-separated. ``make gpu-run``'s
+batch sets it and writes each chapter's :func:`compile_summary` to its log, so a run stopped at its
+deadline still says which programs its time went to."""
+
+
+def _on_duration(event: str, duration: float, fun_name=None, **_) -> None:
     if event == _COMPILE_EVENT:
         _COMPILES["compilations"] += 1
         _COMPILES["compile_s"] += float(duration)
+        path = os.environ.get(COMPILE_LOG)
+        if path:
+            try:
+                with open(path, "a") as f:  # one short appended line: whole even with threads compiling
+                    f.write(f"{time.time():.3f}\t{os.getpid()}\t{fun_name}\t{float(duration):.3f}\n")
+            except OSError:
+                pass  # the log is a diagnostic: a full or read-only disk must not stop the work
+
+
+def compile_summary(path, since: float = 0.0, top: int = 6) -> str:
+    """The lines of a :data:`COMPILE_LOG` file written at or after ``since`` (a ``time.time()``),
+    summed by program: ``"N programs, S s summed: name k x s, ..."`` (programs compiled side by side
+    overlap, so the sum can exceed the wall time), the ``top`` programs by seconds first;
+    ``"no compilation logged"`` when there is none (or no file)."""
+    by: dict[str, list[float]] = {}
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        parts = line.split("\t")
+        if len(parts) == 4 and float(parts[0]) >= since:
+            by.setdefault(parts[2], []).append(float(parts[3]))
+    if not by:
+        return "no compilation logged"
+    order = sorted(by.items(), key=lambda kv: -sum(kv[1]))
+    total = sum(sum(v) for v in by.values())
+    head = ", ".join(f"{name} {len(v)} x {sum(v):.1f} s" for name, v in order[:top])
+    n = sum(len(v) for v in by.values())
+    return f"{n} program{'s' if n != 1 else ''}, {total:.1f} s summed: {head}" + (", ..." if len(order) > top else "")
 
 
 def _on_event(event: str, **_) -> None:

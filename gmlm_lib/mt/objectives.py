@@ -87,7 +87,9 @@ def loss_fn(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, dro
     """The loss of ``cfg.kind`` ("ar": :func:`ar_loss`, "padir": :func:`padir_loss`) on one batch
     (``src``, ``src_mask`` (B, S); ``tgt``, ``tgt_mask`` (B, L)): ``(mean loss, parts)``; without
     dropout when ``dropout`` is false. ``numbers`` (None: ``cfg``'s own) gives the values of the
-    fields in :data:`gmlm_lib.mt.training.TRACED`, as arguments of a compiled program."""
+    fields in :data:`gmlm_lib.mt.training.TRACED`, as arguments of a compiled program (the loss reads
+    ``unmasking_rate`` and ``fill``; the schedule's numbers are the optimiser's)."""
     if cfg.kind == "ar":
         return ar_loss(model, cfg, batch, key, dropout=dropout)
-    return padir_loss(model, cfg, batch, key, dropout=dropout, **(numbers or {}))
+    mine = {k: v for k, v in (numbers or {}).items() if k in ("unmasking_rate", "fill")}
+    return padir_loss(model, cfg, batch, key, dropout=dropout, **mine)

@@ -65,7 +65,7 @@ def updates_seconds(models: dict, *, repeats: int = 5) -> dict:
         graphdef, params = nnx.split(seq2seq.build(cfg.model, cfg.seed))
         tx = training.optimizer(cfg)
         state = jax.device_put((params, tx.init(params)), NamedSharding(m, P()))
-        jobs[name] = dict(step=training.make_step(graphdef, cfg, tx), state=state, batch=batch,
+        jobs[name] = dict(step=training.make_step(graphdef, cfg), state=state, batch=batch,
                           key=jax.random.key(cfg.seed), bucket=int(bucket), size=len(ix))
     compile_s = timing.compile_in_parallel(
         [lambda j=j: j["step"](*jax.tree.map(jnp.copy, j["state"]), j["batch"], j["key"])[2] for j in jobs.values()])

@@ -152,9 +152,37 @@ def schedule(cfg: TrainConfig) -> optax.Schedule:
                                               end_value=cfg.learning_rate * cfg.min_lr_ratio)
 
 
-def optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
-    """Global-norm clipping, then AdamW (beta2 = 0.98) or Adafactor, on the warm-up-cosine schedule."""
-    lr = schedule(cfg)
+def _schedule_numbers(cfg: TrainConfig) -> dict:
+    """The numbers of :func:`schedule` as float32 device scalars (:data:`TRACED`): its peak, warm-up,
+    length and ``alpha`` (the end value over the peak, as optax computes it; the peak is > 0)."""
+    peak, end = cfg.learning_rate, cfg.learning_rate * cfg.min_lr_ratio
+    return dict(learning_rate=jnp.asarray(peak, jnp.float32), warmup=jnp.asarray(max(cfg.warmup, 1), jnp.float32),
+                steps=jnp.asarray(cfg.steps, jnp.float32), min_lr_ratio=jnp.asarray(end / peak, jnp.float32))
+
+
+def traced_schedule(numbers: dict) -> optax.Schedule:
+    """:func:`schedule` with its numbers as arrays (``numbers``: :data:`TRACED`'s values), so that the
+    update program does not depend on ``steps``, ``warmup`` or the rates; the rates of
+    ``optax.warmup_cosine_decay_schedule`` to float32 rounding (tested). Why: a run sized
+    to a time budget (:mod:`gmlm_lib.mt.sizing`) then trains with the program its timing compiled, and
+    models that differ only in their number of updates (the ablations' against the PaDIR chapter's)
+    share one program; on a GPU each is half a minute of compiling."""
+    peak, warmup, steps, alpha = (numbers[k] for k in ("learning_rate", "warmup", "steps", "min_lr_ratio"))
+
+    def lr(count):
+        rising = peak * (jnp.clip(count, 0, warmup) / warmup)
+        decay = steps - warmup
+        cosine = 0.5 * (1 + jnp.cos(jnp.pi * jnp.minimum(count - warmup, decay) / decay))
+        return jnp.where(count < warmup, rising, peak * ((1 - alpha) * cosine ** 1.0 + alpha))
+
+    return lr
+
+
+def optimizer(cfg: TrainConfig, learning_rate: optax.Schedule | None = None) -> optax.GradientTransformation:
+    """Global-norm clipping, then AdamW (beta2 = 0.98) or Adafactor, on the warm-up-cosine schedule
+    (``learning_rate``: that schedule as another function of the update count, e.g.
+    :func:`traced_schedule`; default :func:`schedule`)."""
+    lr = schedule(cfg) if learning_rate is None else learning_rate
     if cfg.optimizer == "adamw":
         opt = optax.adamw(lr, b1=0.9, b2=0.98, eps=1e-9, weight_decay=cfg.weight_decay)
     else:
@@ -172,13 +200,16 @@ def mesh(devices=None) -> Mesh:
 TRACED = {
     "unmasking_rate": lambda cfg: jnp.asarray(cfg.unmasking_rate, jnp.float32),
     "fill": lambda cfg: jnp.asarray(cfg.fill == "mask"),
+    **{name: (lambda cfg, name=name: _schedule_numbers(cfg)[name])
+       for name in ("learning_rate", "warmup", "steps", "min_lr_ratio")},
 }
 """The :class:`TrainConfig` fields that are arguments of the compiled update and validation programs,
 not constants baked into them, each with the device scalar a config passes for it (``fill`` as a
-boolean, true for ``[MASK]``): configs that differ
-only in these compile to the same program, which JAX's persistent compilation cache then shares
-(the ablations' unmasking-rate and ``[MASK]`` variants train with their baseline's program). Every
-other field shapes the program (layers, stages, the schedule)."""
+boolean, true for ``[MASK]``; the schedule's as :func:`traced_schedule` reads them): configs that
+differ only in these compile to the same program, which JAX's persistent compilation cache then
+shares (the ablations' unmasking-rate and ``[MASK]`` variants train with their baseline's program, a
+run sized to a budget with the program its timing compiled). Every other field shapes the program
+(layers, stages, label smoothing, the optimiser)."""
 
 
 class Program:
@@ -196,16 +227,18 @@ class Program:
         return self.jitted.lower(*args, self.numbers)
 
 
-def make_step(graphdef, cfg: TrainConfig, tx) -> Program:
-    """The compiled update ``(params, opt_state, batch, key) -> (params, opt_state, loss, parts)``.
-    Sharding follows the inputs: batches split over "data", parameters replicated. The fields in
-    :data:`TRACED` are arguments of the program, not constants."""
+def make_step(graphdef, cfg: TrainConfig) -> Program:
+    """The compiled update ``(params, opt_state, batch, key) -> (params, opt_state, loss, parts)`` of
+    :func:`optimizer` ``(cfg)`` (its state: ``optimizer(cfg).init(params)``). Sharding follows the
+    inputs: batches split over "data", parameters replicated. The fields in :data:`TRACED` are
+    arguments of the program, not constants."""
 
     def step(params, opt_state, batch, key, numbers):
         def f(p):
             return objectives.loss_fn(nnx.merge(graphdef, p), cfg, batch, key, numbers=numbers)
 
         (loss, parts), grads = jax.value_and_grad(f, has_aux=True)(params)
+        tx = optimizer(cfg, traced_schedule(numbers))
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss, parts
 
@@ -250,9 +283,8 @@ def flops_per_step(cfg: TrainConfig, batcher: batching.Batcher) -> float:
     lowered step for each bucket (forward, backward and optimiser; one device; no compilation)."""
     model = seq2seq.build(cfg.model, cfg.seed)
     graphdef, params = nnx.split(model)
-    tx = optimizer(cfg)
-    step = make_step(graphdef, cfg, tx)
-    opt_state = tx.init(params)
+    step = make_step(graphdef, cfg)
+    opt_state = optimizer(cfg).init(params)
     counts: dict[int, int] = {}
     for bucket, _ in batcher.epoch(0):
         counts[bucket] = counts.get(bucket, 0) + 1
@@ -474,7 +506,7 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher, va
         record.write(start, None)  # the record names the checkpoint resumed from, not a later one that was lost
     digests = {k: v for k, v in runfolder.checkpoint_digests(run_dir).items() if int(k) <= start}
 
-    step_fn = make_step(graphdef, cfg, tx)
+    step_fn = make_step(graphdef, cfg)
     base_key = jax.random.key(cfg.seed)
     if start < cfg.steps:
         # wall seconds compiling the run's programs before its first update (part of the segment's wall_s)
