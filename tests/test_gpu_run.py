@@ -292,7 +292,7 @@ def test_a_batch_interrupted_at_its_deadline_keeps_what_finished(tmp_path, monke
 
     def fake_run(name, profile, params, *, root, staged=None):
         with open(os.environ[timing.COMPILE_LOG], "a") as f:  # as a chapter's kernel logs its compilations
-            f.write(f"{time.time():.3f}\t1\tjit(step_{name})\t2.5\n")
+            f.write(f"{time.time():.6f}\t1\tjit(step_{name})\t2.5\n")
         if done:
             raise KeyboardInterrupt
         path = runner.output_path(root, name, profile)

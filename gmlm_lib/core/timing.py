@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -87,7 +88,7 @@ def _on_duration(event: str, duration: float, fun_name=None, **_) -> None:
         if path:
             try:
                 with open(path, "a") as f:  # one short appended line: whole even with threads compiling
-                    f.write(f"{time.time():.3f}\t{os.getpid()}\t{fun_name}\t{float(duration):.3f}\n")
+                    f.write(f"{time.time():.6f}\t{os.getpid()}\t{fun_name}\t{float(duration):.3f}\n")
             except OSError:
                 pass  # the log is a diagnostic: a full or read-only disk must not stop the work
 
@@ -99,12 +100,12 @@ def compile_summary(path, since: float = 0.0, top: int = 6) -> str:
     ``"no compilation logged"`` when there is none (or no file)."""
     by: dict[str, list[float]] = {}
     try:
-        lines = open(path).read().splitlines()
+        lines = Path(path).read_text().splitlines()
     except OSError:
         lines = []
     for line in lines:
         parts = line.split("\t")
-        if len(parts) == 4 and float(parts[0]) >= since:
+        if len(parts) == 4 and float(parts[0]) >= since - 1e-3:  # the times are written rounded
             by.setdefault(parts[2], []).append(float(parts[3]))
     if not by:
         return "no compilation logged"

@@ -166,7 +166,7 @@ def traced_schedule(numbers: dict) -> optax.Schedule:
     ``optax.warmup_cosine_decay_schedule`` to float32 rounding (tested). Why: a run sized
     to a time budget (:mod:`gmlm_lib.mt.sizing`) then trains with the program its timing compiled, and
     models that differ only in their number of updates (the ablations' against the PaDIR chapter's)
-    share one program; on a GPU each is half a minute of compiling."""
+    share one program: on a GPU an update takes far longer to compile than to run."""
     peak, warmup, steps, alpha = (numbers[k] for k in ("learning_rate", "warmup", "steps", "min_lr_ratio"))
 
     def lr(count):
