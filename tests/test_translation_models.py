@@ -1034,6 +1034,25 @@ def test_compile_all_compiles_every_system_and_bucket_before_a_sweep():
         tr.warm_calls(translate.Method("padir"), passes=True)
 
 
+def test_batches_group_sources_of_similar_length_within_a_bucket():
+    """A batch's decoding loop runs until its longest row ends: Translator.batches sorts each bucket's
+    sources by length (stably), so a batch of short sentences stops early even with a single bucket
+    (the GPU preset's), and every text is in exactly one batch."""
+    words = "a dog runs on the green grass near the old red house by the river".split()
+    texts = [" ".join(words[: 1 + (7 * i) % len(words)]) for i in range(20)]
+    v = V.train(texts * 2, 60)
+    cfg = seq2seq.ModelConfig(vocab=v.size, causal=True, d_model=16, heads=2, enc_layers=1, dec_layers=1, d_ff=32,
+                              max_len=64)
+    tr = translate.Translator(seq2seq.build(cfg, 1), v, buckets=(64,))
+    lengths = [len(r) for r in v.encode(texts)]
+    chunks = [list(chunk) for chunk, *_ in tr.batches(texts, 4)]
+    assert sorted(i for c in chunks for i in c) == list(range(len(texts)))
+    order = [i for c in chunks for i in c]
+    assert [lengths[i] for i in order] == sorted(lengths)  # by length across the batches of the bucket
+    assert order == sorted(range(len(texts)), key=lambda i: lengths[i])  # stably
+    assert [lengths[i] for i in order] != lengths  # the texts were not in length order to begin with
+
+
 def test_the_gpu_preset_decodes_every_length_with_one_program_per_decoder_and_batch_size():
     """multi30k_gpu decodes with one source bucket, so short and long sources share each decoder's
     program and PaDIR's holds one hypothesis width (no lax.switch over three): on a GPU, where each

@@ -33,9 +33,9 @@ from gmlm_lib.core.progress import bar as progress_bar
 from gmlm_lib.mt import batching, objectives, runfolder, seq2seq
 from gmlm_lib.mt.runfolder import DAMAGED, RunFolderBusy, RunFolderError
 
-__all__ = ["TrainConfig", "TRACED", "Program", "schedule", "optimizer", "mesh", "make_step", "make_eval",
-           "compile_programs", "validation_loss", "VAL_METRIC", "flops_per_step", "Result", "train", "load",
-           "RunFolderBusy", "RunFolderError", "DAMAGED"]
+__all__ = ["TrainConfig", "TRACED", "Program", "schedule", "traced_schedule", "optimizer", "mesh", "make_step",
+           "make_eval", "compile_programs", "validation_loss", "VAL_METRIC", "flops_per_step", "Result", "train",
+           "load", "RunFolderBusy", "RunFolderError", "DAMAGED"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -125,9 +125,11 @@ class Translator:
 
     def batches(self, texts: list[str], batch_size: int):
         """Yield ``(chunk, src, src_mask, key)`` for ``texts`` in batches of ``batch_size`` grouped by
-        source bucket: ``chunk`` the indices of the texts in the batch, ``src``/``src_mask``
-        (batch_size, bucket) with a last partial batch filled with copies of its first row, ``key``
-        the batch's decoding key (``fold_in(seed key, batch number)``). Same inputs, same batches."""
+        source bucket, and by source length within a bucket (a batch's decoding loop runs until its
+        longest row ends, so mixed lengths would cost every row the longest's steps): ``chunk`` the
+        indices of the texts in the batch, ``src``/``src_mask`` (batch_size, bucket) with a last
+        partial batch filled with copies of its first row, ``key`` the batch's decoding key
+        (``fold_in(seed key, batch number)``). Same inputs, same batches."""
         texts = self._check_texts(texts, batch_size)
         ids = self.vocab.encode(texts)
         by_bucket: dict[int, list[int]] = {}
@@ -135,6 +137,7 @@ class Translator:
             by_bucket.setdefault(self.bucket(len(row)), []).append(i)
         n = 0
         for b, idx in by_bucket.items():
+            idx = sorted(idx, key=lambda i: len(ids[i]))  # stable: equal lengths keep their order
             for j in range(0, len(idx), batch_size):
                 chunk = idx[j: j + batch_size]
                 rows = [ids[i] for i in chunk] + [ids[chunk[0]]] * (batch_size - len(chunk))
