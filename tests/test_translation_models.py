@@ -11,6 +11,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 
@@ -483,21 +484,25 @@ def test_configs_that_differ_only_in_traced_fields_share_one_program():
                                                      (1200, 0, 1e-3, 1.0), (100, 10, 5e-4, 0.05)])
 def test_the_traced_schedule_gives_the_optax_rates(steps, warmup, lr, ratio):
     """training.traced_schedule (the update program's schedule, its numbers arguments), jitted as the
-    update runs it, against the warm-up-cosine formula in float64 and against the optax schedule of
-    training.schedule, at every update and past the end, to float32 rounding: a relative 1e-6, or
+    update runs it, against the warm-up-cosine formula in float64 and against
+    optax.warmup_cosine_decay_schedule, at every update and past the end, to float32 rounding: a relative 1e-6, or
     1e-6 of the peak where terms cancel (optax's warm-up -peak * (1 - c / w) + peak near c = 0, the
     cosine's 1 + cos near the end)."""
     cfg = _cfg("padir").replace(steps=steps, warmup=warmup, learning_rate=lr, min_lr_ratio=ratio)
     numbers = {k: f(cfg) for k, f in training.TRACED.items()}
     counts = jnp.arange(0, steps + 5, dtype=jnp.int32)
     ours = jax.jit(jax.vmap(lambda c, n: training.traced_schedule(n)(c), in_axes=(0, None)))(counts, numbers)
-    theirs = jax.jit(jax.vmap(training.schedule(cfg)))(counts)
+    optax_schedule = optax.warmup_cosine_decay_schedule(0.0, lr, max(warmup, 1), steps, end_value=lr * ratio)
+    theirs = jax.jit(jax.vmap(optax_schedule))(counts)
     assert ours.dtype == theirs.dtype == jnp.float32
     c, w = np.arange(steps + 5, dtype=np.float64), max(warmup, 1)
     t = np.minimum(c - w, steps - w) / (steps - w)
     exact = np.where(c < w, lr * c / w, lr * ((1 - ratio) * 0.5 * (1 + np.cos(np.pi * t)) + ratio))
     for reference in (exact, np.asarray(theirs)):  # float32's error is relative to the peak where terms cancel
         np.testing.assert_allclose(np.asarray(ours), reference, rtol=1e-6, atol=1e-6 * lr + 1e-12)
+    # the host's schedule (the rates a run logs) is the program's formula (XLA folds its constants: rounding)
+    logged = jax.jit(jax.vmap(training.schedule(cfg)))(counts)
+    np.testing.assert_allclose(np.asarray(logged), np.asarray(ours), rtol=1e-6, atol=1e-6 * lr + 1e-12)
 
 
 def test_a_run_sized_to_a_budget_trains_with_the_program_its_timing_compiled(tmp_path):

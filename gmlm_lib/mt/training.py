@@ -147,33 +147,29 @@ class TrainConfig:
 # -- optimiser -----------------------------------------------------------------------------------------
 def schedule(cfg: TrainConfig) -> optax.Schedule:
     """Learning rate by update: linear warm-up from 0 over ``warmup`` updates, then a cosine decay
-    to ``learning_rate * min_lr_ratio`` at ``steps``."""
-    return optax.warmup_cosine_decay_schedule(0.0, cfg.learning_rate, max(cfg.warmup, 1), cfg.steps,
-                                              end_value=cfg.learning_rate * cfg.min_lr_ratio)
+    to ``learning_rate * min_lr_ratio`` at ``steps`` (:func:`traced_schedule` of ``cfg``'s numbers:
+    the rates the update program applies)."""
+    return traced_schedule({name: TRACED[name](cfg) for name in _SCHEDULE})
 
 
-def _schedule_numbers(cfg: TrainConfig) -> dict:
-    """The numbers of :func:`schedule` as float32 device scalars (:data:`TRACED`): its peak, warm-up,
-    length and ``alpha`` (the end value over the peak, as optax computes it; the peak is > 0)."""
-    peak, end = cfg.learning_rate, cfg.learning_rate * cfg.min_lr_ratio
-    return dict(learning_rate=jnp.asarray(peak, jnp.float32), warmup=jnp.asarray(max(cfg.warmup, 1), jnp.float32),
-                steps=jnp.asarray(cfg.steps, jnp.float32), min_lr_ratio=jnp.asarray(end / peak, jnp.float32))
+_SCHEDULE = ("learning_rate", "warmup", "steps", "min_lr_ratio")
+"""The :data:`TRACED` fields that :func:`traced_schedule` reads."""
 
 
 def traced_schedule(numbers: dict) -> optax.Schedule:
-    """:func:`schedule` with its numbers as arrays (``numbers``: :data:`TRACED`'s values), so that the
-    update program does not depend on ``steps``, ``warmup`` or the rates; the rates of
-    ``optax.warmup_cosine_decay_schedule`` to float32 rounding (tested). Why: a run sized
-    to a time budget (:mod:`gmlm_lib.mt.sizing`) then trains with the program its timing compiled, and
-    models that differ only in their number of updates (the ablations' against the PaDIR chapter's)
-    share one program: on a GPU an update takes far longer to compile than to run."""
-    peak, warmup, steps, alpha = (numbers[k] for k in ("learning_rate", "warmup", "steps", "min_lr_ratio"))
+    """The warm-up-cosine schedule of ``optax.warmup_cosine_decay_schedule`` (to float32 rounding:
+    tested) with its numbers as arrays (``numbers``: :data:`TRACED`'s values), so that the update
+    program does not depend on ``steps``, ``warmup`` or the rates. Why: a run sized to a time budget
+    (:mod:`gmlm_lib.mt.sizing`) then trains with the program its timing compiled, and models that
+    differ only in their number of updates (the ablations' against the PaDIR chapter's) share one
+    program: on a GPU an update takes far longer to compile than to run."""
+    peak, warmup, steps, alpha = (numbers[k] for k in _SCHEDULE)
 
     def lr(count):
         rising = peak * (jnp.clip(count, 0, warmup) / warmup)
-        decay = steps - warmup
+        decay = jnp.maximum(steps - warmup, 1.0)  # 0 only for a 1-update run, which never decays
         cosine = 0.5 * (1 + jnp.cos(jnp.pi * jnp.minimum(count - warmup, decay) / decay))
-        return jnp.where(count < warmup, rising, peak * ((1 - alpha) * cosine ** 1.0 + alpha))
+        return jnp.where(count < warmup, rising, peak * ((1 - alpha) * cosine + alpha))
 
     return lr
 
@@ -200,8 +196,11 @@ def mesh(devices=None) -> Mesh:
 TRACED = {
     "unmasking_rate": lambda cfg: jnp.asarray(cfg.unmasking_rate, jnp.float32),
     "fill": lambda cfg: jnp.asarray(cfg.fill == "mask"),
-    **{name: (lambda cfg, name=name: _schedule_numbers(cfg)[name])
-       for name in ("learning_rate", "warmup", "steps", "min_lr_ratio")},
+    "learning_rate": lambda cfg: jnp.asarray(cfg.learning_rate, jnp.float32),
+    "warmup": lambda cfg: jnp.asarray(max(cfg.warmup, 1), jnp.float32),
+    "steps": lambda cfg: jnp.asarray(cfg.steps, jnp.float32),
+    # the end rate over the peak, as optax computes its alpha
+    "min_lr_ratio": lambda cfg: jnp.asarray(cfg.learning_rate * cfg.min_lr_ratio / cfg.learning_rate, jnp.float32),
 }
 """The :class:`TrainConfig` fields that are arguments of the compiled update and validation programs,
 not constants baked into them, each with the device scalar a config passes for it (``fill`` as a
