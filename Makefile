@@ -116,7 +116,9 @@ GPU_JAX_CACHE ?= /tmp/gmlm-jax-cache
 # XLA_FLAGS of the run, added to any the environment sets (empty: none added), recorded in every chapter's
 # provenance; "auto": the compile
 # probe (gpu-probe's PROBE_* settings) runs first and chooses them (benchmarks/compile_probe.py, choose()),
-# its rows in OUT/probe.json; GPU_DEADLINE counts from the start of gpu-run, the probe included
+# its rows in OUT/probe.json; GPU_DEADLINE counts from the start of gpu-run, the probe included. Each probed
+# setting compiles cold in a fresh GPU_JAX_CACHE, and the chosen one's cache is kept there for the chapters:
+# the probe's PaDIR update and decoder are the run's own programs (--cache; a cache holding files is left alone)
 GPU_XLA_FLAGS ?=
 PLATFORMS   := $(foreach n,2_28 2_27 2_17 2014 1,--platform $(if $(filter 2014 1,$(n)),manylinux$(n),manylinux_$(n))_x86_64)
 
@@ -153,14 +155,15 @@ gpu-run:
 	export GIT_DIR="$(CURDIR)/.no-git-read" GMLM_COMMIT=$(COMMIT) GMLM_MULTI30K_DIR=$(abspath $(DATA)) PYTHONUNBUFFERED=1; \
 	xla='$(GPU_XLA_FLAGS)'; if [ "$$xla" = auto ]; then \
 	  echo "gpu-run: choosing XLA_FLAGS with the compile probe (its rows in $(OUT)/probe.json)"; \
-	  chosen=$$(mktemp); $(PROBE_CMD) --choose "$$chosen" \
+	  chosen=$$(mktemp); JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2 $(PROBE_CMD) --choose "$$chosen" \
+	    $(if $(GPU_JAX_CACHE),--cache "$(abspath $(GPU_JAX_CACHE))") \
 	    || { echo "error: gpu-run: the compile probe failed; set GPU_XLA_FLAGS by hand" >&2; exit 1; }; \
 	  xla=$$(cat "$$chosen"); rm -f "$$chosen"; \
 	fi; \
 	if [ -n "$$xla" ]; then export XLA_FLAGS="$${XLA_FLAGS:+$$XLA_FLAGS }$$xla"; echo "gpu-run: XLA_FLAGS=$$XLA_FLAGS"; fi; \
 	left=$$(( $(GPU_DEADLINE) - $$(date +%s) + start )); [ $$left -gt 1 ] || left=1; \
 	PYTHONPATH="$(CURDIR)$$site$${PYTHONPATH:+:$$PYTHONPATH}" \
-	  $(if $(GPU_JAX_CACHE),JAX_COMPILATION_CACHE_DIR=$(GPU_JAX_CACHE) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2) \
+	  $(if $(GPU_JAX_CACHE),JAX_COMPILATION_CACHE_DIR=$(abspath $(GPU_JAX_CACHE)) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2) \
 	  $(if $(filter-out 0,$(GPU_DEADLINE)),timeout --signal=INT --kill-after=30 $$left) \
 	  $(GPU_PYTHON) -m gmlm_lib.book batch $(GPU_PROFILE) $(GPU_ARGS) --out "$(OUT)" $(if $(wildcard staged/*.md),--staged staged)
 

@@ -16,7 +16,8 @@ AR baseline):
 * ``update``: one training update on a batch of the bucket the epochs use most
   (:func:`gmlm_lib.mt.sizing.update_seconds`): ``first_s`` the first call (building the model,
   tracing, lowering and compiling), ``compile_s`` the seconds XLA spent compiling in it (the
-  model's initialisation included), and ``run_ms`` the median update;
+  model's initialisation included; ``cache_hits`` of its ``programs`` were read from a persistent
+  cache instead), and ``run_ms`` the median update;
 * ``decode``: batch-1 decoding as the latency tables run it (AR greedy; PaDIR with T = 4 passes
   and 3 length hypotheses), the programs of every source bucket compiled first
   (:meth:`gmlm_lib.mt.translate.Translator.warm_up`), then ``run_ms`` the median over
@@ -29,6 +30,15 @@ more than ``SLACK`` times slower) and writes its ``XLA_FLAGS`` value to FILE: wh
 GPU_XLA_FLAGS=auto`` does before the chapters run. The JSON holds every row, each setting's wall time, the
 machine and the library's commit; a table goes to stdout. The models are untrained: the times, not
 the translations, are the result.
+
+The probe's programs are the run's own: by default it builds the preset's vocabulary from the whole
+training split, as the run does (SentencePiece stops below ``vocab_size`` on a small sample, which
+would change every embedding's shape), and times the bucket the run's sizing times. With ``--cache DIR``
+(the run's persistent compilation cache, ``JAX_COMPILATION_CACHE_DIR``) each setting compiles cold in
+a fresh cache at that very path (JAX's cache keys hold the path of XLA's autotuning cache beneath it),
+moved aside before the next setting, and the chosen setting's cache is put back there: the run then
+reads the probe's compiled update and decoder, and XLA's autotuning results, instead of compiling
+them again. A ``DIR`` that already holds files is left as it is (the probe then runs without a cache).
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -54,8 +65,10 @@ def measure(args) -> dict:
 
     start = time.perf_counter()
     timing.compile_clock()
-    exp = config.get(args.preset, dict(train_sentences=args.train_sentences, test_sentences=args.sentences,
-                                       run_root=""))
+    overrides = dict(test_sentences=args.sentences, run_root="")
+    if args.train_sentences is not None:
+        overrides["train_sentences"] = args.train_sentences
+    exp = config.get(args.preset, overrides)
     data = pipeline.load_data(exp)
     root = Path(args.workdir)
     vocab = pipeline.vocabulary(exp, data.train, root)
@@ -68,7 +81,8 @@ def measure(args) -> dict:
         spent = timing.compiles_since(clock)
         rows.append(dict(kind=kind, what="update", bucket=got["bucket"], batch=got["batch"],
                          first_s=round(got["compile_s"] + got["update_s"], 3), compile_s=spent["compile_s"],
-                         programs=spent["compilations"], run_ms=round(1e3 * got["update_s"], 3)))
+                         programs=spent["compilations"], cache_hits=spent["cache_hits"],
+                         run_ms=round(1e3 * got["update_s"], 3)))
         model = seq2seq.build(cfg.model, cfg.seed)
         tr = translate.Translator(model, vocab, buckets=exp.decode_buckets, seed=exp.seed)
         method = (translate.Method("padir", padir=decoding.PadirOptions(steps=4, hyps=3)) if kind == "padir"
@@ -80,19 +94,24 @@ def measure(args) -> dict:
         spent = timing.compiles_since(clock)
         seconds = translate.latencies({kind: (tr, method)}, data.test.src, progress=False)[kind]
         rows.append(dict(kind=kind, what="decode", bucket=None, batch=1, first_s=round(first, 3),
-                         compile_s=spent["compile_s"], programs=spent["compilations"],
+                         compile_s=spent["compile_s"], programs=spent["compilations"], cache_hits=spent["cache_hits"],
                          run_ms=round(1e3 * float(np.median(seconds)), 3)))
     return dict(rows=rows, wall_s=round(time.perf_counter() - start, 2), machine=timing.machine())
 
 
-def child(args, flags: str, workdir: Path) -> dict:
-    """Run :func:`measure` with ``XLA_FLAGS`` = ``flags`` (appended to any set already) in a new process."""
+def child(args, flags: str, workdir: Path, cache: Path | None = None) -> dict:
+    """Run :func:`measure` with ``XLA_FLAGS`` = ``flags`` (appended to any set already) in a new process,
+    with JAX's persistent compilation cache in ``cache`` (None: none)."""
     env = dict(os.environ)
     env["XLA_FLAGS"] = " ".join(f for f in (os.environ.get("XLA_FLAGS", ""), flags) if f)
     env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    if cache is not None:
+        env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
     cmd = [sys.executable, __file__, "--child", "--preset", args.preset, "--kinds", *args.kinds,
-           "--train-sentences", str(args.train_sentences), "--sentences", str(args.sentences),
-           "--repeats", str(args.repeats), "--workdir", str(workdir)]
+           "--sentences", str(args.sentences), "--repeats", str(args.repeats), "--workdir", str(workdir)]
+    if args.train_sentences is not None:
+        cmd += ["--train-sentences", str(args.train_sentences)]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     wall = round(time.perf_counter() - t0, 2)
@@ -160,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                          "defaults); repeat it for several settings; none: the defaults only")
     ap.add_argument("--preset", default="multi30k_gpu", help="gmlm_lib.mt.config preset of the models")
     ap.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
-    ap.add_argument("--train-sentences", type=int, default=4000, help="training pairs (vocabulary and batches)")
+    ap.add_argument("--train-sentences", type=int, default=None,
+                    help="training pairs of the vocabulary and the batches (default: the preset's, as the run)")
     ap.add_argument("--sentences", type=int, default=40, help="test sentences decoded at batch 1")
     ap.add_argument("--repeats", type=int, default=5, help="timed updates after the compiling one")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one setting may take")
@@ -168,12 +188,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--choose", metavar="FILE",
                     help="write the XLA_FLAGS value a run should use (choose(): the defaults unless a setting "
                          "compiles faster without running slower) to FILE, and why to stdout")
+    ap.add_argument("--cache", metavar="DIR",
+                    help="with --choose: the run's persistent compilation cache; each setting compiles cold in a "
+                         "fresh cache there and the chosen one's is kept for the run (a DIR holding files: no cache)")
     ap.add_argument("--workdir", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    for name in ("train_sentences", "sentences", "repeats"):
+    for name in ("sentences", "repeats"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
+    if args.train_sentences is not None and args.train_sentences < 0:
+        ap.error(f"--train-sentences must be >= 0 (0: the whole training split); got {args.train_sentences}")
+    if args.cache and not args.choose:
+        ap.error("--cache keeps the chosen setting's compilation cache: it needs --choose")
     args.flags = [""] if args.flags is None else args.flags
     if args.child:
         print(json.dumps(measure(args)))
@@ -182,18 +209,35 @@ def main(argv: list[str] | None = None) -> int:
 
     from gmlm_lib.core import records
 
+    cache = Path(args.cache).absolute() if args.cache else None
+    if cache is not None and cache.exists() and (not cache.is_dir() or any(cache.iterdir())):
+        print(f"compile_probe: --cache {cache} already holds files; the probe runs without a cache and leaves it "
+              "as it is", file=sys.stderr, flush=True)
+        cache = None
     with tempfile.TemporaryDirectory(prefix="compile-probe-") as tmp:
-        settings = []
-        for flags in args.flags:
+        settings, caches = [], []
+        for i, flags in enumerate(args.flags):
             print(f"compile_probe: XLA_FLAGS={flags!r} ...", file=sys.stderr, flush=True)
-            settings.append(child(args, flags, Path(tmp)))  # one vocabulary, trained by the first
-    out = dict(preset=args.preset, kinds=list(args.kinds), sentences=args.sentences, settings=settings,
-               commit=records.short_commit(records.git_commit()))
-    print(table(settings))
-    if args.choose:
-        flags, why = choose(settings)
-        out["chosen"] = dict(flags=flags, why=why, slack=SLACK)
-        print(f"\nchosen XLA_FLAGS: {why}")
+            settings.append(child(args, flags, Path(tmp), cache))  # one vocabulary, trained by the first
+            if cache is not None:  # this setting's programs, kept aside so that the next one compiles cold
+                caches.append(Path(tmp) / f"cache-{i}")
+                if cache.exists():
+                    shutil.move(str(cache), str(caches[-1]))
+        out = dict(preset=args.preset, kinds=list(args.kinds), sentences=args.sentences, settings=settings,
+                   commit=records.short_commit(records.git_commit()))
+        print(table(settings))
+        if args.choose:
+            flags, why = choose(settings)
+            out["chosen"] = dict(flags=flags, why=why, slack=SLACK)
+            print(f"\nchosen XLA_FLAGS: {why}")
+            if cache is not None:
+                kept = caches[[s["flags"] for s in settings].index(flags)]
+                if kept.exists():
+                    shutil.move(str(kept), str(cache))
+                out["chosen"]["cache"] = str(cache) if cache.exists() else None
+                print(f"compile_probe: the run's compilation cache {cache} starts with the chosen setting's "
+                      f"{sum(1 for p in cache.rglob('*') if p.is_file()) if cache.exists() else 0} files",
+                      file=sys.stderr, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     if args.choose:

@@ -107,6 +107,58 @@ def test_compile_probe_measures_each_flag_setting_in_its_own_process_and_reports
     assert rec["commit"] == LIBRARY_COMMIT and rec["preset"] == "multi30k_tiny"
 
 
+_CHAPTER_PATH = """
+import json, sys, tempfile
+from gmlm_lib.core import timing
+from gmlm_lib.mt import config, decoding, pipeline, seq2seq, translate
+exp = config.get("multi30k_tiny", dict(train_seconds=1.0, run_root=""))
+data = pipeline.load_data(exp)
+vocab = pipeline.vocabulary(exp, data.train, tempfile.mkdtemp())
+clock = timing.compile_clock()
+pipeline.size(exp, vocab, data.train, tempfile.mkdtemp())  # the PaDIR chapter's sizing step
+sizing = timing.compiles_since(clock)
+model = seq2seq.build(exp.train_config("padir", vocab.size).model, exp.seed)
+clock = timing.compile_clock()  # the latency table's PaDIR T = 4, #hyp = 3 at batch 1
+translate.Translator(model, vocab, buckets=exp.decode_buckets, seed=exp.seed).warm_up(
+    translate.Method("padir", padir=decoding.PadirOptions(steps=4, hyps=3)))
+print(json.dumps(dict(sizing=sizing, decode=timing.compiles_since(clock))))
+"""
+
+
+def test_compile_probe_leaves_the_chosen_settings_programs_in_the_runs_cache(tmp_path):
+    """With --cache, every setting compiles cold in a fresh cache at the run's path, and the chosen one's
+    cache stays there: the PaDIR chapter's sizing and its batch-1 PaDIR decoder then read the probe's
+    programs instead of compiling them (the probe builds the run's vocabulary, so the shapes are the
+    run's). A cache that already holds files is left as it is."""
+    import os
+
+    cache, chosen, out = tmp_path / "cache", tmp_path / "chosen", tmp_path / "probe.json"
+    env = {**os.environ, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.2"}
+    probe = [sys.executable, str(BENCHMARKS / "compile_probe.py"), "--preset", "multi30k_tiny", "--kinds", "padir",
+             "--sentences", "2", "--repeats", "1", "--choose", str(chosen), "--cache", str(cache)]
+    done = subprocess.run([*probe, "--flags=", "--flags=--xla_gpu_autotune_level=0", "--json", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rec = json.loads(out.read_text())
+    for s in rec["settings"]:  # each setting compiled cold, the second too
+        assert s["ok"] and [r["cache_hits"] for r in s["rows"]] == [0, 0] and s["rows"][0]["programs"] >= 1
+    assert rec["chosen"]["cache"] == str(cache) and "starts with the chosen setting's" in done.stderr
+    kept = sorted(p.name for p in cache.iterdir())
+    assert any(name.startswith("jit_step-") for name in kept), kept
+    flags = " ".join(f for f in (os.environ.get("XLA_FLAGS", ""), chosen.read_text().strip()) if f)
+    ran = subprocess.run([sys.executable, "-c", _CHAPTER_PATH], capture_output=True, text=True, cwd=tmp_path,
+                         env={**env, "JAX_COMPILATION_CACHE_DIR": str(cache), "XLA_FLAGS": flags}, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    got = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert got["sizing"]["cache_hits"] >= 1 and got["decode"]["cache_hits"] >= 1, got
+    before = sorted(p.name for p in cache.iterdir())
+    again = subprocess.run([*probe, "--flags="], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert again.returncode == 0 and "already holds files" in again.stderr, again.stderr[-3000:]
+    assert sorted(p.name for p in cache.iterdir()) == before
+    bad = subprocess.run([*probe[:-4], "--cache", str(cache)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "needs --choose" in bad.stderr
+
+
 def _probe_module():
     import importlib.util
 

@@ -16,6 +16,7 @@ import pytest
 from flax import nnx
 
 from gmlm_lib.book import provenance
+from gmlm_lib.core import timing
 from gmlm_lib.mt import batching, decode_costs, decoding, experiment, objectives, reductions, seq2seq, training, translate
 from gmlm_lib.mt import vocab as V
 
@@ -331,9 +332,25 @@ def test_clear_compiled_drops_the_decoders_and_they_compile_again_to_the_same_re
     np.testing.assert_array_equal(decoding.ar_greedy(g, p, src, sm, max_len=16), first)
 
 
-def test_unit_costs_and_the_speedup_bound():
+def test_unit_costs_and_the_speedup_bound(monkeypatch):
     ar, pd_ = tiny(True), tiny(False)
+    compile_in_parallel, best_times, batches = timing.compile_in_parallel, timing.best_times, []
+
+    def spy(calls, threads=None):
+        batches.append(len(list(calls)))
+        return compile_in_parallel(calls, threads)
+
+    def timed(calls, min_time):  # every unit was compiled before it is timed
+        clock = timing.compile_clock()
+        best = best_times(calls, min_time)
+        assert timing.compiles_since(clock)["compilations"] == 0
+        return best
+
+    monkeypatch.setattr(timing, "compile_in_parallel", spy)
+    monkeypatch.setattr(timing, "best_times", timed)
     rows = decode_costs.unit_costs(ar, pd_, widths=(8, 16), hyps=(1, 2), min_time=0.02)
+    # side by side: first the encoders whose outputs the units take (2 widths + 2 hypothesis counts), then every unit
+    assert batches == [4, len(rows)] and len(rows) == 10
     assert sorted({(r["unit"], r["width"], r["hyps"]) for r in rows}) == sorted(
         [(u, w, 1) for u in ("AR encoder", "AR step") for w in (8, 16)] + [("PaDIR encoder", w, 2) for w in (8, 16)]
         + [("PaDIR pass", w, h) for w in (8, 16) for h in (1, 2)])

@@ -25,12 +25,12 @@ from gmlm_lib.mt import vocab as V
 
 
 def _fastest_ms(units: list, *, min_time: float) -> list[float]:
-    """``units``: ``(fn, args)`` pairs, each compiled and warmed, then timed by
-    :func:`gmlm_lib.core.timing.best_times` (interleaved rounds, so a slow spell of the machine hits
-    every unit alike); each unit's fastest call in milliseconds."""
+    """``units``: ``(fn, args)`` pairs, compiled side by side
+    (:func:`gmlm_lib.core.timing.compile_in_parallel`: on a GPU each small program compiles for
+    seconds), then timed by :func:`gmlm_lib.core.timing.best_times` (interleaved rounds, so a slow
+    spell of the machine hits every unit alike); each unit's fastest call in milliseconds."""
     calls = {i: (lambda fn=fn, args=args: jax.block_until_ready(fn(*args))) for i, (fn, args) in enumerate(units)}
-    for call in calls.values():
-        call()
+    timing.compile_in_parallel(list(calls.values()))
     best = timing.best_times(calls, min_time)
     return [1e3 * best[i] for i in range(len(units))]
 
@@ -92,17 +92,24 @@ def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), min_t
     gp, pp = nnx.split(padir_model)
     enc_ar = decoding.jitted(_ar_encode, ga)
     enc_padir = decoding.jitted(_padir_encode, gp, hyps=max(hyps))
+    sources = {w: tuple(jnp.asarray(a) for a in batching.pad([[V.FIRST_PIECE] * w], w)) for w in widths}
+    src16, mask16 = (jnp.asarray(a) for a in batching.pad([[V.FIRST_PIECE] * 16], 16))
+    # the encoders' outputs are the steps' and passes' inputs: compute them first (compiled side by side)
+    encoded = {("ar", w): (lambda w=w: enc_ar(pa, *sources[w])) for w in widths}
+    encoded.update({("padir", h): (lambda h=h: decoding.jitted(_padir_encode, gp, hyps=h)(pp, src16, mask16))
+                    for h in hyps})
+    done = {}
+    timing.compile_in_parallel([lambda k=k, f=f: done.__setitem__(k, f()) for k, f in encoded.items()])
     labels, units = [], []
     for w in widths:
-        src, mask = (jnp.asarray(a) for a in batching.pad([[V.FIRST_PIECE] * w], w))
-        cross, enc_mask = enc_ar(pa, src, mask)
+        cross, enc_mask = done[("ar", w)]
         step_args = (pa, jnp.full((1,), V.FIRST_PIECE, jnp.int32), jnp.int32(w // 2),
                      ar_model.init_cache(1, ar_model.cfg.max_len), cross, enc_mask)
         labels += [("AR encoder", w, 1), ("AR step", w, 1), ("PaDIR encoder", w, max(hyps))]
-        units += [(enc_ar, (pa, src, mask)), (decoding.jitted(_ar_step, ga), step_args), (enc_padir, (pp, src, mask))]
-    src, mask = (jnp.asarray(a) for a in batching.pad([[V.FIRST_PIECE] * 16], 16))
+        units += [(enc_ar, (pa, *sources[w])), (decoding.jitted(_ar_step, ga), step_args),
+                  (enc_padir, (pp, *sources[w]))]
     for h in hyps:
-        cross, enc_mask, _ = decoding.jitted(_padir_encode, gp, hyps=h)(pp, src, mask)
+        cross, enc_mask, _ = done[("padir", h)]
         for w in widths:
             labels.append(("PaDIR pass", w, h))
             units.append((decoding.jitted(_padir_pass, gp), (pp, jnp.full((h, w), V.FIRST_PIECE, jnp.int32),
