@@ -23,11 +23,12 @@ AR baseline):
   (:meth:`gmlm_lib.mt.translate.Translator.warm_up`), then ``run_ms`` the median over
   ``--sentences`` test sentences (the untrained AR model runs to its length limit: an upper bound).
 
-A setting whose child fails (an XLA that does not know a flag aborts at start) is reported with the
-end of its error, and the others still run. With ``--choose FILE`` the script also decides which
+A setting whose child fails (an XLA that does not know a flag aborts at start) or runs past
+``--timeout`` is reported with the end of its error, and the others still run. With ``--choose FILE`` the script also decides which
 setting a run should use (:func:`choose`: the defaults unless another compiles faster and runs no
 more than ``SLACK`` times slower) and writes its ``XLA_FLAGS`` value to FILE: what ``make gpu-run
-GPU_XLA_FLAGS=auto`` does before the chapters run. The JSON holds every row, each setting's wall time, the
+GPU_XLA_FLAGS=auto`` does before the chapters run; where the defaults themselves failed, FILE
+names them anyway (the run goes on with XLA's defaults) and the exit status is 1. The JSON holds every row, each setting's wall time, the
 machine and the library's commit; a table goes to stdout. The models are untrained: the times, not
 the translations, are the result.
 
@@ -113,7 +114,12 @@ def child(args, flags: str, workdir: Path, cache: Path | None = None) -> dict:
     if args.train_sentences is not None:
         cmd += ["--train-sentences", str(args.train_sentences)]
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired as err:
+        tail = err.stderr.decode(errors="replace")[-1500:] if isinstance(err.stderr, bytes) else (err.stderr or "")[-1500:]
+        return dict(flags=flags, ok=False, process_s=round(time.perf_counter() - t0, 2),
+                    error=f"{tail}\ntimed out after {args.timeout:g} s (--timeout)")
     wall = round(time.perf_counter() - t0, 2)
     if done.returncode != 0:
         return dict(flags=flags, ok=False, process_s=wall, error=(done.stderr or done.stdout)[-2000:])
@@ -227,10 +233,13 @@ def main(argv: list[str] | None = None) -> int:
                    commit=records.short_commit(records.git_commit()))
         print(table(settings))
         if args.choose:
-            flags, why = choose(settings)
+            try:
+                flags, why = choose(settings)
+            except ValueError as err:  # the defaults failed: a run goes on with them, and says why
+                flags, why = "", f"XLA's defaults, unprobed: {err}"
             out["chosen"] = dict(flags=flags, why=why, slack=SLACK)
             print(f"\nchosen XLA_FLAGS: {why}")
-            if cache is not None:
+            if cache is not None and settings[[s["flags"] for s in settings].index(flags)]["ok"]:
                 kept = caches[[s["flags"] for s in settings].index(flags)]
                 if kept.exists():
                     shutil.move(str(kept), str(cache))
@@ -240,9 +249,9 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
-    if args.choose:
+    if args.choose:  # written whatever happened: the run reads it
         Path(args.choose).write_text(out["chosen"]["flags"] + "\n")
-        return 0
+        return 0 if any(s["ok"] and s["flags"] == "" for s in settings) else 1
     return 0 if all(s["ok"] for s in settings) else 1
 
 

@@ -159,6 +159,27 @@ def test_compile_probe_leaves_the_chosen_settings_programs_in_the_runs_cache(tmp
     assert bad.returncode == 2 and "needs --choose" in bad.stderr
 
 
+def test_compile_probe_names_the_defaults_when_they_fail_or_run_past_the_timeout(tmp_path):
+    """The run reads the probe's choice whatever happened: a setting past --timeout is a failed setting,
+    and where the defaults failed the choice file still names them (exit status 1, the reason in the JSON)."""
+    import os
+
+    chosen, out = tmp_path / "chosen", tmp_path / "probe.json"
+    base = [sys.executable, str(BENCHMARKS / "compile_probe.py"), "--preset", "multi30k_tiny", "--kinds", "padir",
+            "--sentences", "2", "--repeats", "1", "--choose", str(chosen), "--json", str(out)]
+    done = subprocess.run([*base, "--flags=", "--flags=--xla_gpu_autotune_level=0", "--timeout", "1"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    rec = json.loads(out.read_text())
+    assert [s["ok"] for s in rec["settings"]] == [False, False]
+    assert all("timed out after 1 s (--timeout)" in s["error"] for s in rec["settings"])
+    assert chosen.read_text() == "\n" and "XLA's defaults, unprobed: " in rec["chosen"]["why"]
+    env = {**os.environ, "XLA_FLAGS": "--xla_no_such_flag=1"}  # every child, the defaults' too, aborts at start
+    done = subprocess.run([*base, "--flags="], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert done.returncode == 1 and chosen.read_text() == "\n", done.stderr[-3000:]
+    assert "xla_no_such_flag" in json.loads(out.read_text())["settings"][0]["error"]
+
+
 def _probe_module():
     import importlib.util
 

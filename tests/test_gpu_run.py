@@ -160,6 +160,24 @@ def test_compile_clock_counts_compilations_and_persistent_cache_hits(tmp_path):
     assert runs[1]["compilations"] == runs[0]["compilations"] and runs[1]["cache_hits"] >= 1
 
 
+def test_a_failed_compile_probe_leaves_the_run_on_xlas_defaults(tmp_path):
+    """GPU_XLA_FLAGS=auto: a probe that fails (a crash, a setting past its timeout) costs the run its
+    choice of flags, not the run: the chapters start with XLA's defaults and the log says why."""
+    tree = _copy_without_git(tmp_path / "tree")
+    python = tmp_path / "python"  # the probe fails; the batch prints the XLA_FLAGS it was given
+    python.write_text('#!/bin/sh\ncase "$1" in benchmarks/compile_probe.py) echo probe crashed >&2; exit 3;; esac\n'
+                      'echo "BATCH XLA_FLAGS=[${XLA_FLAGS-unset}]"\n')
+    python.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("GMLM_COMMIT", "GMLM_MULTI30K_DIR", "XLA_FLAGS")}
+    proc = subprocess.run(["make", "--no-print-directory", "-C", str(tree), "gpu-run", f"GPU_PYTHON={python}",
+                           "WHEELS=no-wheels-here", f"OUT={tmp_path / 'out'}", f"COMMIT={COMMIT}",
+                           f"DATA={_data_dir()}", "GPU_XLA_FLAGS=auto"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "probe crashed" in proc.stderr and "the chapters run with XLA's defaults" in proc.stderr
+    assert "BATCH XLA_FLAGS=[unset]" in proc.stdout, proc.stdout
+
+
 def test_the_passed_commit_names_the_sources_even_beside_stale_git_metadata(tmp_path):
     """On the lent machine the tree arrived with a stale .git (another commit, the sources differing
     from it): the runs must name COMMIT, the commit copied there, not that repository's HEAD."""
