@@ -334,6 +334,35 @@ def test_a_batch_interrupted_at_its_deadline_keeps_what_finished(tmp_path, monke
     assert (out / "padir.ipynb").is_file() and (out / "run-records.tar.gz").is_file()
 
 
+def test_a_chapter_that_fails_does_not_stop_the_chapters_after_it(tmp_path, monkeypatch):
+    """An error in one chapter (its last cells, say) is logged and its failed notebook kept, and the later
+    chapters still run (they reuse or build the run folder): a one-shot GPU run keeps what it can."""
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("_toc.yml", "_config.yml", "notebooks", "params"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
+
+    def fake_run(name, profile, params, *, root, staged=None):
+        if name == "padir":
+            failed = root / "_build" / "failed" / f"{profile}-{name}.ipynb"
+            failed.parent.mkdir(parents=True, exist_ok=True)
+            failed.write_text("{}")
+            raise RuntimeError("a figure cell broke")
+        path = runner.output_path(root, name, profile)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+        return dict(total_wall_time_s=1.0)
+
+    monkeypatch.setattr(runner, "run_notebook", fake_run)
+    out = tmp_path / "out"
+    assert runner.run_batch(["padir", "stutter", "ablations"], "smoke", out, root=root) == 1
+    log = (out / "log.txt").read_text()
+    assert "padir: FAILED" in log and "RuntimeError: a figure cell broke" in log, log
+    assert "stutter: finished" in log and "ablations: finished" in log and "batch stopped" in log, log
+    assert sorted(p.name for p in out.iterdir()) == ["ablations.ipynb", "log.txt", "smoke-padir.ipynb", "stutter.ipynb"]
+
+
 def test_compile_summary_sums_the_logged_programs_since_a_time(tmp_path):
     """timing.compile_summary, which the batch log shows after each chapter: the lines of the
     GMLM_COMPILE_LOG file at or after `since`, summed by program, the costliest first."""

@@ -242,8 +242,11 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
     """Run chapters ``names`` in order in ``profile`` and gather what a reader of the run needs in the
     folder ``out``: each executed notebook, ``provenance.md`` (full profile), the small records of the
     run folders (``run-records.tar.gz``) and ``log.txt`` (each chapter's start, wall time and
-    outcome). The first chapter that fails stops the batch (the later ones reuse its models); its
-    executed notebook, with the traceback, goes to ``out`` too. Returns 0 when every chapter ran, else 1.
+    outcome). A chapter that fails is logged and its executed notebook, with the traceback, goes to
+    ``out``; the later chapters still run (a failure in one chapter's last cells must not cost a
+    one-shot GPU run the others: they reuse the run folder as far as it got, resuming it, or build
+    it). An interrupt (SIGINT: ``make gpu-run``'s deadline) stops the batch. Returns 0 when every
+    chapter ran, else 1.
     This is ``make gpu-run``: on a lent GPU machine ``out`` is what comes back.
 
     ``staged`` (``make gpu-run`` passes ``staged/`` when it exists): chapters found there run instead
@@ -313,16 +316,20 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
         try:
             with _environ(**{timing.COMPILE_LOG: str(compile_log)}):
                 meta = run_notebook(name, profile, mine, root=root, staged=staged)
-        except (Exception, KeyboardInterrupt) as err:  # the batch reports every failure, then stops
+        except (Exception, KeyboardInterrupt) as err:  # reported; an interrupt stops the batch, an error does not
+            interrupted = isinstance(err, KeyboardInterrupt)
             why = ("interrupted (SIGINT: a deadline such as make gpu-run's GPU_DEADLINE, or Ctrl-C)"
-                   if isinstance(err, KeyboardInterrupt) else f"{type(err).__name__}: {err}")
+                   if interrupted else f"{type(err).__name__}: {err}")
             log(f"{name}: FAILED after {time.perf_counter() - t0:.1f} s: {why}")
             log(f"{name}: compiled or read from the cache: {timing.compile_summary(compile_log, began)}")
             failed = root / "_build" / "failed" / f"{profile}-{name}.ipynb"
             if failed.is_file():
                 shutil.copy2(failed, out / failed.name)
             status = 1
-            break
+            if interrupted:
+                break
+            gather()
+            continue
         shutil.copy2(output_path(root, name, profile), out / f"{name}.ipynb")
         rec = meta.get("provenance", {})
         log(f"{name}: finished in {meta['total_wall_time_s']:.1f} s"
