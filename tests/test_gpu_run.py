@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -320,8 +321,10 @@ def test_a_batch_interrupted_at_its_deadline_keeps_what_finished(tmp_path, monke
         return dict(total_wall_time_s=1.0)
 
     monkeypatch.setattr(runner, "run_notebook", fake_run)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the batch keeps its compile log
     out = tmp_path / "out"
     assert runner.run_batch(["padir", "stutter", "ablations"], "smoke", out, root=root) == 1
+    assert not list(tmp_path.glob("gmlm-compiles-*"))  # removed once summed in the log
     log = (out / "log.txt").read_text()
     assert "padir: finished" in log and "stutter: FAILED" in log and "interrupted (SIGINT" in log
     assert "ablations" not in log.split("stutter: FAILED")[1] and "batch stopped" in log

@@ -338,6 +338,7 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
         log(f"{name}: compiled or read from the cache: {timing.compile_summary(compile_log, began)}")
         gather()
     archive = gather()
+    shutil.rmtree(compile_log.parent, ignore_errors=True)  # summed in the log after each chapter
     log(f"batch {'finished' if status == 0 else 'stopped'} after {time.perf_counter() - t_all:.1f} s"
         + (f"; run records in {archive.name}" if archive else ""))
     sys.stdout.flush()
