@@ -24,13 +24,14 @@ AR baseline):
   ``--sentences`` test sentences (the untrained AR model runs to its length limit: an upper bound).
 
 A setting whose child fails (an XLA that does not know a flag aborts at start) or runs past
-``--timeout`` is reported with the end of its error, and the others still run. With ``--choose FILE`` the script also decides which
-setting a run should use (:func:`choose`: the defaults unless another compiles faster and runs no
-more than ``SLACK`` times slower) and writes its ``XLA_FLAGS`` value to FILE: what ``make gpu-run
-GPU_XLA_FLAGS=auto`` does before the chapters run; where the defaults themselves failed, FILE
-names them anyway (the run goes on with XLA's defaults) and the exit status is 1. The JSON holds every row, each setting's wall time, the
-machine and the library's commit; a table goes to stdout. The models are untrained: the times, not
-the translations, are the result.
+``--timeout`` is reported with the end of its error, and the others still run. With ``--choose
+FILE`` the script also decides which setting a run should use (:func:`choose`: the defaults unless
+another compiles faster and runs no more than ``SLACK`` times slower) and writes its ``XLA_FLAGS``
+value to FILE: what ``make gpu-run GPU_XLA_FLAGS=auto`` does before the chapters run; where the
+defaults themselves failed, FILE names them anyway (the run goes on with XLA's defaults) and the
+exit status is 1. The JSON holds every row, each setting's wall time, the machine and the
+library's commit; a table goes to stdout. The models are untrained: the times, not the
+translations, are the result.
 
 The probe's programs are the run's own: by default it builds the preset's vocabulary from the whole
 training split, as the run does (SentencePiece stops below ``vocab_size`` on a small sample, which
@@ -239,8 +240,9 @@ def main(argv: list[str] | None = None) -> int:
                 flags, why = "", f"XLA's defaults, unprobed: {err}"
             out["chosen"] = dict(flags=flags, why=why, slack=SLACK)
             print(f"\nchosen XLA_FLAGS: {why}")
-            if cache is not None and settings[[s["flags"] for s in settings].index(flags)]["ok"]:
-                kept = caches[[s["flags"] for s in settings].index(flags)]
+            picked = next((i for i, s in enumerate(settings) if s["flags"] == flags and s["ok"]), None)
+            if cache is not None and picked is not None:
+                kept = caches[picked]
                 if kept.exists():
                     shutil.move(str(kept), str(cache))
                 out["chosen"]["cache"] = str(cache) if cache.exists() else None

@@ -178,6 +178,10 @@ def test_compile_probe_names_the_defaults_when_they_fail_or_run_past_the_timeout
     done = subprocess.run([*base, "--flags="], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     assert done.returncode == 1 and chosen.read_text() == "\n", done.stderr[-3000:]
     assert "xla_no_such_flag" in json.loads(out.read_text())["settings"][0]["error"]
+    done = subprocess.run([*base, "--flags=--xla_gpu_autotune_level=0", "--timeout", "1", "--cache", str(tmp_path / "c")],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)  # the defaults not probed at all
+    assert done.returncode == 1 and chosen.read_text() == "\n", done.stderr[-3000:]
+    assert "must be among the settings" in json.loads(out.read_text())["chosen"]["why"]
 
 
 def _probe_module():
