@@ -121,6 +121,9 @@ GPU_JAX_CACHE ?= /tmp/gmlm-jax-cache
 # setting compiles cold in a fresh GPU_JAX_CACHE, and the chosen one's cache is kept there for the chapters:
 # the probe's PaDIR update and decoder are the run's own programs (--cache; a cache holding files is left alone)
 GPU_XLA_FLAGS ?=
+# the run-records.tar.gz of an earlier gpu-run (put it in the tree: untracked files travel): its sizing decisions are
+# restored first, so chapters run in a later batch that rebuild the PaDIR run folder train the updates it decided
+GPU_SIZING_FROM ?=
 PLATFORMS   := $(foreach n,2_28 2_27 2_17 2014 1,--platform $(if $(filter 2014 1,$(n)),manylinux$(n),manylinux_$(n))_x86_64)
 
 gpu-wheels:
@@ -166,7 +169,8 @@ gpu-run:
 	PYTHONPATH="$(CURDIR)$$site$${PYTHONPATH:+:$$PYTHONPATH}" \
 	  $(if $(GPU_JAX_CACHE),JAX_COMPILATION_CACHE_DIR=$(abspath $(GPU_JAX_CACHE)) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2) \
 	  $(if $(filter-out 0,$(GPU_DEADLINE)),timeout --signal=INT --kill-after=30 $$left) \
-	  $(GPU_PYTHON) -m gmlm_lib.book batch $(GPU_PROFILE) $(GPU_ARGS) --out "$(OUT)" $(if $(wildcard staged/*.md),--staged staged)
+	  $(GPU_PYTHON) -m gmlm_lib.book batch $(GPU_PROFILE) $(GPU_ARGS) --out "$(OUT)" $(if $(wildcard staged/*.md),--staged staged) \
+	  $(if $(GPU_SIZING_FROM),--sizing-from "$(abspath $(GPU_SIZING_FROM))")
 
 # What compiling costs there, before a run is sized: `make gpu-probe OUT=dir DATA=folder-of-multi30k` times
 # one update and batch-1 decoding of the GPU preset's untrained models (PROBE_KINDS) under each XLA flag

@@ -305,8 +305,8 @@ def test_a_batch_interrupted_at_its_deadline_keeps_what_finished(tmp_path, monke
     for name in ("_toc.yml", "_config.yml", "notebooks", "params"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
-    (root / "runs" / "padir" / "en-de" / "ar").mkdir(parents=True)
-    (root / "runs" / "padir" / "en-de" / "ar" / "run.json").write_text("{}")
+    (root / "notebooks" / "runs" / "padir" / "en-de" / "ar").mkdir(parents=True)
+    (root / "notebooks" / "runs" / "padir" / "en-de" / "ar" / "run.json").write_text("{}")
     done = []
 
     def fake_run(name, profile, params, *, root, staged=None):
@@ -364,6 +364,90 @@ def test_a_chapter_that_fails_does_not_stop_the_chapters_after_it(tmp_path, monk
     assert "padir: FAILED" in log and "RuntimeError: a figure cell broke" in log, log
     assert "stutter: finished" in log and "ablations: finished" in log and "batch stopped" in log, log
     assert sorted(p.name for p in out.iterdir()) == ["ablations.ipynb", "log.txt", "smoke-padir.ipynb", "stutter.ipynb"]
+
+
+def _book_copy(root: Path) -> Path:
+    root.mkdir()
+    for name in ("_toc.yml", "_config.yml", "notebooks", "params"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
+    return root
+
+
+def test_the_records_archive_reads_the_run_folders_where_the_kernels_make_them(tmp_path, monkeypatch):
+    """A chapter's relative run_root (runs/padir) is a folder beneath its kernel's working directory:
+    the batch's run-records.tar.gz must gather the records there (it looked in the book's root, where
+    no chapter writes, and would have come back from the GPU run empty), sizing decisions included."""
+    import papermill
+    import tarfile
+
+    root = _book_copy(tmp_path / "root")
+
+    def kernel(src, dst, *, cwd, **kw):  # what a chapter does with run_root = "runs/padir", then a deadline
+        folder = Path(cwd) / "runs" / "padir" / "en-de"
+        (folder / "ar").mkdir(parents=True)
+        (folder / "ar" / "run.json").write_text("{}")
+        (folder / "sizing.json").write_text('{"factor": 0.5}')
+        (folder / "ar" / "checkpoint.bin").write_text("weights")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(papermill, "execute_notebook", kernel)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_notebook("padir", "smoke", {}, root=root)
+    archive = runner._records_archive(root, tmp_path)
+    with tarfile.open(archive) as tar:
+        assert sorted(tar.getnames()) == ["runs/padir/en-de/ar/run.json", "runs/padir/en-de/sizing.json"]
+
+
+def test_a_later_batch_trains_the_updates_an_earlier_one_decided(tmp_path):
+    """restore_sizing (make gpu-run GPU_SIZING_FROM=...): the sizing decisions of an earlier batch's records
+    go back where the chapters' kernels look for them, and sizing.fit then reuses them without timing; a
+    different decision already there, an archive without one, and a member outside runs/ are refused."""
+    import io
+    import tarfile
+
+    from gmlm_lib.mt import config, sizing
+
+    exp = config.get("multi30k_tiny", dict(train_seconds=60.0))
+    asked = dict(train_seconds=exp.train_seconds, ar_steps=exp.ar_steps, padir_steps=exp.padir_steps,
+                 warmup=exp.warmup, checkpoint_every=exp.checkpoint_every)
+    first = _book_copy(tmp_path / "first")
+    folder = first / runner.KERNEL_CWD / "runs" / "padir" / "en-de"
+    folder.mkdir(parents=True)
+    (folder / sizing.SIZING_FILE).write_text(json.dumps(dict(asked=asked, factor=0.5, chosen=dict(ar_steps=4,
+                                                                                                   padir_steps=4))))
+    archive = runner._records_archive(first, tmp_path)
+    later = _book_copy(tmp_path / "later")
+    restored = runner.restore_sizing(archive, later)
+    assert restored == [later / runner.KERNEL_CWD / "runs" / "padir" / "en-de" / sizing.SIZING_FILE]
+    assert runner.restore_sizing(archive, later) == restored  # the same decision again: fine
+    fitted, record = sizing.fit(exp, 2000, {}, restored[0].parent)  # nothing to time: the decision is kept
+    assert (fitted.ar_steps, fitted.padir_steps, record["factor"]) == (4, 4, 0.5)
+    restored[0].write_text(json.dumps(dict(asked=asked, factor=0.9, chosen={})))
+    with pytest.raises(ValueError, match="holds another sizing decision"):
+        runner.restore_sizing(archive, later)
+    with pytest.raises(FileNotFoundError, match="run-records.tar.gz"):
+        runner.restore_sizing(tmp_path / "none.tar.gz", later)
+    for name, members, match in [("empty.tar.gz", {"runs/padir/en-de/run.json": b"{}"}, "holds no sizing decision"),
+                                 ("evil.tar.gz", {"../sizing.json": b"{}"}, "outside runs/")]:
+        path = tmp_path / name
+        with tarfile.open(path, "w:gz") as tar:
+            for member, data in members.items():
+                info = tarfile.TarInfo(member)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        with pytest.raises(ValueError, match=match):
+            runner.restore_sizing(path, later)
+
+
+def test_gpu_run_passes_the_earlier_runs_records_to_the_batch(tmp_path):
+    tree = _copy_without_git(tmp_path / "tree")
+    dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(tree), "gpu-run", "OUT=o", f"COMMIT={COMMIT}",
+                          f"DATA={tree}", "GPU_SIZING_FROM=records/run-records.tar.gz"], capture_output=True, text=True)
+    assert f'--sizing-from "{tree}/records/run-records.tar.gz"' in dry.stdout, dry.stdout + dry.stderr
+    dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(tree), "gpu-run", "OUT=o", f"COMMIT={COMMIT}",
+                          f"DATA={tree}"], capture_output=True, text=True)
+    assert "--sizing-from" not in dry.stdout
 
 
 def test_compile_summary_sums_the_logged_programs_since_a_time(tmp_path):

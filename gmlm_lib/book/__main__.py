@@ -91,6 +91,9 @@ def _main(argv: list[str] | None) -> int:
     batch.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                        help="override a parameter of every chapter that has it (value parsed as YAML); repeatable")
     batch.add_argument("--staged", help="folder of staged chapter sources (NAME.md) run instead of notebooks/NAME.md")
+    batch.add_argument("--sizing-from", metavar="ARCHIVE",
+                       help="a previous batch's run-records.tar.gz: its run folders' sizing decisions are restored "
+                            "first, so a rebuilt run folder trains the updates that batch decided")
     promote = sub.add_parser("promote", help="take a batch's executed notebooks (make gpu-run's OUT) into the book, "
                              "with their staged sources")
     promote.add_argument("results", help="the folder holding the executed NAME.ipynb files")
@@ -115,7 +118,8 @@ def _main(argv: list[str] | None) -> int:
         overrides = _overrides(args.parameter)
         return runner.run_batch(args.notebooks or list(runner.TRANSLATION_CHAPTERS), args.profile,
                                 Path(args.out), overrides, root=root,
-                                staged=Path(args.staged).resolve() if args.staged else None)
+                                staged=Path(args.staged).resolve() if args.staged else None,
+                                sizing_from=Path(args.sizing_from).resolve() if args.sizing_from else None)
     if args.command == "promote":
         for name in runner.promote(root, Path(args.results)):
             print(f"promoted {name}: notebooks/{name}.md and notebooks/{name}.ipynb")

@@ -171,7 +171,7 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
             try:
                 papermill.execute_notebook(
                     str(src), str(executed_path), parameters=inject, kernel_name="python3",
-                    cwd=str(root / "notebooks"), progress_bar=False, log_output=False,
+                    cwd=str(root / KERNEL_CWD), progress_bar=False, log_output=False,
                 )
             except papermill.PapermillExecutionError as err:
                 failed.parent.mkdir(parents=True, exist_ok=True)
@@ -217,28 +217,74 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
 #: run folder): what ``make gpu-run`` executes on an accelerator.
 TRANSLATION_CHAPTERS = ("padir", "stutter", "dependency_decoding", "ablations")
 RECORD_FILES = ("run.json", "config.json", "data.json", "metrics.jsonl", "val.jsonl", "distilled.json",
-                "checkpoint_digests.json")
+                "checkpoint_digests.json", "sizing.json")
+
+
+KERNEL_CWD = "notebooks"
+"""The folder, under the book's root, in which a chapter's kernel runs: a relative ``run_root`` such as
+the chapters' ``runs/padir`` is a folder beneath it."""
 
 
 def _records_archive(root: Path, out: Path) -> Path | None:
-    """``out/run-records.tar.gz``: the small records of every run folder under ``root/runs`` (configs,
-    run records, metrics, data fingerprints; no checkpoints), so a run on a lent machine leaves its
-    training curves and provenance behind; ``None`` when there is no run folder."""
+    """``out/run-records.tar.gz``: the small records of every run folder under ``runs/`` where the
+    chapters' kernels run (:data:`KERNEL_CWD`; configs, run records, metrics, data fingerprints, sizing
+    decisions; no checkpoints), so a run on a lent machine leaves its training curves and provenance
+    behind; ``None`` when there is no run folder. Members are named as the chapters name the folders
+    (``runs/padir/en-de/...``)."""
     import tarfile
 
-    runs = root / "runs"
+    base = root / KERNEL_CWD
+    runs = base / "runs"
     files = sorted(p for p in runs.rglob("*") if p.is_file() and p.name in RECORD_FILES) if runs.is_dir() else []
     if not files:
         return None
     path = out / "run-records.tar.gz"
     with tarfile.open(path, "w:gz") as tar:
         for f in files:
-            tar.add(f, arcname=str(f.relative_to(root)))
+            tar.add(f, arcname=str(f.relative_to(base)))
     return path
 
 
+def restore_sizing(archive: Path, root: Path) -> list[Path]:
+    """Put the sizing decisions (``runs/**/sizing.json``, :func:`gmlm_lib.mt.sizing.fit`) of a previous
+    batch's ``run-records.tar.gz`` back into the run folders (beneath ``root / KERNEL_CWD``, where the
+    chapters' kernels run), and return their paths. Why:
+    the run folders themselves (their weights) cannot leave a lent GPU machine, so a later batch that
+    has to rebuild the PaDIR chapter's folder (for the chapters that did not fit in the first one)
+    would time the updates again and may train a few more or fewer; with the first batch's decision
+    in place it trains exactly the updates the PaDIR chapter's models had. A decision already in place
+    must be the same; an archive without one, or a member outside ``runs/``, is refused by name."""
+    import tarfile
+
+    archive = Path(archive)
+    if not archive.is_file():
+        raise FileNotFoundError(f"restore_sizing: {archive} does not exist; pass the run-records.tar.gz that a "
+                                "batch (make gpu-run) left in its OUT.")
+    restored = []
+    with tarfile.open(archive, "r:gz") as tar:
+        for member in tar.getmembers():
+            name = Path(member.name)
+            if not member.isfile() or name.name != "sizing.json":
+                continue
+            if name.is_absolute() or ".." in name.parts or name.parts[0] != "runs":
+                raise ValueError(f"restore_sizing: {archive} holds {member.name!r}, outside runs/; it is not a "
+                                 "run-records.tar.gz that a batch wrote.")
+            data = tar.extractfile(member).read()
+            target = root / KERNEL_CWD / name
+            if target.is_file() and target.read_bytes() != data:
+                raise ValueError(f"restore_sizing: {target} holds another sizing decision than {archive}; use a "
+                                 "new run folder (move that one away) to train what the archive's run decided.")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            restored.append(target)
+    if not restored:
+        raise ValueError(f"restore_sizing: {archive} holds no sizing decision (runs/**/sizing.json): the batch "
+                         "that wrote it sized no run (train_seconds = 0), or it is not a run-records.tar.gz.")
+    return restored
+
+
 def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None = None,
-              root: Path | None = None, *, staged: Path | None = None) -> int:
+              root: Path | None = None, *, staged: Path | None = None, sizing_from: Path | None = None) -> int:
     """Run chapters ``names`` in order in ``profile`` and gather what a reader of the run needs in the
     folder ``out``: each executed notebook, ``provenance.md`` (full profile), the small records of the
     run folders (``run-records.tar.gz``) and ``log.txt`` (each chapter's start, wall time and
@@ -253,7 +299,10 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
     of their ``notebooks/`` version. A chapter whose code changes must be rerun in full, and the
     translation chapters' full run needs an accelerator: their next version waits in ``staged/``,
     smoke-tested in CI, until a GPU run executes it; ``make gpu-promote`` then moves the staged
-    sources and the run's notebooks into ``notebooks/`` together."""
+    sources and the run's notebooks into ``notebooks/`` together.
+
+    ``sizing_from``: a previous batch's ``run-records.tar.gz``, whose sizing decisions are put back
+    into the run folders first (:func:`restore_sizing`)."""
     import shutil
     import sys
     from datetime import datetime, timezone
@@ -292,6 +341,10 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
     log(f"batch of {len(names)} chapter(s), profile {profile}, commit {records.git_commit()}, "
         f"{records.hardware_summary(env)}, JAX {env['jax_version']}, Flax {env['flax_version']}, Python {env['python']}"
         + "".join(f", {key.upper()}={env[key]}" for key in ("xla_flags", "jax_compilation_cache_dir") if key in env))
+    if sizing_from is not None:
+        for path in restore_sizing(sizing_from, root):
+            log(f"sizing decision {path.relative_to(root)} restored from {sizing_from}: the models train the "
+                "updates that batch decided")
     status = 0
     t_all = time.perf_counter()
 
