@@ -248,12 +248,12 @@ def _records_archive(root: Path, out: Path) -> Path | None:
 def restore_sizing(archive: Path, root: Path) -> list[Path]:
     """Put the sizing decisions (``runs/**/sizing.json``, :func:`gmlm_lib.mt.sizing.fit`) of a previous
     batch's ``run-records.tar.gz`` back into the run folders (beneath ``root / KERNEL_CWD``, where the
-    chapters' kernels run), and return their paths. Why:
-    the run folders themselves (their weights) cannot leave a lent GPU machine, so a later batch that
-    has to rebuild the PaDIR chapter's folder (for the chapters that did not fit in the first one)
-    would time the updates again and may train a few more or fewer; with the first batch's decision
-    in place it trains exactly the updates the PaDIR chapter's models had. A decision already in place
-    must be the same; an archive without one, or a member outside ``runs/``, is refused by name."""
+    chapters' kernels run), and return their paths. Why: the run folders themselves (their weights)
+    cannot leave a lent GPU machine, so a later batch that has to rebuild the PaDIR chapter's folder
+    (for the chapters that did not fit in the first one) would time the updates again and may train a
+    few more or fewer; with the first batch's decision in place it trains exactly the updates the
+    PaDIR chapter's models had. A decision already in place must be the same; an archive without
+    one, or a member outside ``runs/``, is refused by name."""
     import tarfile
 
     archive = Path(archive)
