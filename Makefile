@@ -113,6 +113,8 @@ GPU_SITE    ?= /tmp/gmlm-site
 GPU_ARGS    ?=
 GPU_DEADLINE ?= 0
 GPU_JAX_CACHE ?= /tmp/gmlm-jax-cache
+# programs that compile in less time are not written to it (the probe's and the chapters' alike)
+GPU_CACHE_MIN_S ?= 0.2
 # XLA_FLAGS of the run, added to any the environment sets (empty: none added), recorded in every chapter's
 # provenance; "auto": the compile
 # probe (gpu-probe's PROBE_* settings) runs first and chooses them (benchmarks/compile_probe.py, choose()),
@@ -159,7 +161,7 @@ gpu-run:
 	export GIT_DIR="$(CURDIR)/.no-git-read" GMLM_COMMIT=$(COMMIT) GMLM_MULTI30K_DIR=$(abspath $(DATA)) PYTHONUNBUFFERED=1; \
 	xla='$(GPU_XLA_FLAGS)'; if [ "$$xla" = auto ]; then \
 	  echo "gpu-run: choosing XLA_FLAGS with the compile probe (its rows in $(OUT)/probe.json)"; \
-	  chosen=$$(mktemp); JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2 $(PROBE_CMD) --choose "$$chosen" \
+	  chosen=$$(mktemp); JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=$(GPU_CACHE_MIN_S) $(PROBE_CMD) --choose "$$chosen" \
 	    --timeout $(PROBE_TIMEOUT) $(if $(GPU_JAX_CACHE),--cache "$(abspath $(GPU_JAX_CACHE))") \
 	    || echo "gpu-run: the compile probe failed (above); the chapters run with XLA's defaults" >&2; \
 	  xla=$$(cat "$$chosen"); rm -f "$$chosen"; \
@@ -167,7 +169,7 @@ gpu-run:
 	if [ -n "$$xla" ]; then export XLA_FLAGS="$${XLA_FLAGS:+$$XLA_FLAGS }$$xla"; echo "gpu-run: XLA_FLAGS=$$XLA_FLAGS"; fi; \
 	left=$$(( $(GPU_DEADLINE) - $$(date +%s) + start )); [ $$left -gt 1 ] || left=1; \
 	PYTHONPATH="$(CURDIR)$$site$${PYTHONPATH:+:$$PYTHONPATH}" \
-	  $(if $(GPU_JAX_CACHE),JAX_COMPILATION_CACHE_DIR=$(abspath $(GPU_JAX_CACHE)) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.2) \
+	  $(if $(GPU_JAX_CACHE),JAX_COMPILATION_CACHE_DIR=$(abspath $(GPU_JAX_CACHE)) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=$(GPU_CACHE_MIN_S)) \
 	  $(if $(filter-out 0,$(GPU_DEADLINE)),timeout --signal=INT --kill-after=30 $$left) \
 	  $(GPU_PYTHON) -m gmlm_lib.book batch $(GPU_PROFILE) $(GPU_ARGS) --out "$(OUT)" $(if $(wildcard staged/*.md),--staged staged) \
 	  $(if $(GPU_SIZING_FROM),--sizing-from "$(abspath $(GPU_SIZING_FROM))")

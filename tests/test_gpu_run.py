@@ -408,6 +408,7 @@ def test_a_later_batch_trains_the_updates_an_earlier_one_decided(tmp_path):
 
     from gmlm_lib.mt import config, sizing
 
+    assert sizing.SIZING_FILE in runner.RECORD_FILES  # the decisions travel in the records archive
     exp = config.get("multi30k_tiny", dict(train_seconds=60.0))
     asked = dict(train_seconds=exp.train_seconds, ar_steps=exp.ar_steps, padir_steps=exp.padir_steps,
                  warmup=exp.warmup, checkpoint_every=exp.checkpoint_every)

@@ -217,7 +217,7 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
 #: run folder): what ``make gpu-run`` executes on an accelerator.
 TRANSLATION_CHAPTERS = ("padir", "stutter", "dependency_decoding", "ablations")
 RECORD_FILES = ("run.json", "config.json", "data.json", "metrics.jsonl", "val.jsonl", "distilled.json",
-                "checkpoint_digests.json", "sizing.json")
+                "checkpoint_digests.json", "sizing.json")  # the last: gmlm_lib.mt.sizing.SIZING_FILE
 
 
 KERNEL_CWD = "notebooks"
@@ -256,6 +256,8 @@ def restore_sizing(archive: Path, root: Path) -> list[Path]:
     one, or a member outside ``runs/``, is refused by name."""
     import tarfile
 
+    from gmlm_lib.mt.sizing import SIZING_FILE
+
     archive = Path(archive)
     if not archive.is_file():
         raise FileNotFoundError(f"restore_sizing: {archive} does not exist; pass the run-records.tar.gz that a "
@@ -264,7 +266,7 @@ def restore_sizing(archive: Path, root: Path) -> list[Path]:
     with tarfile.open(archive, "r:gz") as tar:
         for member in tar.getmembers():
             name = Path(member.name)
-            if not member.isfile() or name.name != "sizing.json":
+            if not member.isfile() or name.name != SIZING_FILE:
                 continue
             if name.is_absolute() or ".." in name.parts or name.parts[0] != "runs":
                 raise ValueError(f"restore_sizing: {archive} holds {member.name!r}, outside runs/; it is not a "

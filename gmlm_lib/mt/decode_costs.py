@@ -94,12 +94,12 @@ def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), min_t
     enc_padir = decoding.jitted(_padir_encode, gp, hyps=max(hyps))
     sources = {w: tuple(jnp.asarray(a) for a in batching.pad([[V.FIRST_PIECE] * w], w)) for w in widths}
     src16, mask16 = (jnp.asarray(a) for a in batching.pad([[V.FIRST_PIECE] * 16], 16))
-    # the encoders' outputs are the steps' and passes' inputs: compute them first (compiled side by side)
+    # the encoders' outputs are the steps' and passes' inputs: compiled side by side first, then run
     encoded = {("ar", w): (lambda w=w: enc_ar(pa, *sources[w])) for w in widths}
     encoded.update({("padir", h): (lambda h=h: decoding.jitted(_padir_encode, gp, hyps=h)(pp, src16, mask16))
                     for h in hyps})
-    done = {}
-    timing.compile_in_parallel([lambda k=k, f=f: done.__setitem__(k, f()) for k, f in encoded.items()])
+    timing.compile_in_parallel(list(encoded.values()))
+    done = {k: f() for k, f in encoded.items()}
     labels, units = [], []
     for w in widths:
         cross, enc_mask = done[("ar", w)]
