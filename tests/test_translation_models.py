@@ -1109,3 +1109,38 @@ def test_the_gpu_preset_decodes_every_length_with_one_program_per_decoder_and_ba
             if not causal:
                 assert tr.widths == ((max(gpu.train_buckets),) if name == "gpu" else (16, 32, 64))
         assert programs == {"gpu": 1, "cpu": 2}, program
+
+
+def test_the_gpu_preset_trains_every_length_with_one_update_and_one_val_program(tmp_path):
+    """multi30k_gpu trains in one length bucket, so a model's run compiles one update and one val
+    program whatever lengths its pairs have, where the CPU preset's buckets compile one of each per
+    bucket its pairs fill: on the first full-size GPU run each update compiled in 20-50 s and each run
+    spent most of its compiling on the buckets (benchmarks/gpu_runs/2026-11-27-h200)."""
+    from gmlm_lib.mt import config
+
+    words = "a dog runs on the green grass near the old red house by the river in the park".split()
+    texts = [" ".join(words[: 1 + (3 * i) % len(words)]) * (1 + i % 3) for i in range(24)]
+    v = V.train(texts * 2, 60)
+    src, tgt = v.encode(texts), v.encode([t[::-1] for t in texts])
+    gpu, cpu = config.get("multi30k_gpu"), config.get("multi30k_cpu")
+    compiled = []
+
+    def listener(event, duration, fun_name=None, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(fun_name)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    counts = {}
+    for name, exp in (("gpu", gpu), ("cpu", cpu)):
+        buckets = tuple(exp.train_buckets)
+        model = seq2seq.ModelConfig(vocab=v.size, causal=True, d_model=16, heads=2, enc_layers=1, dec_layers=1,
+                                    d_ff=32, max_len=max(buckets))
+        cfg = training.TrainConfig(kind="ar", model=model, steps=2, batch_tokens=8 * max(buckets), warmup=1,
+                                   checkpoint_every=2, log_every=1, buckets=buckets)
+        data = batching.Batcher(src, tgt, cfg.batch_tokens, seed=0, buckets=buckets)
+        val = batching.Batcher(src[:12], tgt[:12], cfg.batch_tokens, seed=0, buckets=buckets)
+        compiled.clear()
+        training.train(cfg, data, tmp_path / name, val=val, progress=False)
+        counts[name] = (compiled.count("jit(step)"), compiled.count("jit(f)"), len(data.groups))
+    assert counts["gpu"] == (1, 1, 1)
+    assert counts["cpu"][2] >= 3 and counts["cpu"][0] == counts["cpu"][2] and counts["cpu"][1] >= 3, counts

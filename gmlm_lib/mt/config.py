@@ -163,12 +163,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     "multi30k_cpu": {},
     # The Multi30k recipe of the literature (a Transformer of 4 + 4 layers, d_model 256, 4 heads, d_ff 1024,
     # dropout 0.3, tied embeddings, label smoothing 0.1, warm-up then decay), in bfloat16 on one GPU or TPU.
-    # Updates: 3000 of 8192 target tokens (~55 epochs of Multi30k's ~430k target pieces; the published
-    # recipe sees ~75 in 8k updates of 4096 tokens), 2000 for each PaDIR model, which starts from the
-    # teacher as on the CPU: sized for the four chapters' 8-minute budget on one GPU.
-    # Coarse buckets: each bucket is one more compilation of every model's update and val programs
-    # (seconds each on a GPU), and an accelerator wastes little time on padding: three buckets keep 71%
-    # of the padded target tokens real on Multi30k en-de (8k pieces), against 82% with five.
+    # Updates: 3000 of 256 sentences (~3,900 real target pieces, near the published recipe's 4096 tokens
+    # a batch), 2000 for each PaDIR model, which starts from the teacher as on the CPU: sized for the four
+    # chapters' 8-minute budget on one GPU.
+    # One training bucket: every length bucket is one more compilation of every model's update and val
+    # programs, and on an H200 an update compiled in 20-50 s and ran in 20-30 ms, over 40x what its
+    # arithmetic (XLA's count, 4.9e11 FLOP at bucket 32) takes at the H200's bf16 peak: the first full-size
+    # GPU run spent about 250 s compiling three buckets' programs for 120 s of updates
+    # (benchmarks/gpu_runs/2026-11-27-h200). Padding every batch to 64 spends arithmetic the device has to
+    # spare (24% of the padded target tokens are real, against 68% with buckets 16/32/64; twice the FLOPs
+    # an update), and the sizing step times that one shape, so the budget holds whatever it costs.
     # One decoding bucket: every decoder (AR greedy, AR beam, PaDIR; per batch size) is one program
     # instead of three, and PaDIR's has one hypothesis width instead of a lax.switch over three, so the
     # decoders compile about 3x (AR) and 9x (PaDIR) less code (seconds a program on a GPU). Sources pad
@@ -176,13 +180,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     # weights, not by the width (the PaDIR chapter measures the units at several widths to check this),
     # and what the width costs falls mostly on PaDIR (its AR baselines only read padded sources).
     # Latency over the whole test set (1,000 sentences at batch 1), so that the p99 is a real tail.
-    # Each model is the checkpoint (every 500 updates) with the lowest loss on the val split.
+    # Each model is the checkpoint (every 1000 recipe updates, scaled with them: three per AR run) with
+    # the lowest loss on the val split; a checkpoint with its val loss costs seconds on a GPU.
     # The updates of the four models get 120 s of the four chapters' 8-minute budget: a device too slow
     # for 3000/2000 updates in that time trains fewer (one factor, measured first: gmlm_lib.mt.sizing).
     "multi30k_gpu": dict(
-        layers=4, dropout=0.3, batch_tokens=8192, ar_steps=3000, padir_steps=2000, learning_rate=0.001,
-        warmup=400, compute_dtype="bfloat16", train_buckets=(16, 32, 64), decode_buckets=(64,),
-        latency_steps=(2, 4, 10), latency_sentences=0, throughput_batch=256, checkpoint_every=500,
+        layers=4, dropout=0.3, batch_tokens=16384, ar_steps=3000, padir_steps=2000, learning_rate=0.001,
+        warmup=400, compute_dtype="bfloat16", train_buckets=(64,), decode_buckets=(64,),
+        latency_steps=(2, 4, 10), latency_sentences=0, throughput_batch=256, checkpoint_every=1000,
         train_seconds=120.0),
     # The few-step stand-in of a run folder (smoke runs and tests): barely trained, same layout.
     "multi30k_tiny": dict(
