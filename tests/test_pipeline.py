@@ -129,3 +129,20 @@ def test_reuse_turns_the_cache_on_beside_the_run_then_opens_it_or_trains_a_stand
     assert len(caches) == 2 and caches[1] != caches[0] and "jax-cache-" in caches[1]
     assert len(stand_in.distilled) == 40 and stand_in.root.name == "en-de" and stand_in.root != root
     assert stand_in.records["padir_raw"]["init"]["start"] == "teacher"
+
+
+def test_the_distilled_model_is_selected_on_the_teachers_translations_of_the_val_sources(tmp_path):
+    """build() with val pairs: the teacher, the deep-shallow baseline and PaDIR raw are selected on
+    the human val targets, PaDIR distilled on the teacher's translations of the val sources (the
+    targets it learns), decoded once into distilled_val.de.gz and reused by a second call."""
+    val = corpus.Parallel(PAIRS.src[::20], PAIRS.tgt[::20], name="val")
+    root = tmp_path / "en-de"
+    folder = pipeline.build(TINY, root, data=pipeline.Data(PAIRS, PAIRS.take(4), val), progress=False)
+    teacher_val = corpus.read_lines(root / "distilled_val.de.gz")
+    assert len(teacher_val) == len(val) and (root / "distilled_val.json").is_file()
+    want = pipeline.distil_val(TINY, folder.vocab, folder.models["ar"][1], val, root, progress=False)  # reused
+    assert want.src == val.src and want.tgt == teacher_val
+    fp = {name: rec["validation"]["fingerprint"] for name, rec in folder.records.items()}
+    assert fp["padir_raw"] == pipeline._val(TINY, folder.vocab, val).fingerprint()
+    assert fp["padir_distilled"] == pipeline._val(TINY, folder.vocab, want).fingerprint() != fp["padir_raw"]
+    assert pipeline.distil_val(TINY, folder.vocab, folder.models["ar"][1], None, root) is None

@@ -9,7 +9,8 @@ what a previous call left in the run folder (``<run_root>/<src>-<tgt>/``, laid o
 2. :func:`vocabulary`: the joint SentencePiece model, trained once and kept as ``spm.model``;
    then :func:`size`: the updates fitted to ``train_seconds`` on this device, decided once (``sizing.json``);
 3. :func:`train_teacher`: the AR teacher in ``ar/``;
-4. :func:`distil_training_set`: the teacher's outputs on the training set [App. L.1.2];
+4. :func:`distil_training_set`: the teacher's outputs on the training set [App. L.1.2], and
+   :func:`distil_val` on the val sources (the distilled model is selected on them);
 5. :func:`train_padir`: PaDIR on raw (``padir_raw/``) and on distilled targets (``padir_distilled/``);
 6. :func:`train_shallow` (with ``shallow=True``): the deep-shallow AR baseline in ``ar_shallow/``.
 
@@ -32,7 +33,7 @@ from gmlm_lib.mt import batching, config, corpus, experiment, runfolder, sizing,
 from gmlm_lib.mt import vocab as V
 
 __all__ = ["Data", "run_folder", "load_data", "vocabulary", "batcher", "size", "train_teacher", "train_shallow",
-           "distil_training_set", "train_padir", "build", "complete", "ensure", "reuse"]
+           "distil_training_set", "distil_val", "train_padir", "build", "complete", "ensure", "reuse"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,11 +140,34 @@ def distil_training_set(exp: config.Experiment, vocab: V.Vocab, teacher, train: 
     ``distill_beam`` (greedy when it is 1) into ``root/distilled.<tgt>.gz``, reused when present
     (:func:`gmlm_lib.mt.experiment.distil`). A sentence a barely trained teacher leaves empty keeps
     its human target."""
+    translator, method = _distiller(exp, vocab, teacher)
+    return experiment.distil(translator, train.src, method, pathlib.Path(root) / f"distilled.{exp.tgt_lang}.gz",
+                             fallback=train.tgt, progress=progress)
+
+
+def _distiller(exp: config.Experiment, vocab: V.Vocab, teacher) -> tuple[translate.Translator, translate.Method]:
+    """The teacher's translator and the decoding of distillation: beam ``distill_beam`` (greedy when 1)."""
     translator = translate.Translator(teacher, vocab, buckets=exp.decode_buckets, seed=exp.seed)
     method = (translate.Method("greedy") if exp.distill_beam == 1 else
               translate.Method("beam", beam=exp.distill_beam, alpha=exp.length_penalty))
-    return experiment.distil(translator, train.src, method, pathlib.Path(root) / f"distilled.{exp.tgt_lang}.gz",
-                             fallback=train.tgt, progress=progress)
+    return translator, method
+
+
+def distil_val(exp: config.Experiment, vocab: V.Vocab, teacher, val: corpus.Parallel | None,
+               root: str | pathlib.Path, *, progress: bool = True) -> corpus.Parallel | None:
+    """The val pairs with the teacher's translations as their targets (decoded as
+    :func:`distil_training_set` decodes the training set, into ``root/distilled_val.<tgt>.gz``,
+    reused when present), on which the distilled PaDIR model's checkpoints are selected: it learns to
+    reproduce the teacher, so its loss on the teacher's outputs is the loss it is trained to lower,
+    while its loss on the human references can stop falling as it does (on the first full-size GPU
+    run it read "converged" at half its updates, its checkpoints 0.02 nats apart, while its training
+    loss still fell). ``None`` when ``val`` is."""
+    if val is None:
+        return None
+    translator, method = _distiller(exp, vocab, teacher)
+    got = experiment.distil(translator, val.src, method, pathlib.Path(root) / f"distilled_val.{exp.tgt_lang}.gz",
+                            fallback=val.tgt, progress=progress)
+    return corpus.Parallel(list(val.src), got.lines, f"{val.name} (teacher's translations)")
 
 
 def train_padir(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel, targets: list[str],
@@ -152,7 +176,8 @@ def train_padir(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel, 
     """A PaDIR model, ``padir_steps`` updates on ``train.src`` -> ``targets`` (the human targets for
     ``name = "raw"``, the teacher's for ``"distilled"``), in ``root/padir_<name>``; started from the
     AR ``teacher`` when ``padir_init = "teacher"`` (then required), from random weights otherwise.
-    ``val``: as for :func:`train_teacher` (PaDIR's val loss is its denoising loss on the val pairs)."""
+    ``val``: as for :func:`train_teacher` (PaDIR's val loss is its denoising loss on the val pairs; the
+    distilled model's are :func:`distil_val`'s, the teacher's translations of the val sources)."""
     if name not in ("raw", "distilled"):
         raise ValueError(f"train_padir(name=...) must be 'raw' or 'distilled'; got {name!r}.")
     if exp.padir_init == "teacher" and teacher is None:
@@ -177,9 +202,9 @@ def build(exp: config.Experiment, root: str | pathlib.Path | None = None, *, dat
     exp, _ = size(exp, vocab, data.train, root, shallow=shallow)
     teacher = train_teacher(exp, vocab, data.train, root, val=data.val, progress=progress)
     distilled = distil_training_set(exp, vocab, teacher.model, data.train, root, progress=progress)
-    for name, targets in (("raw", data.train.tgt), ("distilled", distilled.lines)):
-        train_padir(exp, vocab, data.train, targets, root, name, teacher=teacher.model, val=data.val,
-                    progress=progress)
+    val_distilled = distil_val(exp, vocab, teacher.model, data.val, root, progress=progress)
+    for name, targets, val in (("raw", data.train.tgt, data.val), ("distilled", distilled.lines, val_distilled)):
+        train_padir(exp, vocab, data.train, targets, root, name, teacher=teacher.model, val=val, progress=progress)
     if shallow:
         train_shallow(exp, vocab, data.train, root, val=data.val, progress=progress)
     return experiment.open_run(root)
