@@ -87,6 +87,17 @@ def _x64_for_exact_numerics(request):
         yield
 
 
+@pytest.fixture(autouse=True)
+def _training_programs_forgotten():
+    """Each test starts without the update and val programs an earlier test left in memory
+    (gmlm_lib.mt.training shares them between configs in a process), so what a test counts as
+    compiled does not depend on the order the tests ran in."""
+    module = sys.modules.get("gmlm_lib.mt.training")
+    if module is not None:
+        module.clear_programs()
+    yield
+
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 

@@ -525,8 +525,9 @@ def test_the_traced_schedule_gives_the_optax_rates(steps, warmup, lr, ratio):
 def test_a_run_sized_to_a_budget_trains_with_the_program_its_timing_compiled(tmp_path):
     """sizing.fit_config times one update of the asked config, then the run trains fewer updates (so
     another schedule): with the schedule's numbers arguments of the update (training.TRACED), the run's
-    update for the timed bucket is the timed one, read from the persistent compilation cache instead
-    of compiled again (on a GPU, half a minute a model). In a fresh process, as a chapter runs."""
+    update for the timed bucket is the timed one, the same jitted function (training.make_step shares
+    it), neither compiled again nor read from the persistent compilation cache (on a GPU, half a
+    minute a model). In a fresh process, as a chapter runs."""
     script = f"""
 import json, pathlib, numpy as np
 from gmlm_lib.core import timing
@@ -557,7 +558,35 @@ print(json.dumps(dict(steps=fitted.steps, warmup=fitted.warmup, timed=timed, tra
     assert got["steps"] < 400 and got["warmup"] < 40  # another schedule than the one timed
     assert got["timed"]["compilations"] >= 1 and got["timed"]["cache_hits"] == 0
     assert got["timed_updates"] == 1 and got["new_updates"] == 0, got  # the update, as the timing compiled it
-    assert got["train"]["cache_hits"] >= 1, got
+    assert got["train"]["cache_hits"] == 0, got  # neither compiled nor read: the timed jitted update itself
+
+
+def test_configs_that_differ_outside_the_program_share_one_jitted_update_and_val_program(tmp_path):
+    """make_step/make_eval return the same jitted function for configs that differ only in
+    training.PROGRAM_FREE (the schedule, the traced unmasking rate and fill, the seed, the
+    bookkeeping), each bound to its own traced values, so a second run of the same model compiles
+    nothing (the distilled PaDIR model after the raw one; a run after its sizing); a field that shapes
+    the program (label smoothing) gets its own."""
+    cfg = dataclasses.replace(_cfg("padir"), steps=4, checkpoint_every=4, log_every=2)
+    graphdef, _ = nnx.split(seq2seq.build(cfg.model, 0))
+    other = cfg.replace(steps=6, warmup=2, learning_rate=1e-3, unmasking_rate=0.5, fill="mask", seed=3,
+                        checkpoint_every=3, log_every=3, batch_tokens=64, init="teacher")
+    a, b = training.make_step(graphdef, cfg), training.make_step(graphdef, other)
+    assert a.jitted is b.jitted and float(b.numbers["unmasking_rate"]) == 0.5 and bool(b.numbers["fill"])
+    assert training.make_eval(graphdef, cfg).jitted is training.make_eval(graphdef, other).jitted
+    assert training.make_step(graphdef, cfg.replace(label_smoothing=0.0)).jitted is not a.jitted
+    assert training.make_eval(graphdef, cfg).jitted is not a.jitted
+    compiled = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, d, fun_name=None, **_: compiled.append(fun_name)
+        if event == "/jax/core/compile/backend_compile_duration" else None)
+    first = training.train(cfg, _toy_batcher(), tmp_path / "first", progress=False)
+    n_first = compiled.count("jit(step)")
+    second = training.train(cfg.replace(seed=5, steps=6, warmup=2, checkpoint_every=6), _toy_batcher(),
+                            tmp_path / "second", progress=False)
+    assert compiled.count("jit(step)") == n_first and len(second.losses) >= 1 and second.losses != first.losses
+    training.clear_programs()
+    assert training.make_step(graphdef, cfg).jitted is not a.jitted
 
 
 def test_training_reduces_the_loss(tmp_path):

@@ -12,6 +12,7 @@ the time since the last checkpoint, as it loses the steps.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
@@ -33,9 +34,9 @@ from gmlm_lib.core.progress import bar as progress_bar
 from gmlm_lib.mt import batching, objectives, runfolder, seq2seq
 from gmlm_lib.mt.runfolder import DAMAGED, RunFolderBusy, RunFolderError
 
-__all__ = ["TrainConfig", "TRACED", "Program", "schedule", "traced_schedule", "optimizer", "mesh", "make_step",
-           "make_eval", "compile_programs", "validation_loss", "VAL_METRIC", "flops_per_step", "Result", "train",
-           "load", "RunFolderBusy", "RunFolderError", "DAMAGED"]
+__all__ = ["TrainConfig", "TRACED", "PROGRAM_FREE", "Program", "clear_programs", "schedule", "traced_schedule",
+           "optimizer", "mesh", "make_step", "make_eval", "compile_programs", "validation_loss", "VAL_METRIC",
+           "flops_per_step", "Result", "train", "load", "RunFolderBusy", "RunFolderError", "DAMAGED"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,22 +227,60 @@ class Program:
         return self.jitted.lower(*args, self.numbers)
 
 
+PROGRAM_FREE = frozenset(TRACED) | {"steps", "batch_tokens", "seed", "checkpoint_every", "log_every", "buckets", "init"}
+"""The :class:`TrainConfig` fields that the update and val programs do not depend on: :data:`TRACED`
+(arguments of the programs) and what decides only the data, the keys and the bookkeeping around them
+(the batches' shapes are the programs' arguments). Configs that differ only in these share one
+jitted program in a process (:func:`make_step`, :func:`make_eval`)."""
+
+_PROGRAMS: collections.OrderedDict = collections.OrderedDict()
+_PROGRAMS_KEPT = 32
+
+
+def _shared(what: str, graphdef, cfg: TrainConfig, build: Callable) -> Program:
+    """``build(cfg)``'s jitted function, made once per ``(what, graphdef, cfg's program fields)`` in
+    this process (the most recent :data:`_PROGRAMS_KEPT` kept), bound to ``cfg``'s :data:`TRACED`
+    values. Why: a jitted function compiles once per argument shape, so the sizing step's update is
+    the one its run trains with, the distilled PaDIR model trains with the raw one's programs and an
+    ablation variant that changes a traced field with its baseline's, without reading JAX's persistent
+    cache (seconds a program on a GPU) or compiling again where it is off."""
+    key = (what, graphdef, tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
+                                 if f.name not in PROGRAM_FREE))
+    jitted = _PROGRAMS.pop(key, None)
+    if jitted is None:
+        jitted = build(cfg)
+    _PROGRAMS[key] = jitted
+    while len(_PROGRAMS) > _PROGRAMS_KEPT:
+        _PROGRAMS.popitem(last=False)
+    return Program(jitted, cfg)
+
+
+def clear_programs() -> None:
+    """Forget the update and val programs :func:`make_step` and :func:`make_eval` keep (the next
+    call builds and compiles them again)."""
+    _PROGRAMS.clear()
+
+
 def make_step(graphdef, cfg: TrainConfig) -> Program:
     """The compiled update ``(params, opt_state, batch, key) -> (params, opt_state, loss, parts)`` of
     :func:`optimizer` ``(cfg)`` (its state: ``optimizer(cfg).init(params)``). Sharding follows the
     inputs: batches split over "data", parameters replicated. The fields in :data:`TRACED` are
-    arguments of the program, not constants."""
+    arguments of the program, not constants; configs that differ only in :data:`PROGRAM_FREE` share
+    the jitted function (:func:`_shared`)."""
 
-    def step(params, opt_state, batch, key, numbers):
-        def f(p):
-            return objectives.loss_fn(nnx.merge(graphdef, p), cfg, batch, key, numbers=numbers)
+    def build(cfg):
+        def step(params, opt_state, batch, key, numbers):
+            def f(p):
+                return objectives.loss_fn(nnx.merge(graphdef, p), cfg, batch, key, numbers=numbers)
 
-        (loss, parts), grads = jax.value_and_grad(f, has_aux=True)(params)
-        tx = optimizer(cfg, traced_schedule(numbers))
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss, parts
+            (loss, parts), grads = jax.value_and_grad(f, has_aux=True)(params)
+            tx = optimizer(cfg, traced_schedule(numbers))
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, loss, parts
 
-    return Program(jax.jit(step, donate_argnums=(0, 1)), cfg)
+        return jax.jit(step, donate_argnums=(0, 1))
+
+    return _shared("step", graphdef, cfg, build)
 
 
 VAL_METRIC = "token loss on the val split (nats; the training objective without dropout or label smoothing)"
@@ -253,13 +292,18 @@ def make_eval(graphdef, cfg: TrainConfig) -> Program:
     without dropout or label smoothing: PaDIR's mean over its stages, the AR loss as it is (the
     length loss left out), over the rows ``batch["rows"]`` marks; :data:`TRACED` as in
     :func:`make_step`."""
-    plain = cfg.replace(label_smoothing=0.0)
 
-    def f(params, batch, key, numbers):
-        _, parts = objectives.loss_fn(nnx.merge(graphdef, params), plain, batch, key, dropout=False, numbers=numbers)
-        return parts["token_loss"] * parts["tokens"], parts["tokens"]
+    def build(cfg):
+        plain = cfg.replace(label_smoothing=0.0)
 
-    return Program(jax.jit(f), cfg)
+        def f(params, batch, key, numbers):
+            _, parts = objectives.loss_fn(nnx.merge(graphdef, params), plain, batch, key, dropout=False,
+                                          numbers=numbers)
+            return parts["token_loss"] * parts["tokens"], parts["tokens"]
+
+        return jax.jit(f)
+
+    return _shared("eval", graphdef, cfg, build)
 
 
 def validation_loss(eval_fn, params, batches: list[batching.Batch], key, sharding=None) -> float:
