@@ -4,6 +4,7 @@ step by step, and the stand-in of smoke runs made by the same function with the 
 from __future__ import annotations
 
 import json
+import pathlib
 import shutil
 
 import pytest
@@ -131,18 +132,42 @@ def test_reuse_turns_the_cache_on_beside_the_run_then_opens_it_or_trains_a_stand
     assert stand_in.records["padir_raw"]["init"]["start"] == "teacher"
 
 
-def test_the_distilled_model_is_selected_on_the_teachers_translations_of_the_val_sources(tmp_path):
+def test_the_distilled_model_is_selected_on_the_teachers_translations_of_the_val_sources(tmp_path, monkeypatch):
     """build() with val pairs: the teacher, the deep-shallow baseline and PaDIR raw are selected on
     the human val targets, PaDIR distilled on the teacher's translations of the val sources (the
-    targets it learns), decoded once into distilled_val.de.gz and reused by a second call."""
+    targets it learns; here stand-ins that fit the buckets, since a 3-update teacher's run to the
+    length limit), decoded once into distilled_val.de.gz and reused."""
     val = corpus.Parallel(PAIRS.src[::20], PAIRS.tgt[::20], name="val")
+    said = [f"der lehrer sagt {i}" for i in range(len(val))]
+    real = experiment.distil
+
+    def distil(translator, sources, method, path, **kw):
+        if pathlib.Path(path).name.startswith("distilled_val."):
+            return experiment.Distilled(list(said), {}, False)
+        return real(translator, sources, method, path, **kw)
+
+    monkeypatch.setattr(experiment, "distil", distil)
     root = tmp_path / "en-de"
     folder = pipeline.build(TINY, root, data=pipeline.Data(PAIRS, PAIRS.take(4), val), progress=False)
-    teacher_val = corpus.read_lines(root / "distilled_val.de.gz")
-    assert len(teacher_val) == len(val) and (root / "distilled_val.json").is_file()
-    want = pipeline.distil_val(TINY, folder.vocab, folder.models["ar"][1], val, root, progress=False)  # reused
-    assert want.src == val.src and want.tgt == teacher_val
     fp = {name: rec["validation"]["fingerprint"] for name, rec in folder.records.items()}
-    assert fp["padir_raw"] == pipeline._val(TINY, folder.vocab, val).fingerprint()
-    assert fp["padir_distilled"] == pipeline._val(TINY, folder.vocab, want).fingerprint() != fp["padir_raw"]
+    human = pipeline._val(TINY, folder.vocab, val).fingerprint()
+    assert fp["ar"] == fp["padir_raw"] == human
+    assert fp["padir_distilled"] == pipeline._val(TINY, folder.vocab, corpus.Parallel(val.src, said)).fingerprint()
+    monkeypatch.undo()
+    got = pipeline.distil_val(TINY, folder.vocab, folder.models["ar"][1], val, root, progress=False)
+    teacher_val = corpus.read_lines(root / "distilled_val.de.gz")
+    assert len(teacher_val) == len(val) and (root / "distilled_val.json").is_file() and got.src == val.src
+    again = pipeline.distil_val(TINY, folder.vocab, folder.models["ar"][1], val, root, progress=False)  # reused
+    assert again == got and json.loads((root / "distilled_val.json").read_text())["sentences"] == len(val)
     assert pipeline.distil_val(TINY, folder.vocab, folder.models["ar"][1], None, root) is None
+
+
+def test_a_teacher_translation_too_long_for_the_buckets_keeps_its_human_val_target(built, tmp_path, monkeypatch):
+    """A barely trained teacher's outputs run to the length limit: such a val pair keeps its human
+    target (as an empty output does), so the distilled model is still scored on every val pair."""
+    _, folder = built
+    val = corpus.Parallel(PAIRS.src[:3], PAIRS.tgt[:3], name="val")
+    long = " ".join(["hund"] * 200)
+    monkeypatch.setattr(experiment, "distil", lambda *a, **k: experiment.Distilled([long, "ein hund", long], {}, False))
+    got = pipeline.distil_val(TINY, folder.vocab, folder.models["ar"][1], val, tmp_path, progress=False)
+    assert got.tgt == [PAIRS.tgt[0], "ein hund", PAIRS.tgt[2]] and got.src == val.src

@@ -161,13 +161,18 @@ def distil_val(exp: config.Experiment, vocab: V.Vocab, teacher, val: corpus.Para
     reproduce the teacher, so its loss on the teacher's outputs is the loss it is trained to lower,
     while its loss on the human references can stop falling as it does (on the first full-size GPU
     run it read "converged" at half its updates, its checkpoints 0.02 nats apart, while its training
-    loss still fell). ``None`` when ``val`` is."""
+    loss still fell). A translation that is empty, or too long for the largest training bucket (a
+    barely trained teacher's runs to the length limit), keeps its human target, so that every val
+    pair is scored. ``None`` when ``val`` is."""
     if val is None:
         return None
     translator, method = _distiller(exp, vocab, teacher)
     got = experiment.distil(translator, val.src, method, pathlib.Path(root) / f"distilled_val.{exp.tgt_lang}.gz",
                             fallback=val.tgt, progress=progress)
-    return corpus.Parallel(list(val.src), got.lines, f"{val.name} (teacher's translations)")
+    limit = max(exp.train_buckets)  # a target of n pieces takes n + 1 positions (batching.Batcher)
+    lines = [line if len(ids) + 1 <= limit else human
+             for line, ids, human in zip(got.lines, vocab.encode(got.lines), val.tgt)]
+    return corpus.Parallel(list(val.src), lines, f"{val.name} (teacher's translations)")
 
 
 def train_padir(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel, targets: list[str],
