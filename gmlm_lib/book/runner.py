@@ -217,7 +217,8 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
 #: run folder): what ``make gpu-run`` executes on an accelerator.
 TRANSLATION_CHAPTERS = ("padir", "stutter", "dependency_decoding", "ablations")
 RECORD_FILES = ("run.json", "config.json", "data.json", "metrics.jsonl", "val.jsonl", "distilled.json",
-                "distilled_val.json", "checkpoint_digests.json", "sizing.json")  # the last: gmlm_lib.mt.sizing.SIZING_FILE
+                "distilled_val.json", "checkpoint_digests.json",
+                "sizing.json")  # the last: gmlm_lib.mt.sizing.SIZING_FILE
 
 
 KERNEL_CWD = "notebooks"
