@@ -181,16 +181,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Latency over the whole test set (1,000 sentences at batch 1), so that the p99 is a real tail.
     # Each model is the checkpoint (every 1000 recipe updates, scaled with them: three per AR run) with
     # the lowest loss on the val split; a checkpoint with its val loss costs seconds on a GPU.
-    # The updates of the four models get 180 s: a device too slow for 3000/2000 updates in that time trains
-    # fewer (one factor, measured first: gmlm_lib.mt.sizing). The first GPU run gave them 120 s and its AR
-    # teacher was still improving at 2,014 updates (35.5 BLEU); one bucket should save more than the extra
-    # minute in compilation (two of every three update and val programs; not yet measured), and the four
-    # chapters' 8 minutes could not hold the ablations' 7 x 1,200 updates anyway.
+    # The updates of the four models get 120 s: a device too slow for 3000/2000 updates in that time trains
+    # fewer (one factor, measured first: gmlm_lib.mt.sizing). The first GPU run's AR teacher was still
+    # improving at 120 s (2,014 updates, 35.5 BLEU), but one lent GPU command pair (about 840 s) has to hold
+    # the PaDIR, stutter and dependency chapters together (estimated 740 s with 120 s of updates, 800 s
+    # with 180 s); the four chapters' 8 minutes could not hold the ablations' 7 x 1,200 updates anyway.
     "multi30k_gpu": dict(
         layers=4, dropout=0.3, batch_tokens=16384, ar_steps=3000, padir_steps=2000, learning_rate=0.001,
         warmup=400, compute_dtype="bfloat16", train_buckets=(64,), decode_buckets=(64,),
         latency_steps=(2, 4, 10), latency_sentences=0, throughput_batch=256, checkpoint_every=1000,
-        train_seconds=180.0),
+        train_seconds=120.0),
     # The few-step stand-in of a run folder (smoke runs and tests): barely trained, same layout.
     "multi30k_tiny": dict(
         train_sentences=1000, vocab_size=2000, d_model=64, heads=4, layers=1, d_ff=128, batch_tokens=1024,
