@@ -375,6 +375,16 @@ def test_stutter_remasking_and_repeat_dropping():
     assert decoding.strip(np.array([[7, 8, V.EOS, 9]])) == [[7, 8]]
 
 
+def _compiled_names() -> list:
+    """A list to which every later backend compilation in this process appends its program's name
+    (JAX's monitoring events; a read from the persistent cache is not a compilation)."""
+    names = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, d, fun_name=None, **_: names.append(fun_name)
+        if event == "/jax/core/compile/backend_compile_duration" else None)
+    return names
+
+
 def _toy_batcher(multiple=1, n=64):
     rng = np.random.default_rng(0)
     src = [list(rng.integers(6, 40, rng.integers(2, 7))) for _ in range(n)]
@@ -576,10 +586,7 @@ def test_configs_that_differ_outside_the_program_share_one_jitted_update_and_val
     assert training.make_eval(graphdef, cfg).jitted is training.make_eval(graphdef, other).jitted
     assert training.make_step(graphdef, cfg.replace(label_smoothing=0.0)).jitted is not a.jitted
     assert training.make_eval(graphdef, cfg).jitted is not a.jitted
-    compiled = []
-    jax.monitoring.register_event_duration_secs_listener(
-        lambda event, d, fun_name=None, **_: compiled.append(fun_name)
-        if event == "/jax/core/compile/backend_compile_duration" else None)
+    compiled = _compiled_names()
     first = training.train(cfg, _toy_batcher(), tmp_path / "first", progress=False)
     n_first = compiled.count("jit(step)")
     second = training.train(cfg.replace(seed=5, steps=6, warmup=2, checkpoint_every=6), _toy_batcher(),
@@ -1063,13 +1070,7 @@ def test_compile_all_compiles_every_system_and_bucket_before_a_sweep():
     tr = translate.Translator(seq2seq.build(cfg, 5), v, buckets=(8, 16, 32))
     rules = [translate.Method("padir", padir=decoding.StrategyOptions(name, steps=t))
              for name in ("threshold", "entropy") for t in (2, 4)]  # T is an argument: two programs, not four
-    compiled = []
-
-    def listener(event, duration, fun_name=None, **_):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiled.append(fun_name)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
+    compiled = _compiled_names()
     decoding.clear_compiled()
     compiled.clear()
     assert translate.compile_all([(tr, m) for m in rules], (3,)) > 0
@@ -1114,13 +1115,7 @@ def test_the_gpu_preset_decodes_every_length_with_one_program_per_decoder_and_ba
     texts = ["a dog", "a small dog runs on the green grass near the old red house by the river in the park today"]
     v = V.train(texts * 4 + ["ein kleiner Hund rennt auf dem Gras", "ein Hund im Park"] * 4, 60)
     gpu, cpu = config.get("multi30k_gpu"), config.get("multi30k_cpu")
-    compiled = []
-
-    def listener(event, duration, fun_name=None, **_):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiled.append(fun_name)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
+    compiled = _compiled_names()
     for causal, method, program in ((True, translate.Method("greedy"), "jit(_ar_greedy)"),
                                     (False, translate.Method("padir", padir=decoding.PadirOptions(steps=2, hyps=1)),
                                      "jit(_padir_ids)")):
@@ -1152,13 +1147,7 @@ def test_the_gpu_preset_trains_every_length_with_one_update_and_one_val_program(
     v = V.train(texts * 2, 60)
     src, tgt = v.encode(texts), v.encode([t[::-1] for t in texts])
     gpu, cpu = config.get("multi30k_gpu"), config.get("multi30k_cpu")
-    compiled = []
-
-    def listener(event, duration, fun_name=None, **_):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiled.append(fun_name)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
+    compiled = _compiled_names()
     counts = {}
     for name, exp in (("gpu", gpu), ("cpu", cpu)):
         buckets = tuple(exp.train_buckets)
