@@ -266,7 +266,7 @@ def make_step(graphdef, cfg: TrainConfig) -> Program:
     :func:`optimizer` ``(cfg)`` (its state: ``optimizer(cfg).init(params)``). Sharding follows the
     inputs: batches split over "data", parameters replicated. The fields in :data:`TRACED` are
     arguments of the program, not constants; configs that differ only in :data:`PROGRAM_FREE` share
-    the jitted function (:func:`_shared`)."""
+    the jitted function (the most recent 32 kept; :func:`clear_programs` forgets them)."""
 
     def build(cfg):
         def step(params, opt_state, batch, key, numbers):
