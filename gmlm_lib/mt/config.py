@@ -183,9 +183,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # the lowest loss on the val split; a checkpoint with its val loss costs seconds on a GPU.
     # The updates of the four models get 120 s: a device too slow for 3000/2000 updates in that time trains
     # fewer (one factor, measured first: gmlm_lib.mt.sizing). The first GPU run's AR teacher was still
-    # improving at 120 s (2,014 updates, 35.5 BLEU), but one lent GPU command pair (about 840 s) has to hold
-    # the PaDIR, stutter and dependency chapters together (estimated 740 s with 120 s of updates, 800 s
-    # with 180 s); the four chapters' 8 minutes could not hold the ablations' 7 x 1,200 updates anyway.
+    # improving at 120 s (2,014 updates, 35.5 BLEU), but the PaDIR, stutter and dependency chapters have to
+    # fit one GPU batch of about 840 s together (estimated 740 s with 120 s of updates, 800 s with 180 s);
+    # the four chapters' 8 minutes could not hold the ablations' 7 x 1,200 updates anyway.
     "multi30k_gpu": dict(
         layers=4, dropout=0.3, batch_tokens=16384, ar_steps=3000, padir_steps=2000, learning_rate=0.001,
         warmup=400, compute_dtype="bfloat16", train_buckets=(64,), decode_buckets=(64,),
