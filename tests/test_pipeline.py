@@ -133,10 +133,10 @@ def test_reuse_turns_the_cache_on_beside_the_run_then_opens_it_or_trains_a_stand
 
 
 def test_the_distilled_model_is_selected_on_the_teachers_translations_of_the_val_sources(tmp_path, monkeypatch):
-    """build() with val pairs: the teacher, the deep-shallow baseline and PaDIR raw are selected on
-    the human val targets, PaDIR distilled on the teacher's translations of the val sources (the
-    targets it learns; here stand-ins that fit the buckets, since a 3-update teacher's run to the
-    length limit), decoded once into distilled_val.de.gz and reused."""
+    """build() with val pairs: the teacher and PaDIR raw are selected on the human val targets, PaDIR
+    distilled on the teacher's translations of the val sources (the targets it learns; here stand-ins
+    that fit the buckets, since a 3-update teacher's outputs run to the length limit), decoded once
+    into distilled_val.de.gz and reused."""
     val = corpus.Parallel(PAIRS.src[::20], PAIRS.tgt[::20], name="val")
     said = [f"der lehrer sagt {i}" for i in range(len(val))]
     real = experiment.distil
