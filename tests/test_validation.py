@@ -215,10 +215,31 @@ def test_factor_fits_every_model_in_the_budget_and_never_stretches():
     assert tiny["steps"] == 2 and 0 < tiny["warmup"] < 2 and tiny["checkpoint_every"] == 1
 
 
-def test_update_seconds_times_a_compiled_update():
+def test_update_seconds_times_a_compiled_update(monkeypatch):
+    """The timed updates are the programs compiled side by side first, run as the loop runs them
+    (batches sent from the host, the state's flat leaves): nothing compiles while they are timed."""
+    from gmlm_lib.core import timing
     from gmlm_lib.mt import sizing
 
-    m = sizing.update_seconds(_cfg(), _batcher(24, 1), repeats=2)
+    phase, late = ["setup"], []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, d, fun_name=None, **_: late.append(fun_name)
+        if event == "/jax/core/compile/backend_compile_duration" and phase[0] == "timed" and fun_name == "jit(step)"
+        else None)
+    real = timing.compile_in_parallel
+
+    def spy(calls, threads=None):
+        seconds = real(calls, threads)
+        phase[0] = "timed"
+        return seconds
+
+    monkeypatch.setattr(timing, "compile_in_parallel", spy)
+    try:
+        m = sizing.update_seconds(_cfg(), _batcher(24, 1), repeats=2)
+    finally:
+        phase[0] = "off"
+    assert late == []  # the timed updates are the compiled ones (the batch and state they were compiled for)
+    monkeypatch.setattr(timing, "compile_in_parallel", real)
     assert m["update_s"] > 0 and m["compile_s"] > 0 and m["bucket"] in (8, 16) and m["batch"] >= 1
     both = sizing.updates_seconds({"ar": (_cfg(), _batcher(24, 1)), "padir": (_cfg("padir"), _batcher(24, 1))},
                                   repeats=2)

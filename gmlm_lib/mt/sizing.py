@@ -1,9 +1,10 @@
 """Fitting a run's number of updates to a wall-time budget on the device at hand.
 
 A preset names the updates its recipe wants (``ar_steps``, ``padir_steps``); ``train_seconds`` caps
-the time they may take. Before anything trains, :func:`updates_seconds` times one update of each
-model the run trains (all compiled first, side by side, so compilation is not counted), and
-:func:`factor` gives the one factor by which every model's updates (and its warm-up and checkpoint
+the time they may take. Before anything trains, :func:`updates_seconds` times the updates of each
+model the run trains as the training loop runs them (all compiled first, side by side, so
+compilation is not counted), and :func:`factor` gives the one factor by which every model's
+updates (and its warm-up and checkpoint
 interval, so the schedule keeps its shape and the val split still scores as many checkpoints)
 shrink to fit. A fast device keeps the recipe (factor 1); a slower one trains proportionally less,
 and says so: the run's record names the budget, the measured seconds per update and the factor.
@@ -36,21 +37,24 @@ SIZING_FILE = "sizing.json"
 """Where :func:`fit` keeps a run folder's sizing decision."""
 
 
-def update_seconds(cfg: training.TrainConfig, batcher: batching.Batcher, *, repeats: int = 5) -> dict:
+def update_seconds(cfg: training.TrainConfig, batcher: batching.Batcher, *, repeats: int = 10) -> dict:
     """Seconds one update of ``cfg`` takes on this machine's devices (:func:`updates_seconds` for
     one model)."""
     return updates_seconds({"": (cfg, batcher)}, repeats=repeats)[""]
 
 
-def updates_seconds(models: dict, *, repeats: int = 5) -> dict:
+def updates_seconds(models: dict, *, repeats: int = 10) -> dict:
     """Seconds one update takes on this machine's devices, for each ``name: (cfg, batcher)`` of
     ``models``, on a batch of the bucket that the batcher's epochs use most (every batch holds about
     ``batch_tokens`` padded tokens, so the buckets cost about the same). All updates are compiled
     first, side by side (:func:`gmlm_lib.core.timing.compile_in_parallel`; ``compile_s``, their wall
-    seconds, the same for every model), then each is timed ``repeats`` times: ``update_s`` is the
-    median. The models start from random weights whatever ``cfg.init`` says (the weights do not
-    change the time); nothing is written anywhere. Returns ``name: dict(update_s, compile_s, bucket,
-    batch)``."""
+    seconds, the same for every model), then each runs ``repeats`` updates back to back as the
+    training loop runs them (the batch sent from the host, the state's flat leaves,
+    :meth:`gmlm_lib.mt.training.Program.flat`, and each loss read after the next update is
+    dispatched): ``update_s`` is their wall time over ``repeats``, what an update costs the loop,
+    not one update waited for alone (which also pays the host's dispatch the loop overlaps). The
+    models start from random weights whatever ``cfg.init`` says (the weights do not change the time);
+    nothing is written anywhere. Returns ``name: dict(update_s, compile_s, bucket, batch)``."""
     if repeats < 1:
         raise ValueError(f"updates_seconds(repeats=...) must be >= 1; got {repeats!r}.")
     m = training.mesh()
@@ -61,24 +65,31 @@ def updates_seconds(models: dict, *, repeats: int = 5) -> dict:
             counts[bucket] = counts.get(bucket, 0) + 1
         bucket = max(counts, key=lambda b: (counts[b], b))
         ix = np.resize(batcher.groups[bucket], batcher.batch_size(bucket))
-        batch = jax.device_put(batcher.make(bucket, ix).arrays(), NamedSharding(m, P("data")))
+        b = batcher.make(bucket, ix)
+        host = dict(src=b.src, src_mask=b.src_mask, tgt=b.tgt, tgt_mask=b.tgt_mask)  # what the loop sends
         graphdef, params = nnx.split(seq2seq.build(cfg.model, cfg.seed))
         tx = training.optimizer(cfg)
-        state = jax.device_put((params, tx.init(params)), NamedSharding(m, P()))
-        jobs[name] = dict(step=training.make_step(graphdef, cfg), state=state, batch=batch,
+        leaves, treedef = jax.tree.flatten(jax.device_put((params, tx.init(params)), NamedSharding(m, P())))
+        jobs[name] = dict(update=training.make_step(graphdef, cfg).flat(treedef), leaves=leaves, host=host,
                           key=jax.random.key(cfg.seed), bucket=int(bucket), size=len(ix))
+    sharded = NamedSharding(m, P("data"))
     compile_s = timing.compile_in_parallel(
-        [lambda j=j: j["step"](*jax.tree.map(jnp.copy, j["state"]), j["batch"], j["key"])[2] for j in jobs.values()])
+        [lambda j=j: j["update"]([jnp.copy(x) for x in j["leaves"]], jax.device_put(j["host"], sharded), j["key"])[1]
+         for j in jobs.values()])
     out = {}
     for name, j in jobs.items():
-        state, times = j["state"], []
+        update, leaves, pending = j["update"], j["leaves"], None
+        leaves, loss, _ = update(leaves, jax.device_put(j["host"], sharded), j["key"])  # a first call, untimed
+        float(loss)
+        t0 = time.perf_counter()
         for i in range(repeats):
-            t0 = time.perf_counter()
-            *state, loss, _ = j["step"](*state, j["batch"], jax.random.fold_in(j["key"], i))
-            jax.block_until_ready(loss)
-            times.append(time.perf_counter() - t0)
-        out[name] = dict(update_s=float(np.median(times)), compile_s=round(compile_s, 3), bucket=j["bucket"],
-                         batch=j["size"])
+            leaves, loss, _ = update(leaves, jax.device_put(j["host"], sharded), jax.random.fold_in(j["key"], i))
+            if pending is not None:
+                float(pending)
+            pending = loss
+        float(loss)
+        out[name] = dict(update_s=(time.perf_counter() - t0) / repeats, compile_s=round(compile_s, 3),
+                         bucket=j["bucket"], batch=j["size"])
     return out
 
 
@@ -152,9 +163,9 @@ def fit_config(cfg: training.TrainConfig, batcher: batching.Batcher, models: int
                seconds: float) -> tuple[training.TrainConfig, dict]:
     """``cfg`` with its updates shrunk (warm-up, checkpoint and log intervals in proportion) so that
     ``models`` runs like it (variants that cost about as much an update) take at most ``seconds`` on
-    this device, one update timed on ``batcher`` first; no budget (0): ``cfg`` as it is, nothing timed.
-    The record: ``asked`` and ``used`` updates a model, ``seconds``, ``update_s`` (``None`` when not
-    timed) and ``factor``."""
+    this device, its updates timed on ``batcher`` first (:func:`update_seconds`); no budget (0):
+    ``cfg`` as it is, nothing timed. The record: ``asked`` and ``used`` updates a model, ``seconds``,
+    ``update_s`` (``None`` when not timed) and ``factor``."""
     if models < 1:
         raise ValueError(f"fit_config(models=...) must be >= 1; got {models!r}.")
     record = dict(asked=cfg.steps, used=cfg.steps, seconds=seconds, update_s=None, factor=1.0)

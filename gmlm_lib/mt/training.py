@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 import pathlib
+import threading
 import time
 from typing import Callable
 
@@ -34,9 +35,9 @@ from gmlm_lib.core.progress import bar as progress_bar
 from gmlm_lib.mt import batching, objectives, runfolder, seq2seq
 from gmlm_lib.mt.runfolder import DAMAGED, RunFolderBusy, RunFolderError
 
-__all__ = ["TrainConfig", "TRACED", "PROGRAM_FREE", "Program", "clear_programs", "schedule", "traced_schedule",
-           "optimizer", "mesh", "make_step", "make_eval", "compile_programs", "validation_loss", "VAL_METRIC",
-           "flops_per_step", "Result", "train", "load", "RunFolderBusy", "RunFolderError", "DAMAGED"]
+__all__ = ["TrainConfig", "TRACED", "PROGRAM_FREE", "Program", "FlatUpdate", "clear_programs", "schedule",
+           "traced_schedule", "optimizer", "mesh", "make_step", "make_eval", "compile_programs", "validation_loss",
+           "VAL_METRIC", "flops_per_step", "Result", "train", "load", "RunFolderBusy", "RunFolderError", "DAMAGED"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,7 +215,9 @@ run sized to a budget with the program its timing compiled). Every other field s
 
 class Program:
     """A jitted function of a :class:`TrainConfig` with the config's :data:`TRACED` values bound as
-    its last argument (device scalars, made once): call it, or ``lower`` it, with the other arguments."""
+    its last argument (device scalars, made once): call it, or ``lower`` it, with the other arguments.
+    An update (:func:`make_step`) also runs on the flat list of its state's leaves (:meth:`flat`),
+    as the training loop calls it."""
 
     def __init__(self, jitted, cfg: TrainConfig):
         self.jitted = jitted
@@ -225,6 +228,71 @@ class Program:
 
     def lower(self, *args):
         return self.jitted.lower(*args, self.numbers)
+
+    def flat(self, treedef) -> Callable:
+        """The update as ``(leaves, batch, key) -> (leaves, loss, parts)`` on the leaves of a
+        ``(params, opt_state)`` of structure ``treedef`` (``jax.tree.flatten``; the leaves in are
+        donated, the leaves out have the same structure): the program :meth:`__call__` runs, without
+        rebuilding the nnx ``State`` pytrees on the host at every update."""
+        if not isinstance(self.jitted, FlatUpdate):
+            raise TypeError("Program.flat: only an update (make_step) runs on flat leaves.")
+        f, numbers = self.jitted.for_tree(treedef), self.numbers
+        return lambda leaves, batch, key: f(leaves, batch, key, numbers)
+
+
+class FlatUpdate:
+    """An update ``step(params, opt_state, batch, key, numbers)`` jitted on the flat list of the
+    leaves of ``(params, opt_state)``, one jitted function per state structure (``treedef``).
+
+    Why: an nnx ``State`` is a pytree whose nodes JAX flattens and rebuilds in Python; a jitted
+    call that takes and returns the parameters and the optimiser state as ``State`` pytrees spends
+    milliseconds of host time on them at every update (several times what a plain list of the same
+    arrays costs, which takes JAX's C++ path), and a small model on an accelerator waits for the
+    host (``benchmarks/train_step.py`` times the update as the loop calls it). Calling it with
+    ``(params, opt_state, batch, key, numbers)`` flattens and rebuilds the state around the same
+    jitted function (the same compiled program)."""
+
+    def __init__(self, step: Callable):
+        self.step = step
+        self._by_tree: dict = {}
+        self._lock = threading.Lock()
+
+    def for_tree(self, treedef):
+        """The jitted ``(leaves, batch, key, numbers) -> (leaves, loss, parts)`` for ``treedef``.
+        Thread-safe: threads compiling the buckets' updates at once (:func:`compile_programs`) get one
+        jitted function, so the programs they compile are the ones the loop calls."""
+        f = self._by_tree.get(treedef)
+        if f is not None:
+            return f
+        with self._lock:
+            f = self._by_tree.get(treedef)
+            if f is not None:
+                return f
+
+            def step(leaves, batch, key, numbers):  # named as the update is in logs and the compilation cache
+                params, opt_state = jax.tree.unflatten(treedef, leaves)
+                params, opt_state, loss, parts = self.step(params, opt_state, batch, key, numbers)
+                out, out_tree = jax.tree.flatten((params, opt_state))
+                if out_tree != treedef:  # at trace time: the loop feeds the leaves back in
+                    raise ValueError(f"the update returned a state of another structure ({out_tree}) than it was "
+                                     f"given ({treedef}); an optimiser must keep its state's structure.")
+                return out, loss, parts
+
+            f = self._by_tree[treedef] = jax.jit(step, donate_argnums=(0,))
+        return f
+
+    def _flat_args(self, params, opt_state):
+        leaves, treedef = jax.tree.flatten((params, opt_state))
+        return self.for_tree(treedef), leaves, treedef
+
+    def __call__(self, params, opt_state, batch, key, numbers):
+        f, leaves, treedef = self._flat_args(params, opt_state)
+        out, loss, parts = f(leaves, batch, key, numbers)
+        return (*jax.tree.unflatten(treedef, out), loss, parts)
+
+    def lower(self, params, opt_state, batch, key, numbers):
+        f, leaves, _ = self._flat_args(params, opt_state)
+        return f.lower(leaves, batch, key, numbers)
 
 
 PROGRAM_FREE = frozenset(TRACED) | {"steps", "batch_tokens", "seed", "checkpoint_every", "log_every", "buckets", "init"}
@@ -264,9 +332,10 @@ def clear_programs() -> None:
 def make_step(graphdef, cfg: TrainConfig) -> Program:
     """The compiled update ``(params, opt_state, batch, key) -> (params, opt_state, loss, parts)`` of
     :func:`optimizer` ``(cfg)`` (its state: ``optimizer(cfg).init(params)``). Sharding follows the
-    inputs: batches split over "data", parameters replicated. The fields in :data:`TRACED` are
-    arguments of the program, not constants; configs that differ only in :data:`PROGRAM_FREE` share
-    the jitted function (the most recent 32 kept; :func:`clear_programs` forgets them)."""
+    inputs: batches split over "data", parameters replicated; the state's arrays are donated. The
+    fields in :data:`TRACED` are arguments of the program, not constants; configs that differ only in
+    :data:`PROGRAM_FREE` share the jitted function (the most recent 32 kept; :func:`clear_programs`
+    forgets them). The training loop runs it on the state's flat leaves (:meth:`Program.flat`)."""
 
     def build(cfg):
         def step(params, opt_state, batch, key, numbers):
@@ -278,7 +347,7 @@ def make_step(graphdef, cfg: TrainConfig) -> Program:
             updates, opt_state = tx.update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, loss, parts
 
-        return jax.jit(step, donate_argnums=(0, 1))
+        return FlatUpdate(step)
 
     return _shared("step", graphdef, cfg, build)
 
@@ -581,11 +650,15 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher, va
         # update t's loss is read after update t + 1 is dispatched: the host prepares the next batch
         # while the device computes, instead of waiting for every update (at a checkpoint and at the
         # end the current update is read first, so a non-finite one is never saved)
+        # the loop carries the state's flat leaves (Program.flat), rebuilt into params and optimiser
+        # state only at a checkpoint and at the end
         pending = None
+        leaves, treedef = jax.tree.flatten((params, opt_state))
+        update = step_fn.flat(treedef)
         for step in bar:
             b = batcher.at(step)
             batch = jax.device_put(dict(src=b.src, src_mask=b.src_mask, tgt=b.tgt, tgt_mask=b.tgt_mask), sharded)
-            params, opt_state, loss_arr, parts = step_fn(params, opt_state, batch, jax.random.fold_in(base_key, step))
+            leaves, loss_arr, parts = update(leaves, batch, jax.random.fold_in(base_key, step))
             done = step + 1
             record.tokens += int(b.tgt_mask.sum()) + int(b.src_mask.sum())
             if pending is not None:
@@ -593,6 +666,7 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher, va
             pending = (done, loss_arr, parts)
             if done % cfg.checkpoint_every == 0 or done == cfg.steps:
                 loss, pending = settle(*pending), None
+                params, opt_state = jax.tree.unflatten(treedef, leaves)  # the next update donates these arrays
                 state = {"params": params, "opt_state": opt_state}
                 if not runfolder.all_finite(state):
                     manager.close()
@@ -613,6 +687,7 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher, va
                 records.write_record(run_dir / "checkpoint_digests.json", digests)
                 if done < cfg.steps:
                     record.write(done, None)
+        params, opt_state = jax.tree.unflatten(treedef, leaves)
     selected = cfg.steps
     if validation is not None:
         record.validation = validation.summary()
@@ -634,18 +709,21 @@ def compile_programs(step_fn: Program, batcher: batching.Batcher, state: tuple, 
                      validation: "_Validation | None" = None) -> float:
     """Compile every program a run will call, at once, before its first update
     (:func:`gmlm_lib.core.timing.compile_in_parallel`): the update ``step_fn`` for each length
-    bucket of ``batcher`` (called on a copy of ``state = (params, opt_state)``, which it donates,
-    with a batch of that bucket placed by ``sharding``) and, with ``validation``, the val program
+    bucket of ``batcher`` (called as the loop calls it, :meth:`Program.flat`, on a copy of
+    ``state = (params, opt_state)``, which it donates, with a batch of that bucket placed by
+    ``sharding``) and, with ``validation``, the val program
     for each batch shape of the val split. Each lands in its jit cache, so the loop then runs
     without stopping to compile; the wall seconds are returned. Why: the trainer otherwise compiles
     each bucket's update when its first batch comes, one after another, and on a GPU an update
     compiles in tens of seconds and runs in milliseconds."""
     calls = []
+    leaves, treedef = jax.tree.flatten(tuple(state))
+    update = step_fn.flat(treedef)  # as the loop calls it
     for bucket, ix in batcher.groups.items():
         b = batcher.make(bucket, np.resize(ix, batcher.batch_size(bucket)))
         batch = jax.device_put(dict(src=b.src, src_mask=b.src_mask, tgt=b.tgt, tgt_mask=b.tgt_mask), sharding)
         # the copy is made in the call's thread, so at most one per running thread is alive
-        calls.append(lambda batch=batch: step_fn(*jax.tree.map(jnp.copy, state), batch, key)[2])
+        calls.append(lambda batch=batch: update([jnp.copy(x) for x in leaves], batch, key)[1])
     if validation is not None:
         shapes = {}
         for b in validation.batches:
