@@ -320,6 +320,45 @@ def test_jitted_hashes_a_graphdef_once_and_shares_equal_ones():
                               decoding.ar_greedy(g2, p2, src, sm, max_len=16))
 
 
+def test_decoders_take_flat_params_with_the_same_results_and_share_their_programs():
+    """decoding.FlatParams (a State's arrays as a list, what Translator and the unit costs pass) gives
+    every decoder exactly the State's result; two models of one structure share one compiled program;
+    and the Translator decodes through it only (a State flattened in Python at every batch-1 call
+    costs the host a share of the decoding time)."""
+    ar, padir = tiny(True), tiny(False)
+    src, sm = ids(11, (2, 8)), jnp.ones((2, 8), bool)
+    g, p = nnx.split(ar)
+    flat = decoding.FlatParams.of(p)
+    assert decoding.FlatParams.of(flat) is flat and len(flat.leaves) == len(jax.tree.leaves(p))
+    np.testing.assert_array_equal(decoding.ar_greedy(g, flat, src, sm, max_len=16),
+                                  decoding.ar_greedy(g, p, src, sm, max_len=16))
+    for a, b in zip(decoding.ar_beam(g, flat, src, sm, max_len=16, beam=2),
+                    decoding.ar_beam(g, p, src, sm, max_len=16, beam=2), strict=True):
+        np.testing.assert_array_equal(a, b)
+    gp, pp = nnx.split(padir)
+    for opts in (decoding.PadirOptions(steps=3, hyps=2), decoding.StrategyOptions("threshold", steps=3, hyps=1,
+                                                                                   confidence=0.5)):
+        np.testing.assert_array_equal(
+            decoding.padir_ids(gp, decoding.FlatParams.of(pp), src, sm, jax.random.key(0), options=opts, widths=(16,)),
+            decoding.padir_ids(gp, pp, src, sm, jax.random.key(0), options=opts, widths=(16,)))
+    # another model of the same structure: its own arrays, the same program
+    g2, p2 = nnx.split(seq2seq.build(ar.cfg, seed=2))
+    f = decoding.jitted(decoding._ar_greedy, g, max_len=16)
+    before = f._cache_size()
+    other = decoding.ar_greedy(g2, decoding.FlatParams.of(p2), src, sm, max_len=16)
+    assert f._cache_size() == before and not np.array_equal(other, decoding.ar_greedy(g, flat, src, sm, max_len=16))
+    # the Translator decodes with its FlatParams: no decoder's State form is compiled by it
+    decoding.clear_compiled()
+    texts = ["a b c", "b c"]
+    vocab = V.train([f"{t} d e f g" for t in texts] * 40, 40)
+    model = seq2seq.build(dataclasses.replace(ar.cfg, vocab=vocab.size), seed=1)
+    tr = translate.Translator(model, vocab, buckets=(16,))
+    tr.translate(texts, translate.Method("greedy"))
+    tr.translate_one(texts[0], translate.Method("beam", beam=2))
+    used = list(decoding._COMPILED.values())
+    assert len(used) == 2 and all(d._plain._cache_size() == 0 and d._cache_size() >= 1 for d in used)
+
+
 def test_clear_compiled_drops_the_decoders_and_they_compile_again_to_the_same_result():
     m = tiny(True)
     g, p = nnx.split(m)

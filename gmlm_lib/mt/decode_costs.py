@@ -90,6 +90,8 @@ def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), min_t
                              "nothing is clipped: pass widths up to max_len.")
     ga, pa = nnx.split(ar_model)
     gp, pp = nnx.split(padir_model)
+    # as the Translator calls them: a unit's time is then its program's, not the host flattening a State
+    pa, pp = decoding.FlatParams.of(pa), decoding.FlatParams.of(pp)
     enc_ar = decoding.jitted(_ar_encode, ga)
     enc_padir = decoding.jitted(_padir_encode, gp, hyps=max(hyps))
     sources = {w: tuple(jnp.asarray(a) for a in batching.pad([[V.FIRST_PIECE] * w], w)) for w in widths}

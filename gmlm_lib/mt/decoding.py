@@ -8,7 +8,9 @@ PaDIR if asked).
 The graphdef is closed over rather than passed to ``jax.jit`` as a static argument: a static
 argument is hashed and compared on every call, and hashing an nnx graphdef costs on the order of
 a millisecond, a sizeable part of a batch-1 translation on a CPU. :func:`jitted` hashes each
-graphdef object once.
+graphdef object once. For the same reason a caller that decodes many times with one model passes
+its parameters as :class:`FlatParams` (made once): an nnx ``State`` is flattened in Python at every
+call, a list of its arrays on JAX's C++ path.
 """
 
 from __future__ import annotations
@@ -48,14 +50,77 @@ def ar_next_token(logits):
 _GRAPHDEFS: dict[int, tuple] = {}
 _DISTINCT: dict = {}
 _COMPILED: dict[tuple, object] = {}
-_LOCK = threading.Lock()  # decoders are compiled from several threads at once (Translator.warm_up)
+_LOCK = threading.RLock()  # decoders are compiled from several threads at once (Translator.warm_up)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FlatParams:
+    """A model's parameters (an nnx ``State``) as the flat list of their arrays and the ``State``'s
+    structure, for the decoders' ``params`` argument (any decoder of this module takes either).
+    Make it once per model (:meth:`of`) and reuse it: a jitted call flattens an nnx ``State`` in
+    Python every time, which at batch 1 on an accelerator is a share of the decoding time itself
+    (and would inflate the unit costs of :mod:`gmlm_lib.mt.decode_costs`); a list of arrays takes
+    JAX's C++ path. The decoder rebuilds the ``State`` inside its compiled program."""
+
+    leaves: list
+    treedef: object
+
+    @classmethod
+    def of(cls, params) -> FlatParams:
+        """The flat form of ``params`` (an nnx ``State``; a ``FlatParams`` is returned as it is)."""
+        if isinstance(params, FlatParams):
+            return params
+        leaves, treedef = jax.tree.flatten(params)
+        return cls(list(leaves), treedef)
+
+
+class _Decoder:
+    """A decoder ``fn`` with its graphdef and static settings bound, jitted: called with an nnx
+    ``State`` as its first argument, or with :class:`FlatParams` (then jitted on the list of arrays,
+    one jitted function per structure, found by the identity of the structure object the
+    ``FlatParams`` holds)."""
+
+    def __init__(self, fn, graphdef, static: dict):
+        self._bound = functools.partial(fn, graphdef, **static)
+        self._plain = jax.jit(self._bound)
+        self._flat: dict[int, tuple] = {}  # id(treedef) -> (treedef, jitted); the treedef kept alive
+        self._name = fn.__name__
+
+    def _for(self, treedef):
+        hit = self._flat.get(id(treedef))
+        if hit is None or hit[0] is not treedef:
+            with _LOCK:
+                hit = self._flat.get(id(treedef))
+                if hit is None or hit[0] is not treedef:
+                    same = next((f for t, f in self._flat.values() if t == treedef), None)  # an equal structure
+                    if same is None:
+                        bound = self._bound
+
+                        def flat(leaves, *args):
+                            return bound(jax.tree.unflatten(treedef, leaves), *args)
+
+                        flat.__name__ = flat.__qualname__ = self._name  # the decoder's name in logs and caches
+                        same = jax.jit(flat)
+                    hit = self._flat[id(treedef)] = (treedef, same)
+        return hit[1]
+
+    def __call__(self, params, *args):
+        if isinstance(params, FlatParams):
+            return self._for(params.treedef)(params.leaves, *args)
+        return self._plain(params, *args)
+
+    def _cache_size(self) -> int:
+        """Programs compiled, over both calling forms."""
+        flat = {id(f): f for _, f in self._flat.values()}  # equal structures share one jitted function
+        return self._plain._cache_size() + sum(f._cache_size() for f in flat.values())
 
 
 def jitted(fn, graphdef, **static):
     """``jax.jit(fn)`` with ``graphdef`` and the ``static`` settings bound, one per (equal graphdef,
     ``fn``, settings): models of the same structure share their compilations, and a call costs
-    a dictionary lookup by ``id(graphdef)`` instead of hashing the graphdef. Thread-safe: threads
-    asking for the same decoder at once get the same jitted function (so its compilations are shared)."""
+    a dictionary lookup by ``id(graphdef)`` instead of hashing the graphdef. Its first argument is
+    the parameters, an nnx ``State`` or :class:`FlatParams`. Thread-safe: threads asking for the
+    same decoder at once get the same jitted function (so its compilations are shared)."""
     hit = _GRAPHDEFS.get(id(graphdef))
     if hit is None or hit[0] is not graphdef:
         with _LOCK:
@@ -66,7 +131,7 @@ def jitted(fn, graphdef, **static):
         with _LOCK:
             f = _COMPILED.get(key)
             if f is None:
-                f = _COMPILED[key] = jax.jit(functools.partial(fn, graphdef, **static))
+                f = _COMPILED[key] = _Decoder(fn, graphdef, static)
     return f
 
 

@@ -72,6 +72,7 @@ class Translator:
                              "the model was trained in (its spm.model).")
         self.cfg = model.cfg
         self.graphdef, self.params = nnx.split(model)
+        self.flat = decoding.FlatParams.of(self.params)  # what the decoders are called with: no State flattened a call
         self.vocab = vocab
         buckets = batching.check_buckets(buckets)
         self.buckets = tuple(b for b in buckets if b <= self.cfg.max_len)  # longer sources cannot be encoded
@@ -96,14 +97,15 @@ class Translator:
     def decode_ids(self, src: np.ndarray, src_mask: np.ndarray, method: Method, key=None) -> np.ndarray:
         """Padded sources (B, S) -> output ids (B, width) as a NumPy array."""
         self._check(method)
-        src, src_mask = jnp.asarray(src, jnp.int32), jnp.asarray(src_mask, bool)
+        # NumPy in: the compiled decoder takes them on its C++ path (jnp.asarray first costs a dispatch each)
+        src, src_mask = np.asarray(src, np.int32), np.asarray(src_mask, bool)
         if method.kind == "greedy":
-            out = decoding.ar_greedy(self.graphdef, self.params, src, src_mask, max_len=self.cfg.max_len)
+            out = decoding.ar_greedy(self.graphdef, self.flat, src, src_mask, max_len=self.cfg.max_len)
         elif method.kind == "beam":
-            out = decoding.ar_beam(self.graphdef, self.params, src, src_mask, max_len=self.cfg.max_len,
+            out = decoding.ar_beam(self.graphdef, self.flat, src, src_mask, max_len=self.cfg.max_len,
                                    beam=method.beam, alpha=method.alpha)[0]
         else:
-            out = decoding.padir_ids(self.graphdef, self.params, src, src_mask, self.key if key is None else key,
+            out = decoding.padir_ids(self.graphdef, self.flat, src, src_mask, self.key if key is None else key,
                                      options=method.padir, widths=self.widths)
         return np.asarray(jax.device_get(out))
 
@@ -189,7 +191,7 @@ class Translator:
 
         def passes(src, mask, _):
             return np.asarray(jax.device_get(decoding.strategy_passes(
-                self.graphdef, self.params, jnp.asarray(src, jnp.int32), jnp.asarray(mask, bool),
+                self.graphdef, self.flat, jnp.asarray(src, jnp.int32), jnp.asarray(mask, bool),
                 options=method.padir, widths=self.widths)))
 
         for chunk, got in self._each_batch(texts, batch_size, passes):
@@ -218,7 +220,7 @@ class Translator:
             for b in self.buckets:
                 src, mask = batching.pad([[V.FIRST_PIECE] * b] * bs, b)
                 if passes:
-                    calls.append(functools.partial(decoding.strategy_passes, self.graphdef, self.params,
+                    calls.append(functools.partial(decoding.strategy_passes, self.graphdef, self.flat,
                                                    jnp.asarray(src), jnp.asarray(mask), options=method.padir,
                                                    widths=self.widths))
                 else:
