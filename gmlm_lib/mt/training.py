@@ -232,8 +232,8 @@ class Program:
     def flat(self, treedef) -> Callable:
         """The update as ``(leaves, batch, key) -> (leaves, loss, parts)`` on the leaves of a
         ``(params, opt_state)`` of structure ``treedef`` (``jax.tree.flatten``; the leaves in are
-        donated, the leaves out have the same structure): the program :meth:`__call__` runs, without
-        rebuilding the nnx ``State`` pytrees on the host at every update."""
+        donated, the leaves out have the same structure): the program a call of this Program runs,
+        without rebuilding the nnx ``State`` pytrees on the host at every update."""
         if not isinstance(self.jitted, FlatUpdate):
             raise TypeError("Program.flat: only an update (make_step) runs on flat leaves.")
         f, numbers = self.jitted.for_tree(treedef), self.numbers
