@@ -50,7 +50,7 @@ def ar_next_token(logits):
 _GRAPHDEFS: dict[int, tuple] = {}
 _DISTINCT: dict = {}
 _COMPILED: dict[tuple, object] = {}
-_LOCK = threading.RLock()  # decoders are compiled from several threads at once (Translator.warm_up)
+_LOCK = threading.Lock()  # decoders are compiled from several threads at once (Translator.warm_up)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
