@@ -359,6 +359,24 @@ def test_decoders_take_flat_params_with_the_same_results_and_share_their_program
     assert len(used) == 2 and all(d._plain._cache_size() == 0 and d._cache_size() >= 1 for d in used)
 
 
+def test_trained_models_and_flat_params_hold_device_arrays_not_host_copies(trained_ar):
+    """A jitted call copies every host (NumPy) argument to the device on each call: parameters kept
+    on the host cost a 10M-parameter model milliseconds a batch-1 decode on a GPU, more than the
+    decoding itself. train() returns its model's arrays on the device, and FlatParams.of puts host
+    leaves there once, with unchanged values and decodes."""
+    assert all(isinstance(x, jax.Array) for x in jax.tree.leaves(nnx.state(trained_ar)))
+    g, p = nnx.split(tiny(True))
+    host = jax.device_get(p)
+    assert all(isinstance(x, np.ndarray) for x in jax.tree.leaves(host))
+    flat = decoding.FlatParams.of(host)
+    assert all(isinstance(x, jax.Array) for x in flat.leaves)
+    for a, b in zip(flat.leaves, jax.tree.leaves(p), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    src, sm = ids(4, (2, 8)), jnp.ones((2, 8), bool)
+    np.testing.assert_array_equal(decoding.ar_greedy(g, flat, src, sm, max_len=16),
+                                  decoding.ar_greedy(g, p, src, sm, max_len=16))
+
+
 def test_clear_compiled_drops_the_decoders_and_they_compile_again_to_the_same_result():
     m = tiny(True)
     g, p = nnx.split(m)
@@ -1236,3 +1254,28 @@ def test_the_gpu_preset_trains_every_length_with_one_update_and_one_val_program(
         counts[name] = (compiled.count("jit(step)"), compiled.count("jit(f)"), len(data.groups))
     assert counts["gpu"] == (1, 1, 1)
     assert counts["cpu"][2] >= 3 and counts["cpu"][0] == counts["cpu"][2] and counts["cpu"][1] >= 3, counts
+
+
+@pytest.mark.parametrize("kind", ["ar", "padir"])
+def test_flops_per_step_counts_a_training_update_on_the_cpu_client(kind, monkeypatch):
+    """training.flops_per_step (the FLOPs of the PaDIR chapter's utilisation table): within a small
+    factor of 6 x parameters x padded tokens (forward and backward), counted by XLA for the CPU client
+    whatever the default backend (a GPU's plugin client has no analysis before compiling and returned
+    None, which stopped the chapter on its first GPU run); a missing analysis is a clear error."""
+    cfg, batcher = _cfg(kind), _toy_batcher()
+    params = sum(x.size for x in jax.tree.leaves(nnx.state(seq2seq.build(cfg.model, 0), nnx.Param)))
+    tokens = np.mean([len(ix) * bucket for bucket, ix in batcher.epoch(0)])
+    seen = []
+    real = jax.stages.Lowered.cost_analysis
+
+    def spy(self):
+        seen.append(jax.config.jax_default_device)
+        return real(self)
+
+    monkeypatch.setattr(jax.stages.Lowered, "cost_analysis", spy)
+    flops = training.flops_per_step(cfg, batcher)
+    assert 1.0 <= flops / (6 * params * tokens) <= 4.0
+    assert seen and all(d is not None and d.platform == "cpu" for d in seen)
+    monkeypatch.setattr(jax.stages.Lowered, "cost_analysis", lambda self: None)
+    with pytest.raises(RuntimeError, match="no cost analysis"):
+        training.flops_per_step(cfg, batcher)

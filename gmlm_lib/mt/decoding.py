@@ -60,7 +60,10 @@ class FlatParams:
     Make it once per model (:meth:`of`) and reuse it: a jitted call flattens an nnx ``State`` in
     Python every time, which at batch 1 on an accelerator is a share of the decoding time itself
     (and would inflate the unit costs of :mod:`gmlm_lib.mt.decode_costs`); a list of arrays takes
-    JAX's C++ path. The decoder rebuilds the ``State`` inside its compiled program."""
+    JAX's C++ path. The decoder rebuilds the ``State`` inside its compiled program. Every leaf is a
+    device array: a host (NumPy) leaf is put on the default device once here, since a jitted call
+    copies host arguments to the device on every call (for a 10M-parameter model, milliseconds a
+    call on a GPU: more than a batch-1 decoding step itself)."""
 
     leaves: list
     treedef: object
@@ -71,7 +74,7 @@ class FlatParams:
         if isinstance(params, FlatParams):
             return params
         leaves, treedef = jax.tree.flatten(params)
-        return cls(list(leaves), treedef)
+        return cls([x if isinstance(x, jax.Array) else jax.device_put(x) for x in leaves], treedef)
 
 
 class _Decoder:

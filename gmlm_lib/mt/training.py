@@ -392,7 +392,18 @@ def validation_loss(eval_fn, params, batches: list[batching.Batch], key, shardin
 
 def flops_per_step(cfg: TrainConfig, batcher: batching.Batcher) -> float:
     """Mean FLOPs of one training update over an epoch's batches, from XLA's cost analysis of the
-    lowered step for each bucket (forward, backward and optimiser; one device; no compilation)."""
+    lowered step for each bucket (forward, backward and optimiser; one device; no compilation).
+
+    The step is lowered for the host's CPU client whatever the default backend: the analysis counts
+    the operations of the program before any backend's optimisation, so it is the same number
+    everywhere, and the plugin clients of GPUs (the PJRT C API) offer no analysis before compiling
+    (``Lowered.cost_analysis()`` is ``None`` there), while compiling each bucket's update a second time
+    would cost tens of seconds on a GPU."""
+    with jax.default_device(jax.local_devices(backend="cpu")[0]):
+        return _flops_per_step(cfg, batcher)
+
+
+def _flops_per_step(cfg: TrainConfig, batcher: batching.Batcher) -> float:
     model = seq2seq.build(cfg.model, cfg.seed)
     graphdef, params = nnx.split(model)
     step = make_step(graphdef, cfg)
@@ -406,8 +417,13 @@ def flops_per_step(cfg: TrainConfig, batcher: batching.Batcher) -> float:
         if len(b.src) < batcher.batch_size(bucket):  # a bucket smaller than one batch
             b = batcher.make(bucket, np.resize(batcher.groups[bucket], batcher.batch_size(bucket)))
         batch = dict(src=b.src, src_mask=b.src_mask, tgt=b.tgt, tgt_mask=b.tgt_mask)
-        cost = step.lower(params, opt_state, batch, jax.random.key(0)).cost_analysis()
-        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+        lowered = step.lower(params, opt_state, batch, jax.random.key(0))
+        cost = lowered.cost_analysis()
+        cost = cost[0] if isinstance(cost, (list, tuple)) and cost else cost
+        if not cost or "flops" not in cost:
+            raise RuntimeError(f"flops_per_step: XLA gave no cost analysis for the update of bucket {bucket} "
+                               f"(JAX {jax.__version__}, lowered for {jax.default_backend()!r} under the CPU "
+                               "default device); the FLOP count is not available with this JAX.")
         total += n * float(cost["flops"])
     return total / sum(counts.values())
 
@@ -700,7 +716,9 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher, va
     # takes the final loss from the metrics
     final_loss = loss if start < cfg.steps else next((l for t, l in runfolder.losses(metrics) if t == cfg.steps), None)
     rec = record.write(cfg.steps, final_loss)
-    model = nnx.merge(graphdef, jax.device_get(params))
+    # on the default device, uncommitted (not on the training mesh): a decoder then runs where its
+    # inputs are, and no call copies the parameters from the host again
+    model = nnx.merge(graphdef, jax.device_put(jax.device_get(params)))
     return Result(model, losses if start < cfg.steps else runfolder.losses(metrics), final_loss, rec,
                   validation.losses() if validation is not None else [], selected)
 
