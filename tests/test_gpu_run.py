@@ -335,6 +335,14 @@ def test_a_batch_interrupted_at_its_deadline_keeps_what_finished(tmp_path, monke
     assert "jit(step_padir) 1 x 2.5 s" in said["padir"] and "jit(step_stutter) 1 x 2.5 s" in said["stutter"]
     assert "step_padir" not in said["stutter"], log
     assert (out / "padir.ipynb").is_file() and (out / "run-records.tar.gz").is_file()
+    # and every compilation, line by line, in the records (the log sums them; the lines say when)
+    import tarfile
+
+    with tarfile.open(out / "run-records.tar.gz") as tar:
+        assert "runs/padir/en-de/ar/run.json" in tar.getnames()
+        lines = tar.extractfile("compiles.tsv").read().decode().splitlines()
+    mine = [line.split("\t")[2:] for line in lines if "step_" in line]
+    assert mine == [["jit(step_padir)", "2.5"], ["jit(step_stutter)", "2.5"]], lines
 
 
 def test_a_chapter_that_fails_does_not_stop_the_chapters_after_it(tmp_path, monkeypatch):

@@ -226,23 +226,28 @@ KERNEL_CWD = "notebooks"
 the chapters' ``runs/padir`` is a folder beneath it."""
 
 
-def _records_archive(root: Path, out: Path) -> Path | None:
+def _records_archive(root: Path, out: Path, compiles: Path | None = None) -> Path | None:
     """``out/run-records.tar.gz``: the small records of every run folder under ``runs/`` where the
     chapters' kernels run (:data:`KERNEL_CWD`; configs, run records, metrics, data fingerprints, sizing
     decisions; no checkpoints), so a run on a lent machine leaves its training curves and provenance
-    behind; ``None`` when there is no run folder. Members are named as the chapters name the folders
-    (``runs/padir/en-de/...``)."""
+    behind, and ``compiles`` (the batch's :data:`gmlm_lib.core.timing.COMPILE_LOG`, when it exists) as
+    ``compiles.tsv``: every program compiled with its time and seconds, for reading where a chapter's
+    wall time went beyond the log's sums; ``None`` when there is neither. Run folder members are named
+    as the chapters name the folders (``runs/padir/en-de/...``)."""
     import tarfile
 
     base = root / KERNEL_CWD
     runs = base / "runs"
     files = sorted(p for p in runs.rglob("*") if p.is_file() and p.name in RECORD_FILES) if runs.is_dir() else []
-    if not files:
+    compiles = compiles if compiles is not None and compiles.is_file() else None
+    if not files and compiles is None:
         return None
     path = out / "run-records.tar.gz"
     with tarfile.open(path, "w:gz") as tar:
         for f in files:
             tar.add(f, arcname=str(f.relative_to(base)))
+        if compiles is not None:
+            tar.add(compiles, arcname="compiles.tsv")
     return path
 
 
@@ -290,8 +295,8 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
               root: Path | None = None, *, staged: Path | None = None, sizing_from: Path | None = None) -> int:
     """Run chapters ``names`` in order in ``profile`` and gather what a reader of the run needs in the
     folder ``out``: each executed notebook, ``provenance.md`` (full profile), the small records of the
-    run folders (``run-records.tar.gz``) and ``log.txt`` (each chapter's start, wall time and
-    outcome). A chapter that fails is logged and its executed notebook, with the traceback, goes to
+    run folders with every compilation of the batch (``run-records.tar.gz``) and ``log.txt`` (each
+    chapter's start, wall time and outcome). A chapter that fails is logged and its executed notebook, with the traceback, goes to
     ``out``; the later chapters still run (a failure in one chapter's last cells must not cost a
     one-shot GPU run the others: they reuse the run folder as far as it got, resuming it, or build
     it). An interrupt (SIGINT: ``make gpu-run``'s deadline) stops the batch. Returns 0 when every
@@ -356,12 +361,12 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
         a time limit keeps the finished chapters' records)."""
         if profile == "full" and (root / "book" / "provenance.md").is_file():
             shutil.copy2(root / "book" / "provenance.md", out / "provenance.md")
-        return _records_archive(root, out)
+        return _records_archive(root, out, compile_log)
 
     from gmlm_lib.core import timing
 
     # every program the chapters' kernels compile (or read from the cache), one line each: summed by
-    # program in this log after each chapter, a stopped one included
+    # program in this log after each chapter, a stopped one included, and kept whole in the records
     compile_log = Path(tempfile.mkdtemp(prefix="gmlm-compiles-")) / "compiles.tsv"
     for name in names:
         mine = own[name]
