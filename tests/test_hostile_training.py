@@ -383,3 +383,19 @@ def test_parameter_validation_accepts_every_smoke_profile(staged):
         assert set(inject) == set(want) and all(params[k] == inject[k] for k in inject), name
         defaults = sources.parameters_cell(sources.read_text_notebook(runner.chapter_source(ROOT, name, staged)))
         assert set(params) == set(defaults), name
+
+
+def test_all_finite_finds_a_nan_or_inf_in_any_float_array_host_or_device():
+    """runfolder.all_finite, the check before every checkpoint and after every restore, reads the tree
+    on the host: a NaN or inf in any float array (float32, bfloat16, on the device or the host) is
+    found; integer arrays (the optimiser's step count) are not floats and pass."""
+    import jax
+    import jax.numpy as jnp
+
+    good = {"w": jnp.ones((3, 4)), "b": jnp.zeros(4, jnp.bfloat16), "count": jnp.asarray(7, jnp.int32)}
+    assert runfolder.all_finite(good) and runfolder.all_finite(jax.device_get(good))
+    for name, bad in (("w", np.nan), ("w", -np.inf), ("b", np.inf), ("b", np.nan)):
+        tree = dict(good)
+        tree[name] = tree[name].at[0].set(bad) if name == "b" else tree[name].at[1, 2].set(bad)
+        assert not runfolder.all_finite(tree), (name, bad)
+        assert not runfolder.all_finite(jax.device_get(tree)), (name, bad)

@@ -684,7 +684,8 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher, va
                 loss, pending = settle(*pending), None
                 params, opt_state = jax.tree.unflatten(treedef, leaves)  # the next update donates these arrays
                 state = {"params": params, "opt_state": opt_state}
-                if not runfolder.all_finite(state):
+                host = jax.device_get(state)  # one copy: the finiteness check and the digest read it
+                if not runfolder.all_finite(host):
                     manager.close()
                     raise _nonfinite(cfg, run_dir, done, "the parameters hold non-finite numbers",
                                      max(digests, key=int, default=0))
@@ -699,7 +700,7 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher, va
                     runfolder.prune(manager, validation.keep(manager.all_steps()))
                     record.validation = validation.summary()
                 digests = {k: v for k, v in digests.items() if int(k) in set(manager.all_steps())}
-                digests[str(done)] = runfolder.digest(state)
+                digests[str(done)] = runfolder.digest(host)
                 records.write_record(run_dir / "checkpoint_digests.json", digests)
                 if done < cfg.steps:
                     record.write(done, None)
