@@ -14,7 +14,6 @@ import functools
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -191,7 +190,7 @@ class Translator:
 
         def passes(src, mask, _):
             return np.asarray(jax.device_get(decoding.strategy_passes(
-                self.graphdef, self.flat, jnp.asarray(src, jnp.int32), jnp.asarray(mask, bool),
+                self.graphdef, self.flat, np.asarray(src, np.int32), np.asarray(mask, bool),
                 options=method.padir, widths=self.widths)))
 
         for chunk, got in self._each_batch(texts, batch_size, passes):
@@ -221,8 +220,8 @@ class Translator:
                 src, mask = batching.pad([[V.FIRST_PIECE] * b] * bs, b)
                 if passes:
                     calls.append(functools.partial(decoding.strategy_passes, self.graphdef, self.flat,
-                                                   jnp.asarray(src), jnp.asarray(mask), options=method.padir,
-                                                   widths=self.widths))
+                                                   np.asarray(src, np.int32), np.asarray(mask, bool),
+                                                   options=method.padir, widths=self.widths))
                 else:
                     calls.append(functools.partial(self.decode_ids, src, mask, method))
         return calls
