@@ -15,9 +15,11 @@ reports what a reader would see as broken:
 - a cross-reference without its number ("Proposition " where "Proposition 3" was meant: a
   reference to a box that has no number needs its own text);
 - a "What this run found" box taller than one 1400 x 900 screen;
-- a JavaScript error or a failed request in the browser's console.
+- a JavaScript error or a failed request in the browser's console;
+- a redirect-only page (Jupyter Book's root ``index.html``) whose target is not in the build: such a
+  page is read, not loaded (:func:`redirect_target`).
 
-It saves a screenshot of each page (the first screen, 1400 x 900) for review. It drives Debian's
+It saves a screenshot of each loaded page (the first screen, 1400 x 900) for review. It drives Debian's
 ``chromium`` and ``chromedriver`` through Selenium, which is imported only here; Selenium is told
 where the driver is, so it never downloads one.
 """
@@ -135,6 +137,13 @@ def open_browser():
 def check_page(drv, path: Path, html_root: Path, screenshots: Path | None = None) -> PageReport:
     """Load ``path`` (a page of the build under ``html_root``) and report what is broken."""
     name = path.relative_to(html_root).as_posix()
+    target = redirect_target(path)
+    if target is not None:  # Jupyter Book's root index.html: loading it races the browser's own redirect
+        report = PageReport(name)
+        if not target.is_file():
+            shown = target.relative_to(root) if target.is_relative_to(root := html_root.resolve()) else target
+            report.problems.append(f"redirects to {shown.as_posix()}, which is not a file of the build")
+        return report
     drv.get_log("browser")  # drop what earlier pages logged
     drv.get(path.resolve().as_uri())
     seen = drv.execute_async_script(_PAGE_SCRIPT, MAX_DECIMALS, list(NUMBERED))
@@ -173,6 +182,23 @@ def check_page(drv, path: Path, html_root: Path, screenshots: Path | None = None
         drv.save_screenshot(str(shot))
         report.screenshot = shot
     return report
+
+
+def redirect_target(page: Path) -> Path | None:
+    """The local file a redirect-only page (``<meta http-equiv="Refresh" content="0; url=...">`` and
+    nothing a reader sees, as Jupyter Book's root ``index.html``) sends the reader to; ``None`` for a
+    page with content. A redirect page is not loaded: the browser leaves it at once, and the check's
+    script would run on whichever document is there at that moment. Its target is checked as a page
+    of its own."""
+    import re
+
+    text = page.read_text(errors="replace")
+    meta = re.search(r"""<meta\s+http-equiv=["']?refresh["']?\s+content=["']\s*\d+\s*;\s*url=([^"'>]+)["']""",
+                     text, flags=re.IGNORECASE)
+    if meta is None or re.search(r"<(body|article|main|p|div)\b", text, flags=re.IGNORECASE):
+        return None
+    url = meta.group(1).strip()
+    return _local(page, url) or Path(url)  # a URL off the build is no file: reported as broken offline
 
 
 def _local(page: Path, src: str) -> Path | None:
