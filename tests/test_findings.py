@@ -108,6 +108,26 @@ def test_a_pass_read_against_an_ar_step(cost, want):
     assert padir.pass_reading(cost) == want
 
 
+@pytest.mark.parametrize("busy, want", [(0.499, "mostly waited"), (0.5, "mostly computed"), (0.0, "mostly waited"),
+                                        (1.0, "mostly computed")])
+def test_a_traced_decode_read_by_its_busy_fraction(busy, want):
+    assert padir.trace_reading(busy) == want
+
+
+def test_a_traced_decode_in_words():
+    from gmlm_lib.core.devtrace import TraceSummary
+
+    s = TraceSummary(calls=20, wall_ms=4.0, traced_wall_ms=3.9, busy_ms=1.2, ops=400.0, top=(), source="/device:GPU:0")
+    assert padir.trace_texts(s) == ("1.2 of 3.9 ms (31%)", "mostly waited")
+    assert padir.trace_texts(None) == ("not measured", "was not traced")
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.2, float("nan")])
+def test_a_busy_fraction_is_between_zero_and_one(bad):
+    with pytest.raises(ValueError, match="from 0 to 1"):
+        padir.trace_reading(bad)
+
+
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])
 def test_a_pass_cost_must_be_positive(bad):
     with pytest.raises(ValueError, match="positive number"):

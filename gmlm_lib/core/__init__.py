@@ -2,6 +2,7 @@
 
 - :mod:`~gmlm_lib.core.records`: the commit, machine and whole-file JSON writes of run records.
 - :mod:`~gmlm_lib.core.timing`: fastest-call timing in interleaved rounds, the matmul peak.
+- :mod:`~gmlm_lib.core.devtrace`: a call's device busy and idle time, read from JAX's profiler.
 - :mod:`~gmlm_lib.core.progress`: tqdm bars that the book's runner can switch off.
 - :mod:`~gmlm_lib.core.plotting`: the book's figure style.
 - :mod:`~gmlm_lib.core.tables`: the book's table style (no bare index, words for missing values).
@@ -15,5 +16,5 @@
 
 from gmlm_lib.core.lazy import attach as _attach
 
-__all__ = ["records", "timing", "progress", "plotting", "tables", "divergences", "precision", "settings", "checks", "unmasking", "lazy"]
+__all__ = ["records", "timing", "devtrace", "progress", "plotting", "tables", "divergences", "precision", "settings", "checks", "unmasking", "lazy"]
 __getattr__, __dir__ = _attach(__name__, tuple(__all__))

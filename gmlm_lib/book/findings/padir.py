@@ -50,6 +50,31 @@ def pass_reading(pass_per_step: float) -> str:
     return "about what a step costs" if pass_per_step < PASS_STEP_BAR else "more than a step"
 
 
+BUSY_BAR = 0.5
+"""A traced batch-1 decode whose device was busy for less than this fraction of its wall time reads as
+waiting-bound (launches, host round trips, copies set its latency), at or above it as compute-bound."""
+
+
+def trace_reading(busy_fraction: float) -> str:
+    """How the busy fraction of a traced batch-1 decode (:class:`gmlm_lib.core.devtrace.TraceSummary`)
+    reads in a sentence: below :data:`BUSY_BAR` the device "mostly waited" (the operations' own time is
+    not what sets the latency), else it "mostly computed"."""
+    if not math.isfinite(busy_fraction) or not 0.0 <= busy_fraction <= 1.0 + 1e-6:
+        raise ValueError(f"trace_reading: a busy fraction is a number from 0 to 1; got {busy_fraction!r}.")
+    return "mostly waited" if busy_fraction < BUSY_BAR else "mostly computed"
+
+
+def trace_texts(summary) -> tuple[str, str]:
+    """A traced batch-1 decode (a :class:`gmlm_lib.core.devtrace.TraceSummary`, or ``None`` when the
+    profiler recorded nothing) in two short texts for a sentence: its busy and wall milliseconds
+    ("1.2 of 3.9 ms (31%)") and :func:`trace_reading`'s words; ``("not measured", "was not traced")``
+    for ``None``."""
+    if summary is None:
+        return "not measured", "was not traced"
+    return (f"{summary.busy_ms:.1f} of {summary.traced_wall_ms:.1f} ms ({summary.busy_fraction:.0%})",
+            trace_reading(summary.busy_fraction))
+
+
 def speed_word(speedup: float) -> str:
     """How a batch-1 speed-up reads in a sentence: "faster than", "slower than" or "at parity with"
     (within :data:`PARITY` of 1)."""

@@ -1,0 +1,158 @@
+"""Where a call's time goes on the device: :func:`trace_calls` runs a function under JAX's profiler
+(``jax.profiler.trace``) and reads the trace back (``jax.profiler.ProfileData``, no TensorBoard) into
+a :class:`TraceSummary`: per call, the wall time, the time the device was busy running the
+program's operations (kernels on a GPU, XLA ops on a TPU, the thunks of XLA's CPU client on a CPU)
+and how many it ran.
+
+Why: at batch 1 a decode is short, and on an accelerator its wall time can be set by something
+other than its arithmetic: the launch of a few hundred small kernels, or the host reading a loop's
+condition back each iteration. Timing the units (:mod:`gmlm_lib.mt.decode_costs`) says what a pass
+and a step cost; the trace says whether the device was computing or waiting in between. Busy time
+is the union of the operations' intervals (nested or overlapping operations counted once), so it
+never exceeds the traced wall time; the rest of the wall time the device was idle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import shutil
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+__all__ = ["TraceSummary", "trace_calls", "summarize", "busy_ns", "device_events"]
+
+_DEVICE_PLANE = "/device:"  # "/device:GPU:0", "/device:TPU:0"; XLA's CPU client runs on "/host:CPU" threads
+_CONTAINERS = ("while", "conditional", "call")  # XLA control flow: on a CPU an event around the ops inside
+_NOT_OPS = ("Steps", "XLA Modules", "Launch Stats", "Framework", "Source", "TraceMe", "Task Environment")
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceSummary:
+    """One function's calls, traced. Times are milliseconds per call.
+
+    ``wall_ms``: the median wall time of a call, untraced (the profiler itself slows calls);
+    ``traced_wall_ms``: the same for the traced calls; ``busy_ms``: the device's busy time a call (the
+    union of its operations' intervals over the traced calls, divided by ``calls``); ``ops``:
+    operations a call (control-flow containers left out: :func:`summarize`); ``idle_ms``: ``traced_wall_ms - busy_ms``, the time the device waited (on
+    launches, on the host, on copies); ``top``: the operations that took the most device time, as
+    ``(name, ms a call, count a call)``, most first; ``source``: where the events came from (the
+    device plane's name, or ``"host (XLA CPU client)"``)."""
+
+    calls: int
+    wall_ms: float
+    traced_wall_ms: float
+    busy_ms: float
+    ops: float
+    top: tuple[tuple[str, float, float], ...]
+    source: str
+
+    @property
+    def idle_ms(self) -> float:
+        return max(0.0, self.traced_wall_ms - self.busy_ms)
+
+    @property
+    def busy_fraction(self) -> float:
+        """``busy_ms / traced_wall_ms``: near 1, the device computed all along; near 0, it mostly waited."""
+        return self.busy_ms / self.traced_wall_ms if self.traced_wall_ms > 0 else float("nan")
+
+    def row(self) -> dict:
+        """The summary as a table row: wall, busy and idle ms, busy fraction, operations a call."""
+        return dict(wall_ms=self.wall_ms, traced_wall_ms=self.traced_wall_ms, busy_ms=self.busy_ms,
+                    idle_ms=self.idle_ms, busy_fraction=self.busy_fraction, ops_per_call=self.ops)
+
+
+def busy_ns(intervals) -> float:
+    """The length of the union of ``(start, end)`` intervals: time covered at least once.
+    Nested and overlapping intervals (an XLA ``while`` and the operations inside it, kernels on two
+    streams) count once; an empty list gives 0."""
+    spans = sorted((float(s), float(e)) for s, e in intervals if e > s)
+    total, end = 0.0, -np.inf
+    for s, e in spans:
+        if s >= end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+def device_events(profile) -> tuple[str, list[tuple[str, float, float]]]:
+    """The operations a ``jax.profiler.ProfileData`` recorded on the device: ``(source, [(name,
+    start_ns, end_ns), ...])``. On a GPU or TPU, the events of the first ``/device:`` plane that has
+    any, except its summary lines (steps, modules, launch statistics): a GPU's stream lines hold its
+    kernels, a TPU's ``XLA Ops`` line its ops. Without a device plane (a CPU), the events of the host
+    threads that carry an ``hlo_op`` statistic: XLA's CPU client runs each operation as such an event."""
+    planes = list(profile.planes)
+    for plane in planes:
+        if not plane.name.startswith(_DEVICE_PLANE):
+            continue
+        events = [(e.name, e.start_ns, e.end_ns) for line in plane.lines
+                  if not any(word in line.name for word in _NOT_OPS) for e in line.events]
+        if events:
+            return plane.name, events
+    events = [(e.name, e.start_ns, e.end_ns) for plane in planes if plane.name.startswith("/host:")
+              for line in plane.lines for e in line.events if any(k == "hlo_op" for k, _ in e.stats)]
+    return "host (XLA CPU client)", events
+
+
+def _median_wall(fn, calls: int) -> float:
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def trace_calls(fn, *, calls: int = 20, top: int = 5) -> TraceSummary:
+    """Call ``fn()`` (which returns arrays; each call is waited for) once to warm it, ``calls``
+    times for its wall time, then ``calls`` times under ``jax.profiler.trace``, and summarise the
+    trace (:func:`summarize`). The trace is written to a temporary folder and deleted. Everything
+    the device ran while traced counts, so ``fn`` should be the whole of what is measured (e.g. one
+    end-to-end batch-1 translation), run alone."""
+    if not (isinstance(calls, int) and calls >= 1):
+        raise ValueError(f"trace_calls: calls must be a positive int; got {calls!r}.")
+    jax.block_until_ready(fn())  # compiled and warm before anything is timed
+    wall = _median_wall(fn, calls)
+    folder = tempfile.mkdtemp(prefix="gmlm-trace-")
+    try:
+        with jax.profiler.trace(folder):
+            traced = _median_wall(fn, calls)
+        files = glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)
+        if not files:
+            raise RuntimeError(f"trace_calls: jax.profiler.trace wrote no .xplane.pb under {folder}.")
+        profile = jax.profiler.ProfileData.from_file(max(files, key=os.path.getmtime))
+        source, events = device_events(profile)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return summarize(profile, source, events, calls=calls, wall_s=wall, traced_wall_s=traced, top=top)
+
+
+def summarize(profile, source: str, events, *, calls: int, wall_s: float, traced_wall_s: float,
+              top: int = 5) -> TraceSummary:
+    """The :class:`TraceSummary` of ``calls`` calls from their device ``events`` (``(name, start_ns,
+    end_ns)``, :func:`device_events` of ``profile``) and their median wall seconds untraced and
+    traced. Busy time is the union of every event; the operation count and ``top`` leave out XLA's
+    control-flow containers (``while``, ``conditional``, ``call``: on a CPU an event that spans the
+    operations inside it). ``RuntimeError`` when there are no events (a backend whose profiler
+    plug-in is missing, e.g. a GPU without CUPTI), naming the planes the profile holds."""
+    if not events:
+        raise RuntimeError("trace_calls: the profiler recorded no device operations (planes: "
+                           f"{', '.join(p.name for p in profile.planes) or 'none'}); on a GPU JAX's profiler needs "
+                           "CUPTI (the nvidia-cuda-cupti package of the CUDA wheels).")
+    by_name: dict[str, list[float]] = {}
+    for name, s, e in events:
+        if name.split(".")[0] not in _CONTAINERS:
+            by_name.setdefault(name, []).append(e - s)
+    ranked = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return TraceSummary(calls=calls, wall_ms=1e3 * wall_s, traced_wall_ms=1e3 * traced_wall_s,
+                        busy_ms=busy_ns((s, e) for _, s, e in events) / 1e6 / calls,
+                        ops=sum(map(len, by_name.values())) / calls,
+                        top=tuple((name, sum(d) / 1e6 / calls, len(d) / calls) for name, d in ranked),
+                        source=source)
