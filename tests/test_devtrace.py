@@ -42,15 +42,18 @@ planes { id: 2 name: "/host:CPU" }
 
 def test_a_gpu_trace_counts_its_kernels_not_its_module_spans():
     """A GPU plane as the profiler writes it: kernels on a stream line, and an "XLA Modules" line whose
-    event spans the whole program, idle gaps included. Busy time is the kernels' (7 of 30 us), not the
-    module's; the top operations are ranked by device time."""
+    event spans the whole program, idle gaps included. Busy time is the kernels' (7 us), not the
+    module's, set against the untraced wall time (40 us; the traced calls took 30); the top operations
+    are ranked by device time."""
     profile = ProfileData.from_text_proto(_GPU_PLANE)
     source, events = devtrace.device_events(profile)
     assert source == "/device:GPU:0" and sorted(n for n, _, _ in events) == ["gemm_fusion", "gemm_fusion", "loop_fusion"]
     s = devtrace.summarize(profile, source, events, calls=1, wall_s=40e-6, traced_wall_s=30e-6)
-    assert s.busy_ms == pytest.approx(0.007) and s.ops == 3 and s.idle_ms == pytest.approx(0.023)
+    assert s.busy_ms == pytest.approx(0.007) and s.ops == 3 and s.idle_ms == pytest.approx(0.033)
     assert s.top == (("gemm_fusion", pytest.approx(0.006), 2.0), ("loop_fusion", pytest.approx(0.001), 1.0))
-    assert s.busy_fraction == pytest.approx(7 / 30)
+    assert s.busy_fraction == pytest.approx(7 / 40)
+    more = devtrace.summarize(profile, source, events, calls=1, wall_s=5e-6, traced_wall_s=8e-6)
+    assert more.busy_fraction == 1.0 and more.idle_ms == 0.0  # never more than busy
     with pytest.raises(RuntimeError, match="no device operations .*/host:CPU.*CUPTI"):
         devtrace.summarize(profile, source, [], calls=1, wall_s=1.0, traced_wall_s=1.0)
 
@@ -63,7 +66,7 @@ def test_a_traced_call_on_this_backend():
     x = jnp.ones((256, 256)) / 256
     busy = devtrace.trace_calls(lambda: f(x), calls=5)
     assert busy.calls == 5 and busy.ops >= 8 and busy.top
-    assert 0 < busy.busy_ms <= busy.traced_wall_ms * 1.01
+    assert 0 < busy.busy_ms <= busy.traced_wall_ms * 1.01 and 0 < busy.busy_fraction <= 1
 
     def paused():
         jax.block_until_ready(f(x))

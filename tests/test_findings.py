@@ -118,7 +118,7 @@ def test_a_traced_decode_in_words():
     from gmlm_lib.core.devtrace import TraceSummary
 
     s = TraceSummary(calls=20, wall_ms=4.0, traced_wall_ms=3.9, busy_ms=1.2, ops=400.0, top=(), source="/device:GPU:0")
-    assert padir.trace_texts(s) == ("1.2 of 3.9 ms (31%)", "mostly waited")
+    assert padir.trace_texts(s) == ("1.2 of 4.0 ms (30%)", "mostly waited")  # against the untraced wall time
     assert padir.trace_texts(None) == ("not measured", "was not traced")
 
 

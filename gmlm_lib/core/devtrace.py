@@ -35,13 +35,19 @@ _NOT_OPS = ("Steps", "XLA Modules", "Launch Stats", "Framework", "Source", "Trac
 class TraceSummary:
     """One function's calls, traced. Times are milliseconds per call.
 
-    ``wall_ms``: the median wall time of a call, untraced (the profiler itself slows calls);
-    ``traced_wall_ms``: the same for the traced calls; ``busy_ms``: the device's busy time a call (the
-    union of its operations' intervals over the traced calls, divided by ``calls``); ``ops``:
-    operations a call (control-flow containers left out: :func:`summarize`); ``idle_ms``: ``traced_wall_ms - busy_ms``, the time the device waited (on
-    launches, on the host, on copies); ``top``: the operations that took the most device time, as
-    ``(name, ms a call, count a call)``, most first; ``source``: where the events came from (the
-    device plane's name, or ``"host (XLA CPU client)"``)."""
+    ``wall_ms``: the mean wall time of a call, untraced; ``traced_wall_ms``: the same for the traced
+    calls (the difference is the profiler's own cost, paid on the host); ``busy_ms``: the device's busy
+    time a call (the union of its operations' intervals over the traced calls, divided by ``calls``);
+    ``ops``: operations a call (control-flow containers left out: :func:`summarize`); ``idle_ms``:
+    ``wall_ms - busy_ms``, the time the device waited (on launches, on the host, on copies) in an
+    untraced call; ``top``: the operations that took the most device time, as ``(name, ms a call,
+    count a call)``, most first; ``source``: where the events came from (the device plane's name, or
+    ``"host (XLA CPU client)"``).
+
+    Busy time is set against the *untraced* wall time: on an accelerator the profiler slows the host's
+    side (launches) and leaves the kernels' durations alone, so an idle time taken from the traced
+    calls would count the profiler's cost as the decoder's. On a CPU the operations run on the host's
+    threads and tracing lengthens them too, so there the busy fraction is an upper bound (at most 1)."""
 
     calls: int
     wall_ms: float
@@ -53,12 +59,12 @@ class TraceSummary:
 
     @property
     def idle_ms(self) -> float:
-        return max(0.0, self.traced_wall_ms - self.busy_ms)
+        return max(0.0, self.wall_ms - self.busy_ms)
 
     @property
     def busy_fraction(self) -> float:
-        """``busy_ms / traced_wall_ms``: near 1, the device computed all along; near 0, it mostly waited."""
-        return self.busy_ms / self.traced_wall_ms if self.traced_wall_ms > 0 else float("nan")
+        """``busy_ms / wall_ms``, at most 1: near 1, the device computed all along; near 0, it mostly waited."""
+        return min(1.0, self.busy_ms / self.wall_ms) if self.wall_ms > 0 else float("nan")
 
     def row(self) -> dict:
         """The summary as a table row: wall, busy and idle ms, busy fraction, operations a call."""
@@ -101,13 +107,11 @@ def device_events(profile) -> tuple[str, list[tuple[str, float, float]]]:
     return "host (XLA CPU client)", events
 
 
-def _median_wall(fn, calls: int) -> float:
-    times = []
+def _mean_wall(fn, calls: int) -> float:
+    t0 = time.perf_counter()
     for _ in range(calls):
-        t0 = time.perf_counter()
         jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return (time.perf_counter() - t0) / calls
 
 
 def trace_calls(fn, *, calls: int = 20, top: int = 5) -> TraceSummary:
@@ -119,11 +123,11 @@ def trace_calls(fn, *, calls: int = 20, top: int = 5) -> TraceSummary:
     if not (isinstance(calls, int) and calls >= 1):
         raise ValueError(f"trace_calls: calls must be a positive int; got {calls!r}.")
     jax.block_until_ready(fn())  # compiled and warm before anything is timed
-    wall = _median_wall(fn, calls)
+    wall = _mean_wall(fn, calls)
     folder = tempfile.mkdtemp(prefix="gmlm-trace-")
     try:
         with jax.profiler.trace(folder):
-            traced = _median_wall(fn, calls)
+            traced = _mean_wall(fn, calls)
         files = glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)
         if not files:
             raise RuntimeError(f"trace_calls: jax.profiler.trace wrote no .xplane.pb under {folder}.")
@@ -137,7 +141,7 @@ def trace_calls(fn, *, calls: int = 20, top: int = 5) -> TraceSummary:
 def summarize(profile, source: str, events, *, calls: int, wall_s: float, traced_wall_s: float,
               top: int = 5) -> TraceSummary:
     """The :class:`TraceSummary` of ``calls`` calls from their device ``events`` (``(name, start_ns,
-    end_ns)``, :func:`device_events` of ``profile``) and their median wall seconds untraced and
+    end_ns)``, :func:`device_events` of ``profile``) and their mean wall seconds untraced and
     traced. Busy time is the union of every event; the operation count and ``top`` leave out XLA's
     control-flow containers (``while``, ``conditional``, ``call``: on a CPU an event that spans the
     operations inside it). ``RuntimeError`` when there are no events (a backend whose profiler

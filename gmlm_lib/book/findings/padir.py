@@ -66,12 +66,12 @@ def trace_reading(busy_fraction: float) -> str:
 
 def trace_texts(summary) -> tuple[str, str]:
     """A traced batch-1 decode (a :class:`gmlm_lib.core.devtrace.TraceSummary`, or ``None`` when the
-    profiler recorded nothing) in two short texts for a sentence: its busy and wall milliseconds
-    ("1.2 of 3.9 ms (31%)") and :func:`trace_reading`'s words; ``("not measured", "was not traced")``
-    for ``None``."""
+    profiler recorded nothing) in two short texts for a sentence: its busy milliseconds of the untraced
+    wall time ("1.2 of 4.0 ms (30%)") and :func:`trace_reading`'s words; ``("not measured", "was not
+    traced")`` for ``None``."""
     if summary is None:
         return "not measured", "was not traced"
-    return (f"{summary.busy_ms:.1f} of {summary.traced_wall_ms:.1f} ms ({summary.busy_fraction:.0%})",
+    return (f"{summary.busy_ms:.1f} of {summary.wall_ms:.1f} ms ({summary.busy_fraction:.0%})",
             trace_reading(summary.busy_fraction))
 
 
