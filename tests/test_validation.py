@@ -247,6 +247,36 @@ def test_update_seconds_times_a_compiled_update(monkeypatch):
     assert both["ar"]["compile_s"] == both["padir"]["compile_s"] > 0  # compiled together, side by side
 
 
+def test_variants_compiled_up_front_train_without_compiling_their_update(tmp_path):
+    """compile_updates compiles one program per distinct update (two variants that differ only in traced
+    numbers, the unmasking rate and the learning rate, share one; a one-stage variant has its own), and
+    each variant's training loop then compiles no update: the programs it runs are those."""
+    from gmlm_lib.mt import sizing
+
+    compiled, phase = [], ["setup"]
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, d, fun_name=None, **_: compiled.append(phase[0])
+        if event == "/jax/core/compile/backend_compile_duration" and fun_name == "jit(step)" else None)
+    one_bucket = batching.Batcher(*_pairs(24, 1), batch_tokens=128, buckets=(16,))
+    variants = {"baseline": _cfg("padir", steps=3, unmasking_rate=0.1),
+                "rate 0.5": _cfg("padir", steps=3, unmasking_rate=0.5, learning_rate=2e-3),
+                "1 stage": _cfg("padir", steps=3, stages=1)}
+    try:
+        phase[0] = "up front"
+        got = sizing.compile_updates({name: (cfg, one_bucket) for name, cfg in variants.items()})
+        assert got["programs"] == 2 and got["compile_s"] > 0
+        for name, cfg in variants.items():
+            phase[0] = name
+            training.train(cfg, one_bucket, tmp_path / name.replace(" ", "_"), progress=False)
+    finally:
+        phase[0] = "off"
+    assert compiled.count("up front") == 2, compiled
+    assert [p for p in compiled if p != "up front"] == []  # the loops compiled no update of their own
+    base = variants["baseline"]
+    assert training.finished(base, tmp_path / "baseline")  # what the chapter leaves out of compile_updates
+    assert not training.finished(base.replace(steps=4), tmp_path / "baseline")  # more updates to run
+    assert not training.finished(base, tmp_path / "never_trained")
+
 def test_fit_shrinks_the_updates_once_and_every_chapter_reuses_the_decision(tmp_path, monkeypatch):
     from gmlm_lib.mt import sizing
 

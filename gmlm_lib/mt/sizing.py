@@ -10,7 +10,9 @@ shrink to fit. A fast device keeps the recipe (factor 1); a slower one trains pr
 and says so: the run's record names the budget, the measured seconds per update and the factor.
 A run is sized once:
 :func:`fit` keeps its decision in the run folder (``sizing.json``), so the chapters that reuse the
-folder, or a resumed run, train exactly the same updates.
+folder, or a resumed run, train exactly the same updates. A chapter that trains several runs one after
+another (the ablations' variants) compiles their updates side by side first, with
+:func:`compile_updates`, so that no loop stops to compile.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from jax.sharding import PartitionSpec as P
 from gmlm_lib.core import records, timing
 from gmlm_lib.mt import batching, seq2seq, training
 
-__all__ = ["update_seconds", "updates_seconds", "factor", "scaled", "fit", "fit_config", "SIZING_FILE"]
+__all__ = ["update_seconds", "updates_seconds", "compile_updates", "factor", "scaled", "fit", "fit_config", "SIZING_FILE"]
 
 SIZING_FILE = "sizing.json"
 """Where :func:`fit` keeps a run folder's sizing decision."""
@@ -57,25 +59,9 @@ def updates_seconds(models: dict, *, repeats: int = 10) -> dict:
     nothing is written anywhere. Returns ``name: dict(update_s, compile_s, bucket, batch)``."""
     if repeats < 1:
         raise ValueError(f"updates_seconds(repeats=...) must be >= 1; got {repeats!r}.")
-    m = training.mesh()
-    jobs = {}
-    for name, (cfg, batcher) in models.items():
-        counts: dict[int, int] = {}
-        for bucket, _ in batcher.epoch(0):
-            counts[bucket] = counts.get(bucket, 0) + 1
-        bucket = max(counts, key=lambda b: (counts[b], b))
-        ix = np.resize(batcher.groups[bucket], batcher.batch_size(bucket))
-        b = batcher.make(bucket, ix)
-        host = dict(src=b.src, src_mask=b.src_mask, tgt=b.tgt, tgt_mask=b.tgt_mask)  # what the loop sends
-        graphdef, params = nnx.split(seq2seq.build(cfg.model, cfg.seed))
-        tx = training.optimizer(cfg)
-        leaves, treedef = jax.tree.flatten(jax.device_put((params, tx.init(params)), NamedSharding(m, P())))
-        jobs[name] = dict(update=training.make_step(graphdef, cfg).flat(treedef), leaves=leaves, host=host,
-                          key=jax.random.key(cfg.seed), bucket=int(bucket), size=len(ix))
-    sharded = NamedSharding(m, P("data"))
-    compile_s = timing.compile_in_parallel(
-        [lambda j=j: j["update"]([jnp.copy(x) for x in j["leaves"]], jax.device_put(j["host"], sharded), j["key"])[1]
-         for j in jobs.values()])
+    jobs = _update_jobs(models)
+    compile_s = _compile_updates(jobs)
+    sharded = NamedSharding(training.mesh(), P("data"))
     out = {}
     for name, j in jobs.items():
         update, leaves, pending = j["update"], j["leaves"], None
@@ -91,6 +77,61 @@ def updates_seconds(models: dict, *, repeats: int = 10) -> dict:
         out[name] = dict(update_s=(time.perf_counter() - t0) / repeats, compile_s=round(compile_s, 3),
                          bucket=j["bucket"], batch=j["size"])
     return out
+
+
+def _common_bucket(batcher: batching.Batcher) -> int:
+    """The length bucket the batcher's epochs use most (the longer one on a tie)."""
+    counts: dict[int, int] = {}
+    for bucket, _ in batcher.epoch(0):
+        counts[bucket] = counts.get(bucket, 0) + 1
+    return max(counts, key=lambda b: (counts[b], b))
+
+
+def _update_jobs(models: dict) -> dict:
+    """For each ``name: (cfg, batcher)``: the update as the training loop calls it (on the flat leaves
+    of a fresh state, replicated over :func:`gmlm_lib.mt.training.mesh`), that state's leaves, a
+    batch of the bucket the batcher's epochs use most, as the host sends it, and the key."""
+    m = training.mesh()
+    jobs = {}
+    for name, (cfg, batcher) in models.items():
+        bucket = _common_bucket(batcher)
+        ix = np.resize(batcher.groups[bucket], batcher.batch_size(bucket))
+        b = batcher.make(bucket, ix)
+        host = dict(src=b.src, src_mask=b.src_mask, tgt=b.tgt, tgt_mask=b.tgt_mask)  # what the loop sends
+        graphdef, params = nnx.split(seq2seq.build(cfg.model, cfg.seed))
+        tx = training.optimizer(cfg)
+        leaves, treedef = jax.tree.flatten(jax.device_put((params, tx.init(params)), NamedSharding(m, P())))
+        jobs[name] = dict(update=training.make_step(graphdef, cfg).flat(treedef), leaves=leaves, host=host,
+                          key=jax.random.key(cfg.seed), bucket=int(bucket), size=len(ix))
+    return jobs
+
+
+def _compile_updates(jobs: dict) -> float:
+    sharded = NamedSharding(training.mesh(), P("data"))
+    return timing.compile_in_parallel(
+        [lambda j=j: j["update"]([jnp.copy(x) for x in j["leaves"]], jax.device_put(j["host"], sharded), j["key"])[1]
+         for j in jobs.values()])
+
+
+def compile_updates(models: dict) -> dict:
+    """Compile the update of every ``name: (cfg, batcher)`` of ``models`` now, side by side
+    (:func:`gmlm_lib.core.timing.compile_in_parallel`), for the bucket its batcher's epochs use most,
+    as the training loop will call it: a :func:`gmlm_lib.mt.training.train` of that config in this
+    process then starts without compiling its update. Configs that differ only in fields the update
+    does not depend on (:data:`gmlm_lib.mt.training.PROGRAM_FREE`: the traced numbers, the data's
+    settings), and whose batches have the same bucket, share one program and compile it once.
+    Returns ``dict(programs, compile_s)``: the distinct programs and the wall seconds. Why: a chapter
+    that trains variants one after another (the ablations) otherwise compiles each variant's update
+    when its loop starts, one after another; on a GPU each takes tens of seconds and the updates of a
+    variant little more."""
+    distinct: dict = {}
+    for name, (cfg, batcher) in models.items():
+        bucket = _common_bucket(batcher)
+        key = (bucket, batcher.batch_size(bucket),
+               *((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.name not in training.PROGRAM_FREE))
+        distinct.setdefault(key, (name, (cfg, batcher)))
+    jobs = _update_jobs(dict(distinct.values()))
+    return dict(programs=len(jobs), compile_s=round(_compile_updates(jobs), 3))
 
 
 def factor(seconds: float, planned: dict[str, tuple[int, float]]) -> float:

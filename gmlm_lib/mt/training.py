@@ -37,7 +37,7 @@ from gmlm_lib.mt.runfolder import DAMAGED, RunFolderBusy, RunFolderError
 
 __all__ = ["TrainConfig", "TRACED", "PROGRAM_FREE", "Program", "FlatUpdate", "clear_programs", "schedule",
            "traced_schedule", "optimizer", "mesh", "make_step", "make_eval", "compile_programs", "validation_loss",
-           "VAL_METRIC", "flops_per_step", "Result", "train", "load", "RunFolderBusy", "RunFolderError", "DAMAGED"]
+           "VAL_METRIC", "flops_per_step", "Result", "finished", "train", "load", "RunFolderBusy", "RunFolderError", "DAMAGED"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -490,6 +490,18 @@ def _initial_state(cfg: TrainConfig, teacher, teacher_fp: str) -> tuple:
     tx = optimizer(cfg)
     return graphdef, params, tx, tx.init(params), init
 
+
+def finished(cfg: TrainConfig, run_dir: str | pathlib.Path) -> bool:
+    """Whether ``run_dir``'s record (``run.json``) says a run finished all ``cfg.steps`` updates with a
+    finite final loss: :func:`train` then reuses it and runs no update (a folder whose config differs
+    from ``cfg`` is still refused there). Read from the record alone, no checkpoint opened; a chapter
+    uses it to compile only the updates that will run (:func:`gmlm_lib.mt.sizing.compile_updates`)."""
+    path = pathlib.Path(run_dir) / "run.json"
+    if not path.is_file():
+        return False
+    rec = runfolder.read_json(path, "the run's provenance record")
+    final = rec.get("final_loss")
+    return rec.get("done", rec.get("steps")) == cfg.steps and final is not None and math.isfinite(final)
 
 def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Path, *, devices=None,
           progress: bool = True, on_step: Callable[[int, float], None] | None = None,
