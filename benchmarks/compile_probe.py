@@ -21,7 +21,11 @@ AR baseline):
 * ``decode``: batch-1 decoding as the latency tables run it (AR greedy; PaDIR with T = 4 passes
   and 3 length hypotheses), the programs of every source bucket compiled first
   (:meth:`gmlm_lib.mt.translate.Translator.warm_up`), then ``run_ms`` the median over
-  ``--sentences`` test sentences (the untrained AR model runs to its length limit: an upper bound).
+  ``--sentences`` test sentences (the untrained AR model runs to its length limit: an upper bound),
+  and ``busy_ms``/``busy_fraction``: the device's busy time in a translation of the first test
+  sentence and its share of the wall time (:func:`gmlm_lib.core.devtrace.trace_calls`, ``--trace-calls``
+  calls; ``None`` with ``trace_error`` where the profiler fails). A flag that cuts kernel launches or
+  host round trips (CUDA graphs of whole loops) shows as a higher busy fraction and a lower ``run_ms``.
 
 A setting whose child fails (an XLA that does not know a flag aborts at start) or runs past
 ``--timeout`` is reported with the end of its error, and the others still run. With ``--choose
@@ -62,7 +66,7 @@ def measure(args) -> dict:
     """One flag setting, in this process: the rows of every kind (what :func:`main` gathers)."""
     import numpy as np
 
-    from gmlm_lib.core import timing
+    from gmlm_lib.core import devtrace, timing
     from gmlm_lib.mt import config, decoding, pipeline, seq2seq, sizing, translate
 
     start = time.perf_counter()
@@ -95,9 +99,15 @@ def measure(args) -> dict:
         first = time.perf_counter() - t0
         spent = timing.compiles_since(clock)
         seconds = translate.latencies({kind: (tr, method)}, data.test.src, progress=False)[kind]
+        busy = dict(busy_ms=None, busy_fraction=None)
+        try:  # the device's share of a translation (devtrace): what a flag that cuts launches should move
+            traced = devtrace.trace_calls(lambda: tr.translate_one(data.test.src[0], method), calls=args.trace_calls)
+            busy = dict(busy_ms=round(traced.busy_ms, 3), busy_fraction=round(traced.busy_fraction, 3))
+        except Exception as err:  # a profiler that fails here costs the column, not the probe
+            busy["trace_error"] = f"{type(err).__name__}: {err}"[:300]
         rows.append(dict(kind=kind, what="decode", bucket=None, batch=1, first_s=round(first, 3),
                          compile_s=spent["compile_s"], programs=spent["compilations"], cache_hits=spent["cache_hits"],
-                         run_ms=round(1e3 * float(np.median(seconds)), 3)))
+                         run_ms=round(1e3 * float(np.median(seconds)), 3), **busy))
     return dict(rows=rows, wall_s=round(time.perf_counter() - start, 2), machine=timing.machine())
 
 
@@ -111,7 +121,8 @@ def child(args, flags: str, workdir: Path, cache: Path | None = None) -> dict:
     if cache is not None:
         env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
     cmd = [sys.executable, __file__, "--child", "--preset", args.preset, "--kinds", *args.kinds,
-           "--sentences", str(args.sentences), "--repeats", str(args.repeats), "--workdir", str(workdir)]
+           "--sentences", str(args.sentences), "--repeats", str(args.repeats), "--workdir", str(workdir),
+           "--trace-calls", str(args.trace_calls)]
     if args.train_sentences is not None:
         cmd += ["--train-sentences", str(args.train_sentences)]
     t0 = time.perf_counter()
@@ -163,19 +174,20 @@ def choose(settings: list[dict], slack: float = SLACK) -> tuple[str, str]:
 
 
 def table(settings: list[dict]) -> str:
-    lines = ["| XLA_FLAGS | model | program | first call (s) | compiling (s) | programs | run (ms) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| XLA_FLAGS | model | program | first call (s) | compiling (s) | programs | run (ms) | device busy |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in settings:
         name = s["flags"] or "(defaults)"
         if not s["ok"]:
             last = s["error"].strip().splitlines()[-1][:120] if s["error"].strip() else "?"
-            lines.append(f"| {name} | failed: {last} | | | | | |")
+            lines.append(f"| {name} | failed: {last} | | | | | | |")
             continue
         for r in s["rows"]:
             what = "update" if r["what"] == "update" else f"batch-1 {DECODE[r['kind']]}"
+            busy = "" if r.get("busy_fraction") is None else f"{r['busy_ms']:.2f} ms ({r['busy_fraction']:.0%})"
             lines.append(f"| {name} | {r['kind']} | {what} | {r['first_s']:.1f} | {r['compile_s']:.1f} | "
-                         f"{r['programs']} | {r['run_ms']:.2f} |")
-        lines.append(f"| {name} | all | process wall time | {s['process_s']:.1f} | | | |")
+                         f"{r['programs']} | {r['run_ms']:.2f} | {busy} |")
+        lines.append(f"| {name} | all | process wall time | {s['process_s']:.1f} | | | | |")
     return "\n".join(lines)
 
 
@@ -190,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="training pairs of the vocabulary and the batches (default: the preset's, as the run)")
     ap.add_argument("--sentences", type=int, default=40, help="test sentences decoded at batch 1")
     ap.add_argument("--repeats", type=int, default=5, help="timed updates after the compiling one")
+    ap.add_argument("--trace-calls", type=int, default=10,
+                    help="batch-1 translations traced for the device's busy time (core.devtrace)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one setting may take")
     ap.add_argument("--json", help="write every row here")
     ap.add_argument("--choose", metavar="FILE",

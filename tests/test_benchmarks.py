@@ -101,6 +101,7 @@ def test_compile_probe_measures_each_flag_setting_in_its_own_process_and_reports
             ("ar", "update"), ("ar", "decode"), ("padir", "update"), ("padir", "decode")]
         assert all(r["run_ms"] > 0 and r["first_s"] > 0 for r in s["rows"])
         assert all(r["programs"] >= 1 and r["compile_s"] > 0 for r in s["rows"] if r["what"] == "update")
+        assert all(r["busy_ms"] > 0 and 0 < r["busy_fraction"] <= 1 for r in s["rows"] if r["what"] == "decode")
         assert s["machine"]["backend"] and s["process_s"] >= s["wall_s"] > 0
     assert not bad["ok"] and "xla_no_such_flag" in bad["error"]
     assert "| --xla_no_such_flag=1 | failed: " in done.stdout and "| (defaults) | padir | update |" in done.stdout
