@@ -248,29 +248,33 @@ def test_update_seconds_times_a_compiled_update(monkeypatch):
 
 
 def test_variants_compiled_up_front_train_without_compiling_their_update(tmp_path):
-    """compile_updates compiles one program per distinct update (two variants that differ only in traced
-    numbers, the unmasking rate and the learning rate, share one; a one-stage variant has its own), and
-    each variant's training loop then compiles no update: the programs it runs are those."""
+    """compile_updates compiles one program per distinct update and length bucket (two variants that
+    differ only in traced numbers, the unmasking rate and the learning rate, share one; a one-stage
+    variant has its own), and each variant's training loop then compiles no update: the programs it
+    runs, in both buckets, are those."""
     from gmlm_lib.mt import sizing
 
     compiled, phase = [], ["setup"]
     jax.monitoring.register_event_duration_secs_listener(
         lambda event, d, fun_name=None, **_: compiled.append(phase[0])
         if event == "/jax/core/compile/backend_compile_duration" and fun_name == "jit(step)" else None)
-    one_bucket = batching.Batcher(*_pairs(24, 1), batch_tokens=128, buckets=(16,))
+    rng = np.random.default_rng(1)
+    src = [list(rng.integers(6, 40, n)) for n in [3, 4, 5] * 6 + [10, 11, 12] * 2]  # short and long pairs
+    two_buckets = batching.Batcher(src, [s[::-1] for s in src], batch_tokens=128, buckets=(8, 16))
+    assert len(two_buckets.groups) == 2
     variants = {"baseline": _cfg("padir", steps=3, unmasking_rate=0.1),
                 "rate 0.5": _cfg("padir", steps=3, unmasking_rate=0.5, learning_rate=2e-3),
                 "1 stage": _cfg("padir", steps=3, stages=1)}
     try:
         phase[0] = "up front"
-        got = sizing.compile_updates({name: (cfg, one_bucket) for name, cfg in variants.items()})
-        assert got["programs"] == 2 and got["compile_s"] > 0
+        got = sizing.compile_updates({name: (cfg, two_buckets) for name, cfg in variants.items()})
+        assert got["programs"] == 2 * 2 and got["compile_s"] > 0
         for name, cfg in variants.items():
             phase[0] = name
-            training.train(cfg, one_bucket, tmp_path / name.replace(" ", "_"), progress=False)
+            training.train(cfg, two_buckets, tmp_path / name.replace(" ", "_"), progress=False)
     finally:
         phase[0] = "off"
-    assert compiled.count("up front") == 2, compiled
+    assert compiled.count("up front") == 2 * 2, compiled
     assert [p for p in compiled if p != "up front"] == []  # the loops compiled no update of their own
     base = variants["baseline"]
     assert training.finished(base, tmp_path / "baseline")  # what the chapter leaves out of compile_updates

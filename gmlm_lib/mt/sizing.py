@@ -87,14 +87,15 @@ def _common_bucket(batcher: batching.Batcher) -> int:
     return max(counts, key=lambda b: (counts[b], b))
 
 
-def _update_jobs(models: dict) -> dict:
+def _update_jobs(models: dict, buckets: dict | None = None) -> dict:
     """For each ``name: (cfg, batcher)``: the update as the training loop calls it (on the flat leaves
     of a fresh state, replicated over :func:`gmlm_lib.mt.training.mesh`), that state's leaves, a
-    batch of the bucket the batcher's epochs use most, as the host sends it, and the key."""
+    batch as the host sends it, of the bucket ``buckets[name]`` (default: the one the batcher's
+    epochs use most), and the key."""
     m = training.mesh()
     jobs = {}
     for name, (cfg, batcher) in models.items():
-        bucket = _common_bucket(batcher)
+        bucket = (buckets or {}).get(name) or _common_bucket(batcher)
         ix = np.resize(batcher.groups[bucket], batcher.batch_size(bucket))
         b = batcher.make(bucket, ix)
         host = dict(src=b.src, src_mask=b.src_mask, tgt=b.tgt, tgt_mask=b.tgt_mask)  # what the loop sends
@@ -115,22 +116,21 @@ def _compile_updates(jobs: dict) -> float:
 
 def compile_updates(models: dict) -> dict:
     """Compile the update of every ``name: (cfg, batcher)`` of ``models`` now, side by side
-    (:func:`gmlm_lib.core.timing.compile_in_parallel`), for the bucket its batcher's epochs use most,
-    as the training loop will call it: a :func:`gmlm_lib.mt.training.train` of that config in this
-    process then starts without compiling its update. Configs that differ only in fields the update
-    does not depend on (:data:`gmlm_lib.mt.training.PROGRAM_FREE`: the traced numbers, the data's
-    settings), and whose batches have the same bucket, share one program and compile it once.
-    Returns ``dict(programs, compile_s)``: the distinct programs and the wall seconds. Why: a chapter
-    that trains variants one after another (the ablations) otherwise compiles each variant's update
-    when its loop starts, one after another; on a GPU each takes tens of seconds and the updates of a
-    variant little more."""
+    (:func:`gmlm_lib.core.timing.compile_in_parallel`), for every length bucket of its batcher, as the
+    training loop will call it: a :func:`gmlm_lib.mt.training.train` of that config and batcher in
+    this process then starts without compiling its update. Configs that differ only in fields the
+    update does not depend on (:data:`gmlm_lib.mt.training.PROGRAM_FREE`: the traced numbers, the
+    data's settings) share one program a batch shape, compiled once. Returns ``dict(programs,
+    compile_s)``: the distinct programs and the wall seconds. Why: a chapter that trains variants one
+    after another (the ablations) otherwise compiles each variant's update when its loop starts, one
+    after another; on a GPU each takes tens of seconds and the updates of a variant little more."""
     distinct: dict = {}
     for name, (cfg, batcher) in models.items():
-        bucket = _common_bucket(batcher)
-        key = (bucket, batcher.batch_size(bucket),
-               *((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.name not in training.PROGRAM_FREE))
-        distinct.setdefault(key, (name, (cfg, batcher)))
-    jobs = _update_jobs(dict(distinct.values()))
+        program = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.name not in training.PROGRAM_FREE)
+        for bucket in batcher.groups:
+            distinct.setdefault((program, bucket, batcher.batch_size(bucket)), (f"{name} @ {bucket}", cfg, batcher, bucket))
+    chosen = {label: (cfg, batcher) for label, cfg, batcher, _ in distinct.values()}
+    jobs = _update_jobs(chosen, {label: bucket for label, _, _, bucket in distinct.values()})
     return dict(programs=len(jobs), compile_s=round(_compile_updates(jobs), 3))
 
 
