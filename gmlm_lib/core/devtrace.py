@@ -8,8 +8,9 @@ Why: at batch 1 a decode is short, and on an accelerator its wall time can be se
 other than its arithmetic: the launch of a few hundred small kernels, or the host reading a loop's
 condition back each iteration. Timing the units (:mod:`gmlm_lib.mt.decode_costs`) says what a pass
 and a step cost; the trace says whether the device was computing or waiting in between. Busy time
-is the union of the operations' intervals (nested or overlapping operations counted once), so it
-never exceeds the traced wall time; the rest of the wall time the device was idle.
+is the union of the operations' intervals (nested or overlapping operations counted once; copies on
+the device's streams count as operations); for the rest of an untraced call's wall time the device
+was idle.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class TraceSummary:
     calls (the difference is the profiler's own cost, paid on the host); ``busy_ms``: the device's busy
     time a call (the union of its operations' intervals over the traced calls, divided by ``calls``);
     ``ops``: operations a call (control-flow containers left out: :func:`summarize`); ``idle_ms``:
-    ``wall_ms - busy_ms``, the time the device waited (on launches, on the host, on copies) in an
+    ``wall_ms - busy_ms``, the time the device waited (on kernel launches, on the host) in an
     untraced call; ``top``: the operations that took the most device time, as ``(name, ms a call,
     count a call)``, most first; ``source``: where the events came from (the device plane's name, or
     ``"host (XLA CPU client)"``).
