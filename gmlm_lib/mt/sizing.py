@@ -126,7 +126,7 @@ def compile_updates(models: dict) -> dict:
     after another; on a GPU each takes tens of seconds and the updates of a variant little more."""
     distinct: dict = {}
     for name, (cfg, batcher) in models.items():
-        program = tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.name not in training.PROGRAM_FREE)
+        program = training.program_fields(cfg)
         for bucket in batcher.groups:
             distinct.setdefault((program, bucket, batcher.batch_size(bucket)), (f"{name} @ {bucket}", cfg, batcher, bucket))
     chosen = {label: (cfg, batcher) for label, cfg, batcher, _ in distinct.values()}

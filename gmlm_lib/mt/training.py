@@ -37,7 +37,7 @@ from gmlm_lib.mt.runfolder import DAMAGED, RunFolderBusy, RunFolderError
 
 __all__ = ["TrainConfig", "TRACED", "PROGRAM_FREE", "Program", "FlatUpdate", "clear_programs", "schedule",
            "traced_schedule", "optimizer", "mesh", "make_step", "make_eval", "compile_programs", "validation_loss",
-           "VAL_METRIC", "flops_per_step", "Result", "finished", "train", "load", "RunFolderBusy", "RunFolderError", "DAMAGED"]
+           "VAL_METRIC", "flops_per_step", "Result", "finished", "program_fields", "train", "load", "RunFolderBusy", "RunFolderError", "DAMAGED"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,6 +305,12 @@ _PROGRAMS: collections.OrderedDict = collections.OrderedDict()
 _PROGRAMS_KEPT = 32
 
 
+def program_fields(cfg: TrainConfig) -> tuple:
+    """``cfg``'s fields that its update and val programs depend on (all but :data:`PROGRAM_FREE`), as
+    ``(name, value)`` pairs: two configs with equal ones (and equal batch shapes) run the same programs."""
+    return tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.name not in PROGRAM_FREE)
+
+
 def _shared(what: str, graphdef, cfg: TrainConfig, build: Callable) -> Program:
     """``build(cfg)``'s jitted function, made once per ``(what, graphdef, cfg's program fields)`` in
     this process (the most recent :data:`_PROGRAMS_KEPT` kept), bound to ``cfg``'s :data:`TRACED`
@@ -312,8 +318,7 @@ def _shared(what: str, graphdef, cfg: TrainConfig, build: Callable) -> Program:
     the one its run trains with, the distilled PaDIR model trains with the raw one's programs and an
     ablation variant that changes a traced field with its baseline's, without reading JAX's persistent
     cache (seconds a program on a GPU) or compiling again where it is off."""
-    key = (what, graphdef, tuple((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
-                                 if f.name not in PROGRAM_FREE))
+    key = (what, graphdef, program_fields(cfg))
     jitted = _PROGRAMS.pop(key, None)
     if jitted is None:
         jitted = build(cfg)
@@ -497,11 +502,14 @@ def finished(cfg: TrainConfig, run_dir: str | pathlib.Path) -> bool:
     from ``cfg`` is still refused there). Read from the record alone, no checkpoint opened; a chapter
     uses it to compile only the updates that will run (:func:`gmlm_lib.mt.sizing.compile_updates`)."""
     path = pathlib.Path(run_dir) / "run.json"
-    if not path.is_file():
-        return False
-    rec = runfolder.read_json(path, "the run's provenance record")
+    return path.is_file() and _record_finished(runfolder.read_json(path, "the run's provenance record"), cfg.steps)
+
+
+def _record_finished(rec: dict, steps: int) -> bool:
+    """A run record that says all ``steps`` updates ran and ended on a finite loss."""
     final = rec.get("final_loss")
-    return rec.get("done", rec.get("steps")) == cfg.steps and final is not None and math.isfinite(final)
+    return rec.get("done", rec.get("steps")) == steps and final is not None and math.isfinite(final)
+
 
 def train(cfg: TrainConfig, batcher: batching.Batcher, run_dir: str | pathlib.Path, *, devices=None,
           progress: bool = True, on_step: Callable[[int, float], None] | None = None,
@@ -628,8 +636,7 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher, va
         manager.close()
         raise
     final = prev.get("final_loss")
-    if (start == cfg.steps and prev.get("done", prev.get("steps")) == cfg.steps and final is not None
-            and math.isfinite(final)):
+    if start == cfg.steps and _record_finished(prev, cfg.steps):
         # finished before: reuse it as it is (its record names the code and machine that trained it)
         selected = cfg.steps
         if validation is not None and validation.best is not None and validation.best[1] != cfg.steps:
