@@ -178,6 +178,7 @@ gpu-run:
 # one update and batch-1 decoding of the GPU preset's untrained models (PROBE_KINDS) under each XLA flag
 # setting of PROBE_FLAGS, each in its own process (an XLA that does not know a flag is reported, not fatal),
 # and writes probe.json and the table probe.md to OUT (benchmarks/compile_probe.py). No notebook tooling needed.
+# PROBE_ARGS="--programs decode" leaves the updates out (decoding only: seconds a setting, not minutes).
 PROBE_KINDS ?= padir
 PROBE_FLAGS ?= --flags= --flags=--xla_gpu_autotune_level=0
 # seconds one probed setting may take in gpu-run (each about a minute on an H200); past it, that setting failed

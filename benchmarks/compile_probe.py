@@ -2,6 +2,8 @@
 
     python benchmarks/compile_probe.py --json probe.json                   # the GPU recipe, XLA's defaults
     python benchmarks/compile_probe.py --flags= --flags=--xla_gpu_autotune_level=0 --json probe.json
+    python benchmarks/compile_probe.py --programs decode --kinds ar padir \
+        --flags= --flags=--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL     # CUDA graphs of whole loops
     make gpu-probe OUT=dir DATA=.gpu-data                                   # the same on the GPU machine
 
 On an accelerator a small Transformer's training update runs in milliseconds and compiles in tens of
@@ -11,7 +13,7 @@ This script measures that unit cost before a full run is sized: for each flag se
 a value of ``XLA_FLAGS``, which XLA reads once at start, so each runs in its own child process;
 ``""`` is XLA's defaults) it builds the preset's models (``--preset``, default ``"multi30k_gpu"``)
 with random weights and, for each model kind (``--kinds``: the AR teacher, PaDIR, the deep-shallow
-AR baseline):
+AR baseline), and for each program of ``--programs`` (both by default):
 
 * ``update``: one training update on a batch of the bucket the epochs use most
   (:func:`gmlm_lib.mt.sizing.update_seconds`): ``first_s`` the first call (building the model,
@@ -59,6 +61,7 @@ import time
 from pathlib import Path
 
 KINDS = ("ar", "padir", "ar_shallow")
+PROGRAMS = ("update", "decode")
 DECODE = {"ar": "greedy", "ar_shallow": "greedy", "padir": "padir T=4, #hyp=3"}
 
 
@@ -82,13 +85,16 @@ def measure(args) -> dict:
     rows = []
     for kind in args.kinds:
         cfg = exp.train_config(kind, vocab.size)
-        clock = timing.compile_clock()
-        got = sizing.update_seconds(cfg, batches, repeats=args.repeats)
-        spent = timing.compiles_since(clock)
-        rows.append(dict(kind=kind, what="update", bucket=got["bucket"], batch=got["batch"],
-                         first_s=round(got["compile_s"] + got["update_s"], 3), compile_s=spent["compile_s"],
-                         programs=spent["compilations"], cache_hits=spent["cache_hits"],
-                         run_ms=round(1e3 * got["update_s"], 3)))
+        if "update" in args.programs:
+            clock = timing.compile_clock()
+            got = sizing.update_seconds(cfg, batches, repeats=args.repeats)
+            spent = timing.compiles_since(clock)
+            rows.append(dict(kind=kind, what="update", bucket=got["bucket"], batch=got["batch"],
+                             first_s=round(got["compile_s"] + got["update_s"], 3), compile_s=spent["compile_s"],
+                             programs=spent["compilations"], cache_hits=spent["cache_hits"],
+                             run_ms=round(1e3 * got["update_s"], 3)))
+        if "decode" not in args.programs:
+            continue
         model = seq2seq.build(cfg.model, cfg.seed)
         tr = translate.Translator(model, vocab, buckets=exp.decode_buckets, seed=exp.seed)
         method = (translate.Method("padir", padir=decoding.PadirOptions(steps=4, hyps=3)) if kind == "padir"
@@ -121,6 +127,7 @@ def child(args, flags: str, workdir: Path, cache: Path | None = None) -> dict:
     if cache is not None:
         env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
     cmd = [sys.executable, __file__, "--child", "--preset", args.preset, "--kinds", *args.kinds,
+           "--programs", *args.programs,
            "--sentences", str(args.sentences), "--repeats", str(args.repeats), "--workdir", str(workdir),
            "--trace-calls", str(args.trace_calls)]
     if args.train_sentences is not None:
@@ -198,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
                          "defaults); repeat it for several settings; none: the defaults only")
     ap.add_argument("--preset", default="multi30k_gpu", help="gmlm_lib.mt.config preset of the models")
     ap.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    ap.add_argument("--programs", nargs="+", choices=PROGRAMS, default=list(PROGRAMS),
+                    help="which programs of each kind to compile and time (decode alone: a flag that changes "
+                         "only how programs run, such as command buffers, probed in seconds, not minutes)")
     ap.add_argument("--train-sentences", type=int, default=None,
                     help="training pairs of the vocabulary and the batches (default: the preset's, as the run)")
     ap.add_argument("--sentences", type=int, default=40, help="test sentences decoded at batch 1")
@@ -244,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
                 caches.append(Path(tmp) / f"cache-{i}")
                 if cache.exists():
                     shutil.move(str(cache), str(caches[-1]))
-        out = dict(preset=args.preset, kinds=list(args.kinds), sentences=args.sentences, settings=settings,
+        out = dict(preset=args.preset, kinds=list(args.kinds), programs=list(args.programs),
+                   sentences=args.sentences, settings=settings,
                    commit=records.short_commit(records.git_commit()))
         print(table(settings))
         if args.choose:

@@ -108,6 +108,25 @@ def test_compile_probe_measures_each_flag_setting_in_its_own_process_and_reports
     assert rec["commit"] == LIBRARY_COMMIT and rec["preset"] == "multi30k_tiny"
 
 
+def test_compile_probe_times_decoding_alone_when_asked(tmp_path):
+    """--programs decode skips the updates (a flag that changes only how programs run is probed in seconds),
+    and XLA here parses the command-buffer setting that a GPU session probes (CUDA graphs of whole loops)."""
+    out = tmp_path / "probe.json"
+    flag = "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "compile_probe.py"), "--preset", "multi30k_tiny",
+                           "--kinds", "padir", "--programs", "decode", "--train-sentences", "200", "--sentences", "2",
+                           f"--flags={flag}", "--json", str(out)], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rec = json.loads(out.read_text())
+    (s,) = rec["settings"]
+    assert rec["programs"] == ["decode"] and s["flags"] == flag and s["ok"]
+    assert [(r["kind"], r["what"]) for r in s["rows"]] == [("padir", "decode")] and s["rows"][0]["run_ms"] > 0
+    bad = subprocess.run([sys.executable, str(BENCHMARKS / "compile_probe.py"), "--programs", "encode"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--programs" in bad.stderr
+
+
 _CHAPTER_PATH = """
 import json, sys, tempfile
 from gmlm_lib.core import timing

@@ -16,6 +16,7 @@ A chapter fails the check when
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import nbformat
@@ -78,13 +79,23 @@ def _minute(stamp: str) -> str:
     return stamp[:16].replace("T", " ") if stamp.endswith("+00:00") else stamp
 
 
-def made_by_the_run(artifact: dict, rec: dict) -> bool:
+def _artifact_key(artifact: dict) -> tuple:
+    """One artifact, whatever a chapter calls it: its updates, wall time and commits."""
+    return artifact["updates"], artifact["wall_s"], tuple(artifact["commits"])
+
+
+def made_by_the_run(artifact: dict, rec: dict, others: Sequence[dict] = ()) -> bool:
     """Whether the chapter run ``rec`` made ``artifact`` itself (its wall time then includes the work)
-    rather than reusing it: every part of the artifact was made at the run's own commit. A full run
-    starts only from a clean tree at a commit, so work at that commit is the run's own, unless the
-    same commit was run twice and the second run reused the first's models (counted as made here)."""
+    rather than reusing it: every part of the artifact was made at the run's own commit, and no
+    run in ``others`` (the other chapters' records) at that commit that started earlier lists it.
+    Why the second rule: a batch (``make gpu-run``) runs several chapters at one commit, and the
+    later ones open the run folder the first one trained; their wall times hold none of that work."""
     own = rec.get("gmlm_lib_commit")
-    return bool(own) and bool(artifact["commits"]) and all(c == own for c in artifact["commits"])
+    if not (own and artifact["commits"] and all(c == own for c in artifact["commits"])):
+        return False
+    key, start = _artifact_key(artifact), rec.get("started_at", "")
+    return not any(o.get("gmlm_lib_commit") == own and o.get("started_at", "") < start
+                   and any(_artifact_key(a) == key for a in o.get("artifacts", {}).values()) for o in others)
 
 
 def provenance_page(root: Path) -> str:
@@ -101,13 +112,15 @@ def provenance_page(root: Path) -> str:
     ]
     details, used = [], []
     chapter_s, artifact_s, made = 0.0, {}, {}
+    metas = {name: nbformat.read(root / "notebooks" / f"{name}.ipynb", as_version=4).metadata.get("gmlm", {})
+             for name in sources.toc_notebooks(root) if (root / "notebooks" / f"{name}.ipynb").is_file()}
     for name in sources.toc_notebooks(root):
-        ipynb = root / "notebooks" / f"{name}.ipynb"
-        if not ipynb.is_file():
+        if name not in metas:
             lines.append(f"| {{doc}}`../notebooks/{name}` | not run | | | | | | |")
             continue
-        meta = nbformat.read(ipynb, as_version=4).metadata.get("gmlm", {})
+        meta = metas[name]
         rec = meta.get("provenance", {})
+        others = [m.get("provenance", {}) for other, m in metas.items() if other != name]
         chapter_s += float(meta.get("total_wall_time_s") or 0.0)
         lines.append(
             f"| {{doc}}`../notebooks/{name}` | {meta.get('profile', 'not run')} | {meta.get('total_wall_time_s', '')} | "
@@ -116,8 +129,8 @@ def provenance_page(root: Path) -> str:
             f"{rec.get('cpu_model', 'not recorded')} | {_minute(rec.get('started_at', ''))} |"
         )
         for art, a in rec.get("artifacts", {}).items():
-            made_here = made_by_the_run(a, rec)
-            key = (a["updates"], a["wall_s"], tuple(a["commits"]))  # one artifact, whatever a chapter calls it
+            made_here = made_by_the_run(a, rec, others)
+            key = _artifact_key(a)
             (made if made_here else artifact_s)[key] = float(a["wall_s"])
             used.append(f"| {{doc}}`../notebooks/{name}` | {art} | {'made in this run' if made_here else 'reused'} | "
                         f"{'' if a['updates'] is None else a['updates']} | "
