@@ -198,14 +198,16 @@ def accelerator_run(root: Path) -> list[str]:
 
 
 def write_provenance_page(root: Path) -> Path:
-    """Write :func:`provenance_page` to ``root / PROVENANCE_PAGE``, and the landing page's results
-    overview (:func:`gmlm_lib.book.overview.write_page`), both generated from the notebooks; returns
-    the provenance page's path."""
-    from gmlm_lib.book import overview
+    """Write :func:`provenance_page` to ``root / PROVENANCE_PAGE``, the landing page's results
+    overview (:func:`gmlm_lib.book.overview.write_page`) and the running page's table of run times
+    (:func:`gmlm_lib.book.run_times.write`), all generated from the notebooks; returns the provenance
+    page's path."""
+    from gmlm_lib.book import overview, run_times
 
     path = root / PROVENANCE_PAGE
     path.write_text(provenance_page(root))
     overview.write_page(root)
+    run_times.write(root)
     return path
 
 
@@ -221,9 +223,9 @@ def check_all(root: Path) -> list[str]:
     page = root / PROVENANCE_PAGE
     if not page.is_file() or page.read_text() != provenance_page(root):
         problems.append(f"{PROVENANCE_PAGE} does not match the notebooks' metadata; run `make provenance`.")
-    from gmlm_lib.book import overview
+    from gmlm_lib.book import overview, run_times
 
-    return problems + overview.problems(root) + labels.problems(root)
+    return problems + overview.problems(root) + run_times.problems(root) + labels.problems(root)
 
 
 def sync(root: Path) -> list[Path]:

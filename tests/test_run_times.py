@@ -1,0 +1,84 @@
+"""The running page's table of run times (gmlm_lib.book.run_times): a chapter's run on one kind of
+hardware replaces the earlier one there and keeps those on other hardware."""
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from gmlm_lib.book import run_times
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _meta(backend: str, wall_s: float, commit: str, started: str, profile: str = "full", **extra) -> dict:
+    rec = dict(backend=backend, device_count=1, device_kind="NVIDIA H200" if backend == "gpu" else "cpu",
+               cpu_count=16 if backend == "gpu" else 2, gmlm_lib_commit=commit, started_at=started,
+               parameters=dict(preset=f"multi30k_{backend}"), **extra)
+    return dict(profile=profile, total_wall_time_s=wall_s, provenance=rec)
+
+
+def _book(tmp_path: Path, runs: dict) -> Path:
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nchapters:\n"
+                                       + "".join(f"  - file: notebooks/{name}\n" for name in ("one", "two")))
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "book").mkdir()
+    for name, meta in runs.items():
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["gmlm"] = meta
+        nbformat.write(nb, tmp_path / "notebooks" / f"{name}.ipynb")
+    return tmp_path
+
+
+def test_hardware_keys_and_entries():
+    assert run_times.hardware_key(dict(backend="cpu", cpu_count=2)) == "2 CPU cores"
+    assert run_times.hardware_key(dict(backend="gpu", device_count=1, device_kind="NVIDIA H100")) == "1 x NVIDIA H100"
+    key, got = run_times.entry(_meta("gpu", 475.4, "a" * 40, "2026-11-27T21:42:47+00:00", compile_s=426.05))
+    assert key == "1 x NVIDIA H200" and got == dict(wall_s=475.4, compile_s=426.05, commit="a" * 40,
+                                                     started_at="2026-11-27T21:42:47+00:00", preset="multi30k_gpu")
+    assert run_times.entry(_meta("cpu", 10.0, "a" * 40, "2026-11-27", profile="smoke")) is None
+    assert run_times.entry({}) is None
+
+
+def test_a_rerun_elsewhere_keeps_the_earlier_hardware_and_the_check_asks_for_make_provenance(tmp_path):
+    root = _book(tmp_path, {"one": _meta("cpu", 5249.07, "b" * 40, "2026-11-25T19:22:55+00:00")})
+    assert run_times.problems(root)  # nothing written yet
+    run_times.write(root)
+    assert run_times.problems(root) == []
+    page = (root / run_times.PAGE).read_text()
+    assert "| {doc}`../notebooks/one` | 87.5 min (`bbbbbbbbbbbb`, 2026-11-25) |" in page
+    assert "notebooks/two" not in page  # never run anywhere: no row
+    # the chapter moves to a GPU: its CPU run stays in the table beside the new one
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["gmlm"] = _meta("gpu", 475.4, "c" * 40, "2026-11-27T21:42:47+00:00", compile_s=426.05)
+    nbformat.write(nb, root / "notebooks" / "one.ipynb")
+    assert any("run `make provenance`" in p for p in run_times.problems(root))
+    run_times.write(root)
+    assert run_times.problems(root) == []
+    stored = json.loads((root / run_times.FILE).read_text())
+    assert list(stored["one"]) == ["2 CPU cores", "1 x NVIDIA H200"]
+    assert stored["one"]["2 CPU cores"]["wall_s"] == 5249.07 and stored["one"]["1 x NVIDIA H200"]["wall_s"] == 475.4
+    page = (root / run_times.PAGE).read_text()
+    assert ("| {doc}`../notebooks/one` | 87.5 min (`bbbbbbbbbbbb`, 2026-11-25) | "
+            "7.9 min (7.1 compiling; `cccccccccccc`, 2026-11-27) |") in page
+    # a rerun on the same hardware replaces that cell only
+    nb.metadata["gmlm"] = _meta("gpu", 300.0, "d" * 40, "2026-11-28T10:00:00+00:00")
+    nbformat.write(nb, root / "notebooks" / "one.ipynb")
+    run_times.write(root)
+    stored = json.loads((root / run_times.FILE).read_text())
+    assert stored["one"]["1 x NVIDIA H200"]["commit"] == "d" * 40 and stored["one"]["2 CPU cores"]["commit"] == "b" * 40
+    (root / run_times.PAGE).write_text(page)  # an old table
+    assert any(str(run_times.PAGE) in p for p in run_times.problems(root))
+
+
+def test_a_damaged_store_is_refused_by_name(tmp_path):
+    root = _book(tmp_path, {})
+    (root / run_times.FILE).write_text("{not json")
+    with pytest.raises(ValueError, match="run_times.json is not valid JSON"):
+        run_times.collect(root)
+
+
+def test_the_book_holds_every_committed_run_and_the_running_page_includes_the_table():
+    assert run_times.problems(ROOT) == []
+    assert "```{include} run_times.md" in (ROOT / "book" / "running.md").read_text()
