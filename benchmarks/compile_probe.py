@@ -26,8 +26,10 @@ AR baseline), and for each program of ``--programs`` (both by default):
   ``--sentences`` test sentences (the untrained AR model runs to its length limit: an upper bound),
   and ``busy_ms``/``busy_fraction``: the device's busy time in a translation of the first test
   sentence and its share of the wall time (:func:`gmlm_lib.core.devtrace.trace_calls`, ``--trace-calls``
-  calls; ``None`` with ``trace_error`` where the profiler fails). A flag that cuts kernel launches or
-  host round trips (CUDA graphs of whole loops) shows as a higher busy fraction and a lower ``run_ms``.
+  calls; ``None`` with ``trace_error`` where the profiler fails), and where the rest goes
+  (:func:`call_parts`: the whole call, the compiled decoder alone, an empty program with the same
+  arguments). A flag that cuts kernel launches or host round trips (CUDA graphs of whole loops)
+  shows as a higher busy fraction and a lower ``run_ms``.
 
 A setting whose child fails (an XLA that does not know a flag aborts at start) or runs past
 ``--timeout`` is reported with the end of its error, and the others still run. With ``--choose
@@ -111,10 +113,52 @@ def measure(args) -> dict:
             busy = dict(busy_ms=round(traced.busy_ms, 3), busy_fraction=round(traced.busy_fraction, 3))
         except Exception as err:  # a profiler that fails here costs the column, not the probe
             busy["trace_error"] = f"{type(err).__name__}: {err}"[:300]
+        parts = call_parts(tr, method, data.test.src[0], calls=args.trace_calls)
         rows.append(dict(kind=kind, what="decode", bucket=None, batch=1, first_s=round(first, 3),
                          compile_s=spent["compile_s"], programs=spent["compilations"], cache_hits=spent["cache_hits"],
-                         run_ms=round(1e3 * float(np.median(seconds)), 3), **busy))
+                         run_ms=round(1e3 * float(np.median(seconds)), 3), **busy, **parts))
     return dict(rows=rows, wall_s=round(time.perf_counter() - start, 2), machine=timing.machine())
+
+
+def call_parts(tr, method, text: str, calls: int) -> dict:
+    """Where a batch-1 translation of ``text`` spends its time outside the device's own work, in ms
+    (medians over ``calls`` calls after a warm one): ``translate_ms`` the whole call
+    (``Translator.translate_one``: tokenising, host-to-device copies of the source, the compiled
+    decoder, the copy of its output back, detokenising); ``program_ms`` the compiled decoder alone,
+    its inputs already on the device, waited for with ``block_until_ready``; ``empty_ms`` a compiled
+    program that takes the same arguments (every parameter array, the source and its mask) and does
+    nothing with them: what a call costs before any kernel runs. ``translate_ms - program_ms`` is the
+    host's side, ``program_ms`` minus the device's busy time (``busy_ms``) the waiting inside the
+    program (kernel launches, loop conditions read back to the host)."""
+    import jax
+    import numpy as np
+
+    from gmlm_lib.mt import batching, decoding
+
+    row = tr.vocab.encode([text])[0]
+    src, mask = batching.pad([row], tr.bucket(len(row)))
+    src, mask = jax.device_put(np.asarray(src, np.int32)), jax.device_put(np.asarray(mask, bool))
+    if method.kind == "greedy":
+        def program():
+            return decoding.ar_greedy(tr.graphdef, tr.flat, src, mask, max_len=tr.cfg.max_len)
+    elif method.kind == "padir":
+        def program():
+            return decoding.padir_ids(tr.graphdef, tr.flat, src, mask, tr.key, options=method.padir, widths=tr.widths)
+    else:
+        raise ValueError(f"call_parts times greedy and PaDIR decoding; got {method.kind!r}.")
+    empty = jax.jit(lambda leaves, s, m: s[0, 0])
+
+    def median_ms(fn) -> float:
+        jax.block_until_ready(fn())
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn())
+            times.append(time.perf_counter() - t0)
+        return round(1e3 * float(np.median(times)), 3)
+
+    return dict(translate_ms=median_ms(lambda: tr.translate_one(text, method)), program_ms=median_ms(program),
+                empty_ms=median_ms(lambda: empty(tr.flat.leaves, src, mask)))
 
 
 def child(args, flags: str, workdir: Path, cache: Path | None = None) -> dict:
@@ -181,20 +225,23 @@ def choose(settings: list[dict], slack: float = SLACK) -> tuple[str, str]:
 
 
 def table(settings: list[dict]) -> str:
-    lines = ["| XLA_FLAGS | model | program | first call (s) | compiling (s) | programs | run (ms) | device busy |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| XLA_FLAGS | model | program | first call (s) | compiling (s) | programs | run (ms) | device busy | "
+             "translate / program / empty call (ms) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in settings:
         name = s["flags"] or "(defaults)"
         if not s["ok"]:
             last = s["error"].strip().splitlines()[-1][:120] if s["error"].strip() else "?"
-            lines.append(f"| {name} | failed: {last} | | | | | | |")
+            lines.append(f"| {name} | failed: {last} | | | | | | | |")
             continue
         for r in s["rows"]:
             what = "update" if r["what"] == "update" else f"batch-1 {DECODE[r['kind']]}"
             busy = "" if r.get("busy_fraction") is None else f"{r['busy_ms']:.2f} ms ({r['busy_fraction']:.0%})"
+            parts = (f"{r['translate_ms']:.2f} / {r['program_ms']:.2f} / {r['empty_ms']:.3f}"
+                     if r.get("program_ms") is not None else "")
             lines.append(f"| {name} | {r['kind']} | {what} | {r['first_s']:.1f} | {r['compile_s']:.1f} | "
-                         f"{r['programs']} | {r['run_ms']:.2f} | {busy} |")
-        lines.append(f"| {name} | all | process wall time | {s['process_s']:.1f} | | | | |")
+                         f"{r['programs']} | {r['run_ms']:.2f} | {busy} | {parts} |")
+        lines.append(f"| {name} | all | process wall time | {s['process_s']:.1f} | | | | | |")
     return "\n".join(lines)
 
 
