@@ -110,3 +110,19 @@ def test_translation_inputs_are_checked():
         F.translation(translation_table(33.0), {4: 0.5})
     with pytest.raises(ValueError, match="no 2025 rule"):
         F.best_2025_by_T(pd.DataFrame([(4, "dependency_entropy", 30.0)], columns=["T", "rule", "BLEU"]))
+
+
+@pytest.mark.parametrize("ising, translation, word, words", [
+    ("met", "met", "agree", "matches the best 2025 rule in both"),
+    ("missed", "missed", "agree", "falls short of the best 2025 rule in both"),
+    ("met", "missed", "disagree", "significantly worse on translation"),
+    ("missed", "met", "disagree", "not significantly worse on translation"),
+])
+def test_the_two_frontiers_agree_when_both_targets_say_the_same(ising, translation, word, words):
+    got = F.frontiers_agree(ising, translation)
+    assert got[0] == word and words in got[1]
+
+
+def test_frontiers_agree_takes_graded_targets_only():
+    with pytest.raises(ValueError, match="translation_target must be 'met' or 'missed'"):
+        F.frontiers_agree("met", "not comparable")

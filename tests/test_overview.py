@@ -55,3 +55,23 @@ def test_a_run_without_a_needed_value_is_shown_and_reported(monkeypatch):
     assert "not available: its last run lacks 'min_lambda'" in table
     found = overview.problems(ROOT)
     assert any("row 'Theorem 2: masking more never hurts' of masking_more has no result" in p for p in found)
+
+
+def test_the_rules_agreement_is_generated_from_both_chapters_and_included_in_both():
+    text = (ROOT / overview.AGREEMENT).read_text()
+    assert text == overview.agreement_page(ROOT) and "**Ising and translation " in text
+    for chapter in ("parallel_rules", "dependency_decoding"):
+        assert "```{include} ../book/rules_agreement.md" in (ROOT / "notebooks" / f"{chapter}.md").read_text()
+
+
+def test_the_rules_agreement_follows_the_two_verdicts(monkeypatch):
+    values = {"parallel_rules": dict(ours_target="met", ours_vs_best_kl=0.8),
+              "dependency_decoding": dict(rules_target="missed", ours_vs_best_bleu=-0.67, best_2025_at_T="factor",
+                                          ours_vs_best_p=0.008, ours_worse_at="T = 4")}
+    monkeypatch.setattr(overview, "glued", lambda path: values.get(Path(path).stem, {}))
+    said = overview.agreement(ROOT)
+    assert said.startswith("**Ising and translation disagree:** ours matches the best 2025 rule exactly")
+    assert "our KL up to 0.8x" in said and "-0.7 BLEU against factor, p = 0.008" in said
+    assert any(str(overview.AGREEMENT) in p for p in overview.problems(ROOT))  # the committed page says otherwise
+    values["dependency_decoding"] = {}
+    assert "not compared (a last run lacks 'rules_target')" in overview.agreement(ROOT)

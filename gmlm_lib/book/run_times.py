@@ -27,7 +27,7 @@ def hardware_key(rec: dict) -> str:
     (``"1 x NVIDIA H200"``); runs on one key are comparable, runs on two are not."""
     if rec.get("backend") == "cpu":
         return f"{rec.get('cpu_count', '?')} CPU cores"
-    return f"{rec.get('device_count', '?')} x {rec.get('device_kind', '?')}"
+    return f"{rec.get('device_count', '?')} x {rec.get('device_kind', rec.get('backend', '?'))}"
 
 
 def entry(meta: dict) -> tuple[str, dict] | None:

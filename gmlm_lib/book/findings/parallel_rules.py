@@ -21,7 +21,8 @@ from gmlm_lib.book.findings.rules import compare, grade
 from gmlm_lib.core.unmasking import RULES_2025
 from gmlm_lib.ising.unmasking import envelope
 
-__all__ = ["RATIO_TARGET", "FLOOR", "ours_vs_best", "best_by_budget", "li_cai_check", "findings", "best_2025_by_T", "translation"]
+__all__ = ["RATIO_TARGET", "FLOOR", "ours_vs_best", "best_by_budget", "li_cai_check", "findings", "best_2025_by_T",
+           "translation", "frontiers_agree"]
 
 RATIO_TARGET = 1.0
 """Ours "at least matches" the best 2025 rule when its exact KL is at most the best one's at every
@@ -196,3 +197,22 @@ def translation(table: pd.DataFrame, p_values: dict, *, ours: str = "dependency_
         ours_worse_at=", ".join(f"T = {T}" for T in worse) or "no T",
         rules_target="missed" if worse else "met",
     )
+
+
+def frontiers_agree(ising_target: str, translation_target: str) -> tuple[str, str]:
+    """Whether the exact Ising comparison and the translation frontier tell the same story about our
+    rule against the best 2025 rule: ``ising_target`` is :func:`findings`' ``ours_target`` (met: its
+    exact KL at most the best rule's at every budget on the strong-coupling families) and
+    ``translation_target`` is :func:`translation`'s ``rules_target`` (met: significantly worse at no
+    T). Returns ``("agree" or "disagree", a clause saying how)``."""
+    for name, value in (("ising_target", ising_target), ("translation_target", translation_target)):
+        if value not in ("met", "missed"):
+            raise ValueError(f"{name} must be 'met' or 'missed' (a graded target of the chapters); got {value!r}.")
+    return {
+        ("met", "met"): ("agree", "ours matches the best 2025 rule in both"),
+        ("missed", "missed"): ("agree", "ours falls short of the best 2025 rule in both"),
+        ("met", "missed"): ("disagree", "ours matches the best 2025 rule exactly on the Ising testbed but is "
+                                        "significantly worse on translation"),
+        ("missed", "met"): ("disagree", "ours falls short of the best 2025 rule on the Ising testbed but is not "
+                                        "significantly worse on translation"),
+    }[(ising_target, translation_target)]
