@@ -113,7 +113,10 @@ def measure(args) -> dict:
             busy = dict(busy_ms=round(traced.busy_ms, 3), busy_fraction=round(traced.busy_fraction, 3))
         except Exception as err:  # a profiler that fails here costs the column, not the probe
             busy["trace_error"] = f"{type(err).__name__}: {err}"[:300]
-        parts = call_parts(tr, method, data.test.src[0], calls=args.trace_calls)
+        try:  # where the rest of a translation goes: a failure here costs these columns, not the probe
+            parts = call_parts(tr, method, data.test.src[0], calls=args.trace_calls)
+        except Exception as err:
+            parts = dict(parts_error=f"{type(err).__name__}: {err}"[:300])
         rows.append(dict(kind=kind, what="decode", bucket=None, batch=1, first_s=round(first, 3),
                          compile_s=spent["compile_s"], programs=spent["compilations"], cache_hits=spent["cache_hits"],
                          run_ms=round(1e3 * float(np.median(seconds)), 3), **busy, **parts))
