@@ -114,7 +114,7 @@ def measure(args) -> dict:
         except Exception as err:  # a profiler that fails here costs the column, not the probe
             busy["trace_error"] = f"{type(err).__name__}: {err}"[:300]
         try:  # where the rest of a translation goes: a failure here costs these columns, not the probe
-            parts = call_parts(tr, method, data.test.src[0], calls=args.trace_calls)
+            parts = call_parts(tr, method, data.test.src[0])
         except Exception as err:
             parts = dict(parts_error=f"{type(err).__name__}: {err}"[:300])
         rows.append(dict(kind=kind, what="decode", bucket=None, batch=1, first_s=round(first, 3),
@@ -123,9 +123,10 @@ def measure(args) -> dict:
     return dict(rows=rows, wall_s=round(time.perf_counter() - start, 2), machine=timing.machine())
 
 
-def call_parts(tr, method, text: str, calls: int) -> dict:
+def call_parts(tr, method, text: str, min_time: float = 0.3) -> dict:
     """Where a batch-1 translation of ``text`` spends its time outside the device's own work, in ms
-    (medians over ``calls`` calls after a warm one): ``translate_ms`` the whole call
+    (the fastest of calls interleaved over ``min_time`` seconds each, as the unit costs are timed:
+    :func:`gmlm_lib.core.timing.best_times`): ``translate_ms`` the whole call
     (``Translator.translate_one``: tokenising, host-to-device copies of the source, the compiled
     decoder, the copy of its output back, detokenising); ``program_ms`` the compiled decoder alone,
     its inputs already on the device, waited for with ``block_until_ready``; ``empty_ms`` a compiled
@@ -136,6 +137,7 @@ def call_parts(tr, method, text: str, calls: int) -> dict:
     import jax
     import numpy as np
 
+    from gmlm_lib.core import timing
     from gmlm_lib.mt import batching, decoding
 
     row = tr.vocab.encode([text])[0]
@@ -150,18 +152,12 @@ def call_parts(tr, method, text: str, calls: int) -> dict:
     else:
         raise ValueError(f"call_parts times greedy and PaDIR decoding; got {method.kind!r}.")
     empty = jax.jit(lambda leaves, s, m: s[0, 0])
-
-    def median_ms(fn) -> float:
-        jax.block_until_ready(fn())
-        times = []
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn())
-            times.append(time.perf_counter() - t0)
-        return round(1e3 * float(np.median(times)), 3)
-
-    return dict(translate_ms=median_ms(lambda: tr.translate_one(text, method)), program_ms=median_ms(program),
-                empty_ms=median_ms(lambda: empty(tr.flat.leaves, src, mask)))
+    fns = dict(translate_ms=lambda: tr.translate_one(text, method), program_ms=program,
+               empty_ms=lambda: empty(tr.flat.leaves, src, mask))
+    waited = {name: (lambda fn=fn: jax.block_until_ready(fn())) for name, fn in fns.items()}
+    for fn in waited.values():  # compiled and warm before anything is timed
+        fn()
+    return {name: round(1e3 * s, 3) for name, s in timing.best_times(waited, 3 * min_time).items()}
 
 
 def child(args, flags: str, workdir: Path, cache: Path | None = None) -> dict:

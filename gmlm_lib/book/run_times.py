@@ -22,6 +22,11 @@ FILE = Path("book") / "run_times.json"
 PAGE = Path("book") / "run_times.md"
 
 
+def _hardware_order(key: str) -> tuple:
+    """CPU columns first, then the accelerators, each by name."""
+    return not key.endswith("CPU cores"), key
+
+
 def hardware_key(rec: dict) -> str:
     """The kind of hardware a run record ran on: ``"2 CPU cores"`` on a CPU, else the accelerators
     (``"1 x NVIDIA H200"``); runs on one key are comparable, runs on two are not."""
@@ -70,7 +75,7 @@ def collect(root: Path) -> dict:
             if got is not None:
                 runs[got[0]] = got[1]
         if runs:
-            out[name] = dict(sorted(runs.items(), key=lambda kv: (not kv[0].endswith("CPU cores"), kv[0])))
+            out[name] = dict(sorted(runs.items(), key=lambda kv: _hardware_order(kv[0])))
     return out
 
 
@@ -84,7 +89,7 @@ def _cell(run: dict | None) -> str:
 
 def table(times: dict) -> str:
     """The markdown table: a row per chapter, a column per kind of hardware any run used."""
-    keys = sorted({k for runs in times.values() for k in runs}, key=lambda k: (not k.endswith("CPU cores"), k))
+    keys = sorted({k for runs in times.values() for k in runs}, key=_hardware_order)
     lines = ["| Chapter | " + " | ".join(keys) + " |", "| --- |" + " --- |" * len(keys)]
     for name, runs in times.items():
         lines.append(f"| {{doc}}`../notebooks/{name}` | " + " | ".join(_cell(runs.get(k)) for k in keys) + " |")
