@@ -326,25 +326,57 @@ def test_provenance_start_checks_names(monkeypatch, capsys, tmp_path):
     assert "artifacts" not in rec
 
 
+def _gpu_runs(book_copy, seconds, commits):
+    """Mark the translation chapters' committed runs as GPU runs of ``seconds`` each, chapter i at
+    ``commits[i]``, started one minute apart in the order of ``runner.TRANSLATION_CHAPTERS``."""
+    for i, (name, commit) in enumerate(zip(runner.TRANSLATION_CHAPTERS, commits)):
+        ipynb = book_copy / "notebooks" / f"{name}.ipynb"
+        nb = nbformat.read(ipynb, as_version=4)
+        nb.metadata["gmlm"]["provenance"].update(backend="gpu", device_count=1, device_kind="NVIDIA H100 80GB HBM3",
+                                                 compile_s=15.0, compilations=40, cache_hits=5, gmlm_lib_commit=commit,
+                                                 started_at=f"2026-11-28T10:{i:02d}:00+00:00")
+        nb.metadata["gmlm"]["total_wall_time_s"] = seconds
+        nbformat.write(nb, ipynb)
+    return nb, ipynb
+
+
 @pytest.mark.parametrize("seconds, verdict", [(120.0, "within"), (120.1, "over")])
 def test_provenance_page_grades_the_gpu_run_of_the_translation_chapters(book_copy, seconds, verdict):
     """Four chapters at 120 s are exactly the 8-minute budget; 0.1 s more is over it. A chapter that ran
     on a CPU leaves the budget unmeasured, and the page says where each ran."""
     assert "have not all run on an accelerator" in "\n".join(checks.accelerator_run(book_copy))
-    for name in runner.TRANSLATION_CHAPTERS:
-        ipynb = book_copy / "notebooks" / f"{name}.ipynb"
-        nb = nbformat.read(ipynb, as_version=4)
-        nb.metadata["gmlm"]["provenance"].update(backend="gpu", device_count=1, device_kind="NVIDIA H100 80GB HBM3",
-                                                 compile_s=15.0, compilations=40, cache_hits=5)
-        nb.metadata["gmlm"]["total_wall_time_s"] = seconds
-        nbformat.write(nb, ipynb)
+    nb, ipynb = _gpu_runs(book_copy, seconds, ["a" * 40] * 4)
     text = " ".join(checks.accelerator_run(book_copy))
-    assert f"{4 * seconds / 60:.2f} min of wall time together, compilation included, {verdict} the 8-minute" in text
-    assert "on 1 x NVIDIA H100 80GB HBM3" in text
-    assert "Of that, 1.00 min went to compiling 160 XLA programs (20 of them read from the compilation cache" in text
+    assert f"in one batch, on 1 x NVIDIA H100 80GB HBM3 (`make gpu-run`): {4 * seconds / 60:.2f} min of wall time " \
+           f"together, compilation included, {verdict} the 8-minute" in text
+    assert f"Of the {4 * seconds / 60:.2f} min, 1.00 went to compiling 160 XLA programs (20 of them read from the " \
+           "compilation cache" in text
+    assert f"| {{doc}}`../notebooks/stutter` | `aaaaaaaaaaaa` | 2026-11-28 10:01 | {seconds / 60:.2f} | 0.25 | 40 |" in text
     nb.metadata["gmlm"]["provenance"]["backend"] = "cpu"
     nbformat.write(nb, ipynb)
     assert "ablations: cpu" in " ".join(checks.accelerator_run(book_copy))
+
+
+@pytest.mark.parametrize("retrained_s, verdict", [(60.0, "within"), (59.9, "over")])
+def test_two_gpu_batches_leave_the_repeated_training_out_of_the_graded_total(book_copy, retrained_s, verdict):
+    """Ablations alone in a second batch, on a fresh machine, trains the AR teacher again (the PaDIR chapter's
+    run made it): 4 x 135 s = 9 min measured, and 9 min less the repeated 60 s is the 8-minute budget
+    exactly; 0.1 s less repeated is over it. What the later batch made that no earlier one had (its
+    variants) and what it reused (made at another commit) are not repeats."""
+    nb, ipynb = _gpu_runs(book_copy, 135.0, ["a" * 40] * 3 + ["b" * 40])
+    hardware = ["1 x NVIDIA H100 80GB HBM3 (gpu, 16 CPU cores)"]
+    nb.metadata["gmlm"]["provenance"]["artifacts"] = {
+        "AR teacher": dict(commits=["b" * 40], hardware=hardware, updates=2640, wall_s=retrained_s),
+        "PaDIR raw": dict(commits=["c" * 40], hardware=hardware, updates=1760, wall_s=50.0),
+        "baseline": dict(commits=["b" * 40], hardware=hardware, updates=1200, wall_s=30.0)}
+    nbformat.write(nb, ipynb)
+    padir = nbformat.read(book_copy / "notebooks" / "padir.ipynb", as_version=4).metadata["gmlm"]["provenance"]
+    assert {"AR teacher", "PaDIR raw"} <= set(padir["artifacts"])
+    text = " ".join(checks.accelerator_run(book_copy))
+    assert "in 2 batches, because the four do not fit one command of the lent machine: padir, stutter, " \
+           "dependency_decoding at `aaaaaaaaaaaa`; ablations at `bbbbbbbbbbbb`. Their wall times add up to 9.00 min" in text
+    assert f"(ablations trained again AR teacher ({retrained_s / 60:.2f} min))" in text
+    assert f"{9 - retrained_s / 60:.2f} min without it, {verdict} the 8-minute budget" in text
 
 
 def test_provenance_page_names_the_cpu_of_each_run(book_copy):

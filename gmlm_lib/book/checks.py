@@ -165,9 +165,14 @@ def provenance_page(root: Path) -> str:
 
 
 def accelerator_run(root: Path) -> list[str]:
-    """The provenance page's lines on the translation chapters' full runs (``make gpu-run``): their
-    wall time together, compilation included, against :data:`GPU_RUN_BUDGET_MIN` when every one of
-    them ran on a GPU or TPU, and otherwise which ran where."""
+    """The provenance page's lines on the translation chapters' full runs (``make gpu-run``): each
+    chapter's minutes on the accelerator, and their wall time together, compilation included, against
+    :data:`GPU_RUN_BUDGET_MIN` when every one of them ran on a GPU or TPU; otherwise which ran where.
+
+    Chapters run at one commit form one batch. When they ran in several (a lent machine stops a command
+    sooner than the four take), a later batch starts on a fresh machine and trains again the models an
+    earlier batch made (the PaDIR chapter's run folder); that repeated training is stated and left out
+    of the total that is graded, since one batch would not repeat it."""
     from gmlm_lib.book import runner
 
     runs = {}
@@ -182,18 +187,56 @@ def accelerator_run(root: Path) -> list[str]:
         return [f"The translation chapters ({chapters}) have not all run on an accelerator: their committed",
                 f"outputs come from {where}. The {GPU_RUN_BUDGET_MIN:g}-minute budget of their run together on one",
                 "GPU is not measured."]
+    order = sorted(runs, key=lambda n: runs[n][0].get("started_at", ""))
+    batches: dict[str, list[str]] = {}
+    for name in order:
+        batches.setdefault(runs[name][0].get("gmlm_lib_commit", ""), []).append(name)
+    # what a chapter of a later batch trained itself that a chapter of an earlier batch had made already
+    repeated: dict[str, dict[str, float]] = {}
+    for i, (commit, names) in enumerate(batches.items()):
+        earlier = {art for c in list(batches)[:i] for n in batches[c] for art in runs[n][0].get("artifacts", {})}
+        for name in names:
+            rec, others = runs[name][0], [runs[o][0] for o in order if o != name]
+            again = {art: float(a["wall_s"]) for art, a in rec.get("artifacts", {}).items()
+                     if art in earlier and made_by_the_run(a, rec, others)}
+            if again:
+                repeated[name] = again
     total_min = sum(float(t) for _, t in runs.values()) / 60
+    repeat_min = sum(s for again in repeated.values() for s in again.values()) / 60
     kinds = sorted({f"{rec.get('device_count', '')} x {rec.get('device_kind', '')}" for rec, _ in runs.values()})
-    verdict = "within" if total_min <= GPU_RUN_BUDGET_MIN else "over"
-    lines = [f"The translation chapters ({chapters}) ran in full, in that order, on {' and '.join(kinds)}",
-             f"(`make gpu-run`): {total_min:.2f} min of wall time together, compilation included, {verdict} the",
-             f"{GPU_RUN_BUDGET_MIN:g}-minute budget."]
+    verdict = "within" if total_min - repeat_min <= GPU_RUN_BUDGET_MIN else "over"
+    lines = ["| Chapter | Batch (gmlm_lib commit) | Run started (UTC) | Wall time (min) | Of it compiling (min) | XLA programs |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name in order:
+        rec, wall = runs[name]
+        compiling = f"{float(rec['compile_s']) / 60:.2f}" if "compile_s" in rec else "not recorded"
+        lines.append(f"| {{doc}}`../notebooks/{name}` | `{provenance.short_commit(rec.get('gmlm_lib_commit', ''))}` | "
+                     f"{_minute(rec.get('started_at', ''))} | {float(wall) / 60:.2f} | {compiling} | "
+                     f"{int(rec['compilations']) if 'compilations' in rec else 'not recorded'} |")
+    lines.append("")
+    if len(batches) == 1:
+        lines += [f"The translation chapters ({chapters}) ran in full, in one batch, on {' and '.join(kinds)}",
+                  f"(`make gpu-run`): {total_min:.2f} min of wall time together, compilation included, {verdict} the",
+                  f"{GPU_RUN_BUDGET_MIN:g}-minute budget."]
+    else:
+        listed = "; ".join(f"{', '.join(names)} at `{provenance.short_commit(commit)}`" for commit, names in batches.items())
+        lines += [f"The translation chapters ({chapters}) ran in full on {' and '.join(kinds)} (`make gpu-run`) in",
+                  f"{len(batches)} batches, because the four do not fit one command of the lent machine: {listed}.",
+                  f"Their wall times add up to {total_min:.2f} min, compilation included."]
+        if repeated:
+            again = "; ".join(f"{name} trained again {', '.join(a)} ({sum(a.values()) / 60:.2f} min)"
+                              for name, a in repeated.items())
+            lines += [f"A later batch starts on a fresh machine, so it trained again what an earlier batch had made ({again}).",
+                      f"One batch would not repeat that work: {total_min - repeat_min:.2f} min without it, {verdict} the",
+                      f"{GPU_RUN_BUDGET_MIN:g}-minute budget."]
+        else:
+            lines.append(f"That is {verdict} the {GPU_RUN_BUDGET_MIN:g}-minute budget.")
     if all("compile_s" in rec for rec, _ in runs.values()):
         compile_min = sum(float(rec["compile_s"]) for rec, _ in runs.values()) / 60
         programs = sum(int(rec["compilations"]) for rec, _ in runs.values())
         hits = sum(int(rec.get("cache_hits", 0)) for rec, _ in runs.values())
-        lines.append(f"Of that, {compile_min:.2f} min went to compiling {programs:,} XLA programs ({hits:,} of them read "
-                     "from the compilation cache the four kernels share; a chapter run alone compiles its own).")
+        lines.append(f"Of the {total_min:.2f} min, {compile_min:.2f} went to compiling {programs:,} XLA programs ({hits:,} of them "
+                     "read from the compilation cache the kernels of a batch share; a chapter run alone compiles its own).")
     return lines
 
 
