@@ -375,7 +375,8 @@ def test_two_gpu_batches_leave_the_repeated_training_out_of_the_graded_total(boo
     text = " ".join(checks.accelerator_run(book_copy))
     assert "in 2 batches, because the four do not fit one command of the lent machine: padir, stutter, " \
            "dependency_decoding at `aaaaaaaaaaaa`; ablations at `bbbbbbbbbbbb`. Their wall times add up to 9.00 min" in text
-    assert f"(ablations trained again AR teacher ({retrained_s / 60:.2f} min))" in text
+    assert f"made again what an earlier batch had made (ablations: AR teacher, {retrained_s / 60:.2f} min of recorded " \
+           "work)" in text
     assert f"{9 - retrained_s / 60:.2f} min without it, {verdict} the 8-minute budget" in text
 
 

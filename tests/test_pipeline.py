@@ -3,6 +3,7 @@ step by step, and the stand-in of smoke runs made by the same function with the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import shutil
@@ -72,6 +73,32 @@ def test_ensure_finishes_a_folder_that_a_kill_left_half_made(built, tmp_path):
     assert again.records["ar"]["final_loss"] == folder.records["ar"]["final_loss"]
     assert again.records["padir_raw"]["final_loss"] == folder.records["padir_raw"]["final_loss"]  # same run again
     assert pipeline.complete(root)
+
+
+@pytest.mark.parametrize("budget", [0.0, 1e-6])
+def test_a_chapter_that_trains_its_own_padir_models_gets_the_teacher_and_the_distilled_set_only(budget, tmp_path):
+    """ensure(padir=False) on a fresh folder trains the teacher and distils the training set, and trains no
+    PaDIR model (nor distils the val sources, which only the distilled model needs); padir_config gives the
+    recipe the PaDIR model would train with there, updates sized by the folder's own decision (a budget too
+    small for the recipe shrinks them), and equals the config of the model a later ensure() trains, which
+    reuses the teacher and the distilled set."""
+    exp = dataclasses.replace(TINY, train_seconds=budget)
+    root, data = tmp_path / "en-de", pipeline.Data(PAIRS, PAIRS.take(4))
+    part = pipeline.ensure(root, exp, data=data, padir=False, progress=False)
+    assert sorted(part.models) == ["ar"] and len(part.distilled) == len(PAIRS)
+    assert not any(root.glob("padir_*")) and not any(root.glob("distilled_val.*"))
+    assert pipeline.complete(root, padir=False) and not pipeline.complete(root)
+    recipe = pipeline.padir_config(part, exp)
+    assert (recipe.steps < TINY.padir_steps) == bool(budget)  # 1 us cannot hold 3 updates: the decision shrank them
+    stamp = (root / "ar" / "run.json").stat().st_mtime_ns
+    assert sorted(pipeline.ensure(root, exp, data=data, padir=False, progress=False).models) == ["ar"]  # opened
+    whole = pipeline.ensure(root, exp, data=data, progress=False)
+    assert (root / "ar" / "run.json").stat().st_mtime_ns == stamp and pipeline.complete(root)
+    assert whole.models["padir_distilled"][0] == recipe == pipeline.padir_config(whole, exp)
+    with pytest.raises(FileNotFoundError, match="no trained PaDIR model and no sizing.json"):
+        (root / "sizing.json").unlink(missing_ok=True)
+        pipeline.padir_config(experiment.RunFolder(root, part.vocab, part.models, part.records, part.distilled),
+                              dataclasses.replace(exp, train_seconds=1.0))
 
 
 def test_another_experiment_in_the_same_folder_is_refused(built, tmp_path):

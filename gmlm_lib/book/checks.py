@@ -224,9 +224,9 @@ def accelerator_run(root: Path) -> list[str]:
                   f"{len(batches)} batches, because the four do not fit one command of the lent machine: {listed}.",
                   f"Their wall times add up to {total_min:.2f} min, compilation included."]
         if repeated:
-            again = "; ".join(f"{name} trained again {', '.join(a)} ({sum(a.values()) / 60:.2f} min)"
+            again = "; ".join(f"{name}: {', '.join(a)}, {sum(a.values()) / 60:.2f} min of recorded work"
                               for name, a in repeated.items())
-            lines += [f"A later batch starts on a fresh machine, so it trained again what an earlier batch had made ({again}).",
+            lines += [f"A later batch starts on a fresh machine, so it made again what an earlier batch had made ({again}).",
                       f"One batch would not repeat that work: {total_min - repeat_min:.2f} min without it, {verdict} the",
                       f"{GPU_RUN_BUDGET_MIN:g}-minute budget."]
         else:

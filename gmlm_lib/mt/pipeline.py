@@ -16,7 +16,9 @@ what a previous call left in the run folder (``<run_root>/<src>-<tgt>/``, laid o
 
 :func:`build` runs them all; :func:`ensure` opens a run folder that is complete and builds the one
 that is not, so a chapter that reuses the PaDIR chapter's models opens on a fresh runtime (a
-Colab session) as well as beside a finished run; :func:`reuse` is how such a chapter opens it. The smoke stand-in of the chapters and tests is
+Colab session) as well as beside a finished run; :func:`reuse` is how such a chapter opens it
+(``padir=False``: only up to step 4, for a chapter that trains PaDIR models of its own, which then
+takes the PaDIR recipe from :func:`padir_config`). The smoke stand-in of the chapters and tests is
 the same pipeline with the ``"multi30k_tiny"`` preset (:func:`gmlm_lib.mt.experiment.tiny_run`).
 """
 
@@ -33,7 +35,7 @@ from gmlm_lib.mt import batching, config, corpus, experiment, runfolder, sizing,
 from gmlm_lib.mt import vocab as V
 
 __all__ = ["Data", "run_folder", "load_data", "vocabulary", "batcher", "size", "train_teacher", "train_shallow",
-           "distil_training_set", "distil_val", "train_padir", "build", "complete", "ensure", "reuse"]
+           "distil_training_set", "distil_val", "train_padir", "build", "complete", "ensure", "padir_config", "reuse"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,11 +197,14 @@ def train_padir(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel, 
 
 
 def build(exp: config.Experiment, root: str | pathlib.Path | None = None, *, data: Data | None = None,
-          shallow: bool = False, progress: bool = True) -> experiment.RunFolder:
+          shallow: bool = False, padir: bool = True, progress: bool = True) -> experiment.RunFolder:
     """Every step in turn, into ``root`` (default :func:`run_folder`), and the finished folder opened.
     Each step resumes or reuses what the folder holds, so a killed call is continued by calling it
     again. ``data``: the pairs to use instead of :func:`load_data`'s (tests, stand-ins); ``shallow``:
-    train the deep-shallow AR baseline too (:func:`train_shallow`)."""
+    train the deep-shallow AR baseline too (:func:`train_shallow`); ``padir=False``: stop after the
+    teacher and the distilled training set, for a chapter that trains PaDIR models of its own (the
+    ablations): on a fresh runtime it does not train two models it would not use. A later call with
+    ``padir=True`` finishes the folder, reusing what is there."""
     root = run_folder(exp, root)
     root.mkdir(parents=True, exist_ok=True)
     data = load_data(exp) if data is None else data
@@ -207,41 +212,63 @@ def build(exp: config.Experiment, root: str | pathlib.Path | None = None, *, dat
     exp, _ = size(exp, vocab, data.train, root, shallow=shallow)
     teacher = train_teacher(exp, vocab, data.train, root, val=data.val, progress=progress)
     distilled = distil_training_set(exp, vocab, teacher.model, data.train, root, progress=progress)
-    val_distilled = distil_val(exp, vocab, teacher.model, data.val, root, progress=progress)
-    for name, targets, val in (("raw", data.train.tgt, data.val), ("distilled", distilled.lines, val_distilled)):
-        train_padir(exp, vocab, data.train, targets, root, name, teacher=teacher.model, val=val, progress=progress)
+    if padir:
+        val_distilled = distil_val(exp, vocab, teacher.model, data.val, root, progress=progress)
+        for name, targets, val in (("raw", data.train.tgt, data.val), ("distilled", distilled.lines, val_distilled)):
+            train_padir(exp, vocab, data.train, targets, root, name, teacher=teacher.model, val=val, progress=progress)
     if shallow:
         train_shallow(exp, vocab, data.train, root, val=data.val, progress=progress)
-    return experiment.open_run(root)
+    return experiment.open_run(root, need=_needed(padir))
 
 
-def complete(root: str | pathlib.Path) -> bool:
+def _needed(padir: bool) -> tuple[str, ...]:
+    """The parts a folder must hold for :func:`build` with ``padir`` to have nothing left to do."""
+    return experiment.MODELS + ("distilled",) if padir else ("ar", "distilled")
+
+
+def complete(root: str | pathlib.Path, *, padir: bool = True) -> bool:
     """Whether the run folder ``root`` holds every part :func:`build` makes (vocabulary, the three
-    trained models with their records, the distilled training set)."""
+    trained models with their records, the distilled training set; with ``padir=False`` the teacher
+    and the distilled set are enough)."""
     root = pathlib.Path(root)
     if not (root / "spm.model").is_file() or not any(root.glob("distilled.*.gz")):
         return False
-    for name in experiment.MODELS:
+    for name in _needed(padir)[:-1]:
         ckpt = root / name / "checkpoints"
         if not (root / name / "run.json").is_file() or not ckpt.is_dir() or not any(ckpt.iterdir()):
             return False
     return True
 
 
-def ensure(root: str | pathlib.Path, exp: config.Experiment, *, data: Data | None = None,
+def ensure(root: str | pathlib.Path, exp: config.Experiment, *, data: Data | None = None, padir: bool = True,
            progress: bool = True) -> experiment.RunFolder:
     """The run folder ``root`` opened when :func:`complete`, else built (or finished) there by
     :func:`build` with ``exp``: a chapter that reuses the PaDIR chapter's models runs on a fresh
     runtime too, training them first. A folder built with another experiment is refused by the
-    trainer, naming the file that disagrees. ``data``: as for :func:`build`."""
+    trainer, naming the file that disagrees. ``data`` and ``padir``: as for :func:`build` (with
+    ``padir=False`` the PaDIR models are loaded when the folder has them, not trained when not)."""
     root = pathlib.Path(root)
-    if complete(root):
-        return experiment.open_run(root)
-    return build(exp, root, data=data, progress=progress)
+    if complete(root, padir=padir):
+        return experiment.open_run(root, need=_needed(padir))
+    return build(exp, root, data=data, padir=padir, progress=progress)
+
+
+def padir_config(folder: experiment.RunFolder, exp: config.Experiment) -> training.TrainConfig:
+    """The training configuration of the run folder's distilled PaDIR model: the trained model's, or,
+    in a folder :func:`build` made with ``padir=False``, the one it would train there (``exp`` with
+    the updates the folder's sizing decision chose, ``sizing.json``). A chapter that varies the
+    PaDIR chapter's recipe (the ablations) starts from it either way."""
+    if "padir_distilled" in folder.models:
+        return folder.models["padir_distilled"][0]
+    if exp.train_seconds and not (folder.root / sizing.SIZING_FILE).is_file():
+        raise FileNotFoundError(f"run folder {str(folder.root)!r} has no trained PaDIR model and no "
+                                f"{sizing.SIZING_FILE} to size one with; finish it with pipeline.ensure(root, exp).")
+    sized, _ = sizing.fit(exp, folder.vocab.size, {}, folder.root)
+    return sized.train_config("padir", folder.vocab.size)
 
 
 def reuse(padir_run: str, exp: config.Experiment, *, stand_in_sentences: int = 1000, seed: int = 0,
-          padir_init: str = "random") -> experiment.RunFolder:
+          padir_init: str = "random", padir: bool = True) -> experiment.RunFolder:
     """The PaDIR chapter's run folder as a chapter that reuses its models opens it (stutter,
     dependency-aware decoding, ablations). First JAX's persistent compilation cache is turned on
     beside it (``<padir_run>/../jax-cache``, unless ``JAX_COMPILATION_CACHE_DIR`` names one:
@@ -250,10 +277,11 @@ def reuse(padir_run: str, exp: config.Experiment, *, stand_in_sentences: int = 1
     ``exp`` when it is missing or unfinished (:func:`ensure`: a fresh runtime trains the models
     first). An empty ``padir_run`` (the smoke profile) is a few-step stand-in trained on the first
     ``stand_in_sentences`` training pairs of ``exp``'s language pair, in a fresh temporary folder
-    (:func:`gmlm_lib.mt.experiment.tiny_run`, started as ``padir_init`` says, with ``seed``)."""
+    (:func:`gmlm_lib.mt.experiment.tiny_run`, started as ``padir_init`` says, with ``seed``; it holds
+    every model). ``padir``: as for :func:`ensure`."""
     if padir_run:
         timing.persistent_cache(pathlib.Path(padir_run).parent / "jax-cache")
-        return ensure(padir_run, exp)
+        return ensure(padir_run, exp, padir=padir)
     timing.persistent_cache(tempfile.mkdtemp(prefix="jax-cache-"))
     pairs = corpus.multi30k("train", exp.src_lang, exp.tgt_lang, root=exp.data_dir or None).take(stand_in_sentences)
     root = pathlib.Path(tempfile.mkdtemp(prefix="padir-stand-in-")) / f"{exp.src_lang}-{exp.tgt_lang}"
