@@ -221,9 +221,15 @@ def build(exp: config.Experiment, root: str | pathlib.Path | None = None, *, dat
     return experiment.open_run(root, need=_needed(padir))
 
 
+def _models(padir: bool) -> tuple[str, ...]:
+    """The trained models a folder must hold for :func:`build` with ``padir`` to have nothing left to
+    train (the distilled training set besides)."""
+    return experiment.MODELS if padir else ("ar",)
+
+
 def _needed(padir: bool) -> tuple[str, ...]:
-    """The parts a folder must hold for :func:`build` with ``padir`` to have nothing left to do."""
-    return experiment.MODELS + ("distilled",) if padir else ("ar", "distilled")
+    """What :func:`gmlm_lib.mt.experiment.open_run` must find after :func:`build` with ``padir``."""
+    return _models(padir) + ("distilled",)
 
 
 def complete(root: str | pathlib.Path, *, padir: bool = True) -> bool:
@@ -233,7 +239,7 @@ def complete(root: str | pathlib.Path, *, padir: bool = True) -> bool:
     root = pathlib.Path(root)
     if not (root / "spm.model").is_file() or not any(root.glob("distilled.*.gz")):
         return False
-    for name in _needed(padir)[:-1]:
+    for name in _models(padir):
         ckpt = root / name / "checkpoints"
         if not (root / name / "run.json").is_file() or not ckpt.is_dir() or not any(ckpt.iterdir()):
             return False
