@@ -86,6 +86,7 @@ def test_a_chapter_that_trains_its_own_padir_models_gets_the_teacher_and_the_dis
     root, data = tmp_path / "en-de", pipeline.Data(PAIRS, PAIRS.take(4))
     part = pipeline.ensure(root, exp, data=data, padir=False, progress=False)
     assert sorted(part.models) == ["ar"] and len(part.distilled) == len(PAIRS)
+    assert part.distilled_record["sentences"] == len(PAIRS)  # the provenance a chapter lists for the distillation
     assert not any(root.glob("padir_*")) and not any(root.glob("distilled_val.*"))
     assert pipeline.complete(root, padir=False) and not pipeline.complete(root)
     recipe = pipeline.padir_config(part, exp)

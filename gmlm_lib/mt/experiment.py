@@ -34,13 +34,15 @@ LABELS = {"ar": "AR teacher", "padir_raw": "PaDIR raw", "padir_distilled": "PaDI
 @dataclasses.dataclass
 class RunFolder:
     """``models[name] = (config, model)`` and ``records[name]`` (its ``run.json``) for the models
-    found; ``distilled`` the teacher's outputs (or ``None``)."""
+    found; ``distilled`` the teacher's outputs (or ``None``) and ``distilled_record`` how and where
+    they were decoded (its record, :func:`distil`; ``None`` without them)."""
 
     root: pathlib.Path
     vocab: V.Vocab
     models: dict[str, tuple[training.TrainConfig, seq2seq.Seq2Seq]]
     records: dict[str, dict]
     distilled: list[str] | None
+    distilled_record: dict | None = None
 
 
 def open_run(root: str | pathlib.Path, need=MODELS) -> RunFolder:
@@ -71,6 +73,8 @@ def open_run(root: str | pathlib.Path, need=MODELS) -> RunFolder:
     if not found and "distilled" in need:
         raise FileNotFoundError(f"run folder {str(root)!r} has no distilled.<tgt>.gz; {how}.")
     distilled = corpus.read_lines(found[0]) if found else None
+    distilled_record = (runfolder.read_json(_record_path(found[0]), "the record of the distilled targets")
+                        if found else None)
     vocab = V.Vocab.load(root / "spm.model")
     for name, (cfg, _) in models.items():
         if cfg.model.vocab != vocab.size:
@@ -78,7 +82,13 @@ def open_run(root: str | pathlib.Path, need=MODELS) -> RunFolder:
                 f"{root / 'spm.model'} has {vocab.size:,} pieces but the {name!r} model in {root / name} was built for "
                 f"{cfg.model.vocab:,}: the vocabulary is not the one the model was trained with (a folder assembled "
                 "from two runs?); put back the run's own spm.model, or train the models again in a new folder.")
-    return RunFolder(root, vocab, models, records, distilled)
+    return RunFolder(root, vocab, models, records, distilled, distilled_record)
+
+
+def _record_path(path: pathlib.Path) -> pathlib.Path:
+    """Where :func:`distil` keeps the record of the targets in ``path``: ``distilled.de.gz`` ->
+    ``distilled.json``."""
+    return path.with_name(path.name.split(".")[0] + ".json")
 
 
 @dataclasses.dataclass
@@ -105,7 +115,7 @@ def distil(translator: translate.Translator, sources: list[str], method: transla
     empty output of a barely trained teacher. Both files are written whole (a temporary file,
     then a rename), so an interrupted decoding leaves nothing to be reused."""
     path = pathlib.Path(path)
-    record_path = path.with_name(path.name.split(".")[0] + ".json")
+    record_path = _record_path(path)
     want = dataclasses.asdict(method)
     if fallback is not None and len(fallback) != len(sources):
         raise ValueError(f"distil(fallback=...): {len(fallback):,} lines for {len(sources):,} sources; "
