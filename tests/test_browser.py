@@ -64,8 +64,8 @@ def test_every_page_reads_in_a_browser(built_book):
 @pytest.mark.timeout(600)
 @pytest.mark.xdist_group("book")
 def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
-    """The check fails a page without MathJax (raw TeX), with a broken image link, and with a
-    table wider than the column; the unchanged page passes."""
+    """The check fails a page without MathJax (raw TeX), with a role left unrendered, with a broken image
+    link, and with a table wider than the column; the unchanged page passes."""
     _need_browser()
     proc, html = built_book
     assert proc.returncode == 0
@@ -84,6 +84,8 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
                                              "</a> and <a class=\"reference internal\" href=\"#top\">Theorem 2</a></p></article>", 1),
         "blurry figure": text.replace("</article>", f'<figure><img src="data:image/png;base64,{_ONE_PIXEL_PNG}" '
                                       'style="width: 400px" alt="one pixel"></figure></article>', 1),
+        "raw role": text.replace("</article>", "<p>preset <code>{glue:text}</code>preset_name``, "
+                                 "{glue:text}`hardware` and <code>`code`</code></p></article>", 1),
         "small svg text": text.replace("</article>", '<figure><svg width="400" height="100" viewBox="0 0 400 100"><text '
                                        'x="10" y="50" font-size="6">tiny</text></svg></figure></article>', 1),
     }
@@ -104,6 +106,8 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     assert found["unnumbered reference"] == ["cross-reference without its number: 'Proposition'"]
     assert len(found["blurry figure"]) == 1 and found["blurry figure"][0].startswith(
         "raster figure with 0.00 image pixels per displayed pixel (at least 2)"), found["blurry figure"]
+    assert found["raw role"] == ["unrendered markup in the text: 'preset_name``,'",
+                                 "unrendered markup in the text: '{glue:text}`hardware`'"], found["raw role"]
     assert found["small svg text"] == ["inline SVG text renders at 4.5 pt (at least 9)"], found["small svg text"]
 
 

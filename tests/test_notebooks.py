@@ -71,3 +71,9 @@ def test_strict_book_build(built_book):
         remote = [s for s in scripts if s.startswith(("http://", "https://", "//"))]
         assert not remote, f"{page_path.relative_to(html)} loads scripts from the network: {remote}"
     assert "Alias for field number" not in api  # book/_ext/namedtuple_fields.py leaves those entries out
+    # book/_ext/long_values.py: a constant's header shows a short value, not one of thousands of characters
+    header = {name: re.search(rf'<dt[^>]*id="{re.escape(name)}"[^>]*>(.*?)</dt>', api, flags=re.S).group(1)
+              for name in ("gmlm_lib.mt.config.PRESETS", "gmlm_lib.book.labels.PAPER_LABELS",
+                           "gmlm_lib.book.sources.COLAB_INSTALL_CELL", "gmlm_lib.core.unmasking.RULES")}
+    assert all("=" not in re.sub(r"<[^>]+>", "", h) for n, h in header.items() if not n.endswith("RULES")), header
+    assert "'dependency')" in header["gmlm_lib.core.unmasking.RULES"], header["gmlm_lib.core.unmasking.RULES"]

@@ -6,6 +6,8 @@ reports what a reader would see as broken:
 
 - untypeset TeX: ``\\(``, ``\\[`` or ``$$`` left in the page's text outside code, math that MathJax
   did not render, or a MathJax error box;
+- unrendered markup: a backtick or a MyST role (``{glue:text}``, ``{ref}``, ...) left in the page's text
+  outside code, as a role nested in a code span leaves it;
 - a broken image (not loaded, or zero width);
 - a table wider than the content column, or a table cell with a number of more than
   :data:`MAX_DECIMALS` digits after the decimal point (a reader cannot compare ``1411.006051``);
@@ -56,6 +58,10 @@ Promise.race([ready.then(() => "ok", e => "error: " + e), timeout]).then(state =
   const text = clone.textContent;
   const tex = [];
   for (const m of ["\\(", "\\[", "$$"]) { if (text.includes(m)) tex.push(m); }
+  const markup = [];  // a MyST role or code span that did not render leaves its backticks or braces in the text
+  for (const m of text.matchAll(/[^\s]{0,30}(`|\{(glue|glue:[a-z]+|ref|numref|eq|doc|cite|cite:[a-z]+|prf:ref|term|download|math)\})[^\s]{0,30}/g)) {
+    if (markup.length < 5) markup.push(m[0]);
+  }
   const mathSpans = article.querySelectorAll("span.math, div.math").length;
   const rendered = article.querySelectorAll("mjx-container").length;
   const images = Array.from(document.images)
@@ -87,7 +93,7 @@ Promise.race([ready.then(() => "ok", e => "error: " + e), timeout]).then(state =
   const boxes = Array.from(article.querySelectorAll(".admonition"))
     .filter(b => (b.querySelector(".admonition-title") || {}).textContent === "What this run found")
     .map(b => Math.round(b.getBoundingClientRect().height));
-  done({state, column: Math.round(column), tex, mathSpans, rendered,
+  done({state, column: Math.round(column), tex, markup, mathSpans, rendered,
         mathErrors: document.querySelectorAll("mjx-merror").length, images, tables, boxes, decimals, rasters,
         svgImages, smallestSvgText, unnumbered});
   } catch (e) { done({state: "the check's script failed: " + e}); }
@@ -155,6 +161,7 @@ def check_page(drv, path: Path, html_root: Path, screenshots: Path | None = None
         p.append(f"MathJax did not finish typesetting ({seen['state']})")
     if seen["tex"]:
         p.append(f"untypeset TeX in the text: {', '.join(seen['tex'])}")
+    p += [f"unrendered markup in the text: {m!r}" for m in seen["markup"]]
     if seen["mathSpans"] and not seen["rendered"]:
         p.append(f"{seen['mathSpans']} formulas and none rendered by MathJax")
     if seen["mathErrors"]:
