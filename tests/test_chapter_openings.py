@@ -41,3 +41,23 @@ def test_a_chapter_opens_with_its_verdict_and_setting(name):
 def test_the_opening_is_read_from_after_the_badge():
     text = "---\nx: 1\n---\n\n# Title\n\n[![Open In Colab](b.svg)](u)\n\n**Verdict of this run.** A.\n\nMore."
     assert _opening(text) == "**Verdict of this run.** A."
+
+
+def test_a_parts_opening_page_links_every_chapter_of_its_part():
+    """A part that opens with a page of prose (book/theory.md, book/experiments.md) links each of its
+    chapters from it, by a {doc} reference that renders the chapter's title, so a reader sees the
+    whole part from its first page."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    checked = 0
+    for part in toc["parts"]:
+        files = [c["file"] for c in part["chapters"]]
+        chapters = [f.removeprefix("notebooks/") for f in files if f.startswith("notebooks/")]
+        if not (files[0].startswith("book/") and chapters):  # a part of chapters only, or the appendix
+            continue
+        page = (ROOT / f"{files[0]}.md").read_text()
+        missing = [c for c in chapters if f"{{doc}}`../notebooks/{c}`" not in page]
+        assert not missing, f"{files[0]}.md ({part['caption']}) does not link {missing}"
+        checked += 1
+    assert checked >= 2  # Part I and Part III open with such a page
