@@ -354,7 +354,8 @@ def test_provenance_page_grades_the_gpu_run_of_the_translation_chapters(book_cop
     assert f"| {{doc}}`../notebooks/stutter` | `aaaaaaaaaaaa` | 2026-11-28 10:01 | {seconds / 60:.2f} | 0.25 | 40 |" in text
     nb.metadata["gmlm"]["provenance"]["backend"] = "cpu"
     nbformat.write(nb, ipynb)
-    assert "ablations: cpu" in " ".join(checks.accelerator_run(book_copy))
+    assert "outputs come from 1 x NVIDIA H100 80GB HBM3 (padir, stutter, dependency_decoding) and 2 CPU cores " \
+           "(ablations)." in " ".join(checks.accelerator_run(book_copy))
 
 
 @pytest.mark.parametrize("retrained_s, verdict", [(60.0, "within"), (59.9, "over")])

@@ -173,7 +173,7 @@ def accelerator_run(root: Path) -> list[str]:
     sooner than the four take), a later batch starts on a fresh machine and trains again the models an
     earlier batch made (the PaDIR chapter's run folder); that repeated training is stated and left out
     of the total that is graded, since one batch would not repeat it."""
-    from gmlm_lib.book import runner
+    from gmlm_lib.book import run_times, runner
 
     runs = {}
     for name in runner.TRANSLATION_CHAPTERS:
@@ -183,7 +183,11 @@ def accelerator_run(root: Path) -> list[str]:
     chapters = ", ".join(runner.TRANSLATION_CHAPTERS)
     backends = {name: rec.get("backend", "not run") for name, (rec, _) in runs.items()}
     if any(b not in ("gpu", "tpu") for b in backends.values()) or any(t is None for _, t in runs.values()):
-        where = "; ".join(f"{name}: {b}" for name, b in backends.items())
+        groups: dict[str, list[str]] = {}  # hardware ("1 x NVIDIA H200", "2 CPU cores") -> chapters, in book order
+        for name, (rec, wall) in runs.items():
+            key = run_times.hardware_key(rec) if rec.get("backend") and wall is not None else "no full run"
+            groups.setdefault(key, []).append(name)
+        where = " and ".join(f"{key} ({', '.join(names)})" for key, names in groups.items())
         return [f"The translation chapters ({chapters}) have not all run on an accelerator: their committed",
                 f"outputs come from {where}. The {GPU_RUN_BUDGET_MIN:g}-minute budget of their run together on one",
                 "GPU is not measured."]
