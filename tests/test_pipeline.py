@@ -96,8 +96,8 @@ def test_a_chapter_that_trains_its_own_padir_models_gets_the_teacher_and_the_dis
     whole = pipeline.ensure(root, exp, data=data, progress=False)
     assert (root / "ar" / "run.json").stat().st_mtime_ns == stamp and pipeline.complete(root)
     assert whole.models["padir_distilled"][0] == recipe == pipeline.padir_config(whole, exp)
+    (root / "sizing.json").unlink(missing_ok=True)
     with pytest.raises(FileNotFoundError, match="no trained PaDIR model and no sizing.json"):
-        (root / "sizing.json").unlink(missing_ok=True)
         pipeline.padir_config(experiment.RunFolder(root, part.vocab, part.models, part.records, part.distilled),
                               dataclasses.replace(exp, train_seconds=1.0))
 

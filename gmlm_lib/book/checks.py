@@ -207,7 +207,7 @@ def accelerator_run(root: Path) -> list[str]:
                 repeated[name] = again
     total_min = sum(float(t) for _, t in runs.values()) / 60
     repeat_min = sum(s for again in repeated.values() for s in again.values()) / 60
-    kinds = sorted({f"{rec.get('device_count', '')} x {rec.get('device_kind', '')}" for rec, _ in runs.values()})
+    kinds = sorted({run_times.hardware_key(rec) for rec, _ in runs.values()})
     verdict = "within" if total_min - repeat_min <= GPU_RUN_BUDGET_MIN else "over"
     lines = ["| Chapter | Batch (gmlm_lib commit) | Run started (UTC) | Wall time (min) | Of it compiling (min) | XLA programs |",
              "| --- | --- | --- | --- | --- | --- |"]
