@@ -396,6 +396,21 @@ def test_provenance_page_names_the_cpu_of_each_run(book_copy):
     assert "| not recorded |" in row
 
 
+def test_provenance_page_shows_wall_times_with_one_decimal(book_copy):
+    """Wall times in seconds with one decimal in both tables, however the run recorded them."""
+    name = CHAPTERS[0]
+    ipynb = book_copy / "notebooks" / f"{name}.ipynb"
+    nb = nbformat.read(ipynb, as_version=4)
+    nb.metadata["gmlm"]["total_wall_time_s"] = 298.2249
+    nb.metadata["gmlm"]["provenance"]["artifacts"] = {
+        "AR teacher": dict(updates=2800, wall_s=52, commits=["a" * 40], hardware=["1 x cpu (cpu, 2 CPU cores)"])}
+    nbformat.write(nb, ipynb)
+    page = checks.provenance_page(book_copy)
+    row = next(r for r in page.splitlines() if r.startswith(f"| {{doc}}`../notebooks/{name}` | full"))
+    assert "| full | 298.2 |" in row
+    assert f"| {{doc}}`../notebooks/{name}` | AR teacher | reused | 2800 | 52.0 |" in page
+
+
 def test_provenance_records_the_artifacts_a_run_used(capsys):
     """A reused model's training cost, commits and hardware (each segment of a resumed run) and a
     distilled corpus' record reach the run's record and its visible line; a record without the

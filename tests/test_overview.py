@@ -75,3 +75,18 @@ def test_the_rules_agreement_follows_the_two_verdicts(monkeypatch):
     assert any(str(overview.AGREEMENT) in p for p in overview.problems(ROOT))  # the committed page says otherwise
     values["dependency_decoding"] = {}
     assert "not compared (a last run lacks 'rules_target')" in overview.agreement(ROOT)
+
+
+def test_rows_show_bleu_with_one_decimal_and_the_order_in_rounding_envelopes():
+    """BLEU differences read as the chapters show them (one decimal, as the agreement paragraph); a
+    negative smallest eigenvalue of Γₖ − Γₖ₊₁ is shown with its size in rounding envelopes and the bar."""
+    rows = {r.claim: r for r in overview.ROWS}
+    dep = rows["Dependency-aware decoding (this book's rule)"].ours(dict(dep_gain_bleu=-0.904, dep_p_value=0.0021))
+    assert dep == "-0.9 BLEU against plain PaDIR (p = 0.002)"
+    rules = rows["This book's rule against the 2025 rules (translation)"].ours(
+        dict(ours_vs_best_bleu=-0.67, best_2025_at_T="factor", ours_vs_best_p=0.008, ours_worse_at="T = 4"))
+    assert rules.startswith("-0.7 BLEU against factor at T = 4 (p = 0.008)")
+    order = rows["Theorem 2: masking more never hurts"].ours(
+        dict(min_lambda=-6.6e-11, min_envelopes=-0.6848, order_slack=10.0, num_models=20))
+    assert order == ("smallest eigenvalue of Γₖ − Γₖ₊₁ -6.6e-11, i.e. -0.68 float64 rounding envelopes "
+                     "(bar: at least −10), over 20 models, exact")

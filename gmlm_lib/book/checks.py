@@ -122,8 +122,9 @@ def provenance_page(root: Path) -> str:
         rec = meta.get("provenance", {})
         others = [m.get("provenance", {}) for other, m in metas.items() if other != name]
         chapter_s += float(meta.get("total_wall_time_s") or 0.0)
+        wall = "" if meta.get("total_wall_time_s") is None else f"{float(meta['total_wall_time_s']):.1f}"
         lines.append(
-            f"| {{doc}}`../notebooks/{name}` | {meta.get('profile', 'not run')} | {meta.get('total_wall_time_s', '')} | "
+            f"| {{doc}}`../notebooks/{name}` | {meta.get('profile', 'not run')} | {wall} | "
             f"`{provenance.short_commit(rec.get('gmlm_lib_commit', ''))}` | {rec.get('jax_version', '')} | "
             f"{rec.get('backend', '')} ({rec.get('device_count', '')} x {rec.get('device_kind', '')}) | "
             f"{rec.get('cpu_model', 'not recorded')} | {_minute(rec.get('started_at', ''))} |"
@@ -134,7 +135,7 @@ def provenance_page(root: Path) -> str:
             (made if made_here else artifact_s)[key] = float(a["wall_s"])
             used.append(f"| {{doc}}`../notebooks/{name}` | {art} | {'made in this run' if made_here else 'reused'} | "
                         f"{'' if a['updates'] is None else a['updates']} | "
-                        f"{a['wall_s']} | {', '.join(f'`{provenance.short_commit(c)}`' for c in a['commits'])} | "
+                        f"{float(a['wall_s']):.1f} | {', '.join(f'`{provenance.short_commit(c)}`' for c in a['commits'])} | "
                         f"{'; '.join(a['hardware'])} |")
         params = rec.get("parameters", {})
         details += [f"**{name}**: " + (", ".join(f"`{k} = {v!r}`" for k, v in params.items()) or "no parameters"), ""]

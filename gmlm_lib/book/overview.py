@@ -68,7 +68,8 @@ def _agree(g: dict) -> int:
 ROWS: tuple[Row, ...] = (
     Row("Theorem 2: masking more never hurts", "masking_more",
         "Γₖ ⪰ Γₖ₊₁ for every k (a proof)",
-        lambda g: f"smallest eigenvalue of Γₖ − Γₖ₊₁ {g['min_lambda']:.1e} over {g['num_models']} models, exact",
+        lambda g: (f"smallest eigenvalue of Γₖ − Γₖ₊₁ {g['min_lambda']:.1e}, i.e. {g['min_envelopes']:.2f} float64 "
+                   f"rounding envelopes (bar: at least −{g['order_slack']:.0f}), over {g['num_models']} models, exact"),
         lambda g: g["order_verdict"]),
     Row("Theorem 3: the C_P bound", "efficiency_is_mixing",
         "Γₖ ⪯ C_P(k) Γ_MLE (a proof)",
@@ -109,7 +110,7 @@ ROWS: tuple[Row, ...] = (
         lambda g: "not comparable"),
     Row("Dependency-aware decoding (this book's rule)", "dependency_decoding",
         "not in the paper (the book's bar: +1.0 BLEU over plain PaDIR at T = 4)",
-        lambda g: f"{g['dep_gain_bleu']:+.2f} BLEU against plain PaDIR (p = {g['dep_p_value']:.3f})",
+        lambda g: f"{g['dep_gain_bleu']:+.1f} BLEU against plain PaDIR (p = {g['dep_p_value']:.3f})",
         lambda g: g["gain_met"]),
     Row("Li and Cai's bound on parallel unmasking (2025)", "parallel_rules",
         "not in the paper: KL error at most the mutual-information bound of their Theorem 1",
@@ -121,7 +122,7 @@ ROWS: tuple[Row, ...] = (
         lambda g: g["ours_target"]),
     Row("This book's rule against the 2025 rules (translation)", "dependency_decoding",
         "not in the paper (the book's target: not significantly worse than the best 2025 rule at any T)",
-        lambda g: (f"{g['ours_vs_best_bleu']:+.2f} BLEU against {g['best_2025_at_T']} at T = 4 "
+        lambda g: (f"{g['ours_vs_best_bleu']:+.1f} BLEU against {g['best_2025_at_T']} at T = 4 "
                    f"(p = {g['ours_vs_best_p']:.3f}); significantly worse at {g['ours_worse_at']}"),
         lambda g: g["rules_target"]),
 )
