@@ -71,7 +71,7 @@ ROWS: tuple[Row, ...] = (
         lambda g: (f"smallest eigenvalue of Γₖ − Γₖ₊₁ {g['min_lambda']:.1e}, i.e. {g['min_envelopes']:.2f} float64 "
                    f"rounding envelopes (bar: at least −{g['order_slack']:.0f}), over {g['num_models']} models, exact"),
         lambda g: g["order_verdict"]),
-    Row("Theorem 3: the C_P bound", "efficiency_is_mixing",
+    Row("Theorem 1: the C_P bound", "efficiency_is_mixing",
         "Γₖ ⪯ C_P(k) Γ_MLE (a proof)",
         lambda g: f"largest ratio to the bound {g['max_tightness']:.4f} (at most 1 up to rounding), exact",
         lambda g: grade(g["max_tightness"], 1.0 + SLACK, at_least=False)),

@@ -1,4 +1,4 @@
-"""The verdicts of the sample-efficiency chapter (``notebooks/efficiency_is_mixing.md``) [Theorem 3].
+"""The verdicts of the sample-efficiency chapter (``notebooks/efficiency_is_mixing.md``) [Theorem 1].
 
 Two kinds: the bound ``Gamma_k <= C_P(k) Gamma_MLE`` must hold up to rounding (its tightness ratio at
 most ``1 + BOUND_SLACK``, the book's one rounding slack :data:`gmlm_lib.book.findings.bounds.SLACK`), and
