@@ -97,6 +97,16 @@ def test_citation_file_names_the_paper_as_the_bibliography_does():
     assert str(cff["year"]) == field["year"]
 
 
+def test_readme_layout_names_every_benchmark():
+    """The README's layout table says what each script of ``benchmarks/`` measures, and where the GPU
+    runs' records are: a new benchmark that is not named there fails here."""
+    readme = (ROOT / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `benchmarks/` |"))
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        assert f"`{script.name}`" in row, f"README's benchmarks/ row does not name {script.name}"
+    assert "`gpu_runs/`" in row
+
+
 def test_github_workflow_runs_the_readme_commands_and_publishes_what_make_book_builds():
     """.github/workflows/book.yml runs the README's two set-up commands (one job each), uploads
     the folder ``make book`` writes, and deploys it only from a push to main, after both jobs."""
