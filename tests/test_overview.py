@@ -89,4 +89,4 @@ def test_rows_show_bleu_with_one_decimal_and_the_order_in_rounding_envelopes():
     order = rows["Theorem 2: masking more never hurts"].ours(
         dict(min_lambda=-6.6e-11, min_envelopes=-0.6848, order_slack=10.0, num_models=20))
     assert order == ("smallest eigenvalue of Γₖ − Γₖ₊₁ -6.6e-11, i.e. -0.68 float64 rounding envelopes "
-                     "(bar: at least −10), over 20 models, exact")
+                     "(bar: at least -10), over 20 models, exact")

@@ -69,7 +69,7 @@ ROWS: tuple[Row, ...] = (
     Row("Theorem 2: masking more never hurts", "masking_more",
         "Γₖ ⪰ Γₖ₊₁ for every k (a proof)",
         lambda g: (f"smallest eigenvalue of Γₖ − Γₖ₊₁ {g['min_lambda']:.1e}, i.e. {g['min_envelopes']:.2f} float64 "
-                   f"rounding envelopes (bar: at least −{g['order_slack']:.0f}), over {g['num_models']} models, exact"),
+                   f"rounding envelopes (bar: at least -{g['order_slack']:.0f}), over {g['num_models']} models, exact"),
         lambda g: g["order_verdict"]),
     Row("Theorem 1: the C_P bound", "efficiency_is_mixing",
         "Γₖ ⪯ C_P(k) Γ_MLE (a proof)",
