@@ -107,7 +107,7 @@ def test_theorem2_loewner_order(seed, scale, n):
     np.testing.assert_allclose(np.asarray(H[-1]), np.asarray(I), atol=1e-12)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), scale=st.floats(0.1, 2.5), n=st.integers(2, 4))
 def test_theorem1_poincare_bound(seed, scale, n):
     """Theorem 1 for every fixed mask law w (uniform k-subsets for each k, and a random mixture of
@@ -117,13 +117,14 @@ def test_theorem1_poincare_bound(seed, scale, n):
     Adaptive laws are Theorem 3's test. [Theorem 1; Definitions 5-6]"""
     m, _, _ = _model(seed, n, scale)
     I = fisher.fisher_information(m)
-    fixed = [d for d in _dists(n) if not d.is_adaptive]
+    fixed = [d for d in _dists(n) if not d.is_adaptive]  # uniform_k for k = 1..n, then the mixture
     assert len(fixed) == n + 1
+    cps = []
     for dist in fixed:
         H = fisher.hessian(m, dist)
-        cp = markov.poincare_constant(m, dist, "dense")
-        assert fisher.generalized_eigvals(I, H).max() <= cp * (1 + _tol(H))
-    assert markov.poincare_constant(m, masks.uniform_k(n, n), "dense") == pytest.approx(1.0, abs=1e-9)
+        cps.append(markov.poincare_constant(m, dist, "dense"))
+        assert fisher.generalized_eigvals(I, H).max() <= cps[-1] * (1 + _tol(H))
+    assert cps[n - 1] == pytest.approx(1.0, abs=1e-9)  # k = n
 
 
 def test_all_masks_regime_is_no_worse():
