@@ -121,8 +121,9 @@ def provenance_page(root: Path) -> str:
         meta = metas[name]
         rec = meta.get("provenance", {})
         others = [m.get("provenance", {}) for other, m in metas.items() if other != name]
-        chapter_s += float(meta.get("total_wall_time_s") or 0.0)
-        wall = "" if meta.get("total_wall_time_s") is None else f"{float(meta['total_wall_time_s']):.1f}"
+        wall_s = meta.get("total_wall_time_s")
+        chapter_s += float(wall_s or 0.0)
+        wall = "" if wall_s is None else f"{float(wall_s):.1f}"
         lines.append(
             f"| {{doc}}`../notebooks/{name}` | {meta.get('profile', 'not run')} | {wall} | "
             f"`{provenance.short_commit(rec.get('gmlm_lib_commit', ''))}` | {rec.get('jax_version', '')} | "
