@@ -11,15 +11,37 @@ import types
 # XLA's CPU backend tuned for compiling fast in the test session (inherited by the chapters' kernels and
 # the subprocess tests): the tests' programs are small and each runs a few times, so compiling them, not
 # running them, takes most of their time. Two settings: optimisation level 0 (LLVM's optimisation passes
-# skipped), and XLA's older elemental emitters for fused loops instead of its MLIR fusion emitters
-# (`--xla_cpu_use_fusion_emitters=false`: on 2 cores the translation tests' programs compile in about
-# 40% less time, and a training update runs about 30% slower). The numbers the tests check do not
-# depend on them (their tolerances hold either way); a user's runs keep XLA's defaults. Set either flag
-# in XLA_FLAGS yourself to override it.
-_TEST_XLA_FLAGS = {"xla_backend_optimization_level": "0", "xla_cpu_use_fusion_emitters": "false"}
-for _flag, _value in _TEST_XLA_FLAGS.items():
-    if _flag not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --{_flag}={_value}").strip()
+# skipped), and, where this XLA still has them, its older elemental emitters for fused loops instead of
+# its MLIR fusion emitters (`--xla_cpu_use_fusion_emitters=false`: with jaxlib 0.10.2 on 2 cores the
+# translation tests' programs compile in about 40% less time, and a training update runs about 30%
+# slower; the newest jaxlib no longer knows the flag, and XLA aborts a process whose XLA_FLAGS names a
+# flag it does not know, so a child process asks first). The numbers the tests check do not depend on
+# them (their tolerances hold either way); a user's runs keep XLA's defaults. Set either flag in
+# XLA_FLAGS yourself to override it.
+def _xla_knows(flag: str) -> bool:
+    """Whether this process's XLA accepts ``flag`` (asked in a child process: an unknown one aborts it)."""
+    import subprocess
+
+    env = {**os.environ, "XLA_FLAGS": flag, "JAX_PLATFORMS": "cpu"}
+    try:
+        return subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env, capture_output=True,
+                              timeout=300).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def _add_xla_flag(name: str, value: str, *, ask: bool = False) -> None:
+    flags = os.environ.get("XLA_FLAGS", "")
+    if name in flags or (ask and not _xla_knows(f"--{name}={value}")):
+        return
+    os.environ["XLA_FLAGS"] = (flags + f" --{name}={value}").strip()
+
+
+_add_xla_flag("xla_backend_optimization_level", "0")
+# the test workers (pytest-xdist) and the subprocess tests inherit the answer of the first process
+if os.environ.setdefault("GMLM_TEST_ASKED_XLA_FLAGS", "0") == "0":
+    _add_xla_flag("xla_cpu_use_fusion_emitters", "false", ask=True)
+    os.environ["GMLM_TEST_ASKED_XLA_FLAGS"] = "1"
 
 import jax
 import pytest
