@@ -62,6 +62,7 @@ clean:
 # and the samplers; the profiler trace the PaDIR chapter reads) on Python 3.12 with the newest JAX, Flax, Optax and Orbax the package index offers
 # (pyproject.toml's loose bounds, nothing pinned): Colab and the lent GPU machine run newer versions than
 # requirements.txt pins. CI runs it (.ci/run): newest-env beside the main tests, newest-tests after them.
+# It leaves out the tests marked slow (the main suite runs them), among them those that count compiled programs.
 PYTHON_NEWEST ?= python3.12
 VENV_NEWEST   ?= .venv-newest
 NEWEST_TESTS  ?= tests/test_translation_models.py tests/test_translation_data.py tests/test_mt_config.py \

@@ -532,6 +532,7 @@ def test_a_run_folder_is_reused_only_on_the_data_it_was_trained_on(tmp_path):
         training.train(cfg, batcher, tmp_path / "fresh", progress=False)  # a new folder: no warning
 
 
+@pytest.mark.slow  # compile counting: in the main suite, not in the newest-versions job
 def test_configs_that_differ_only_in_traced_fields_share_one_program():
     """The unmasking rate and the fill are arguments of the compiled update and val programs
     (training.TRACED): the ablations' rate and [MASK] variants lower to their baseline's program, so
@@ -589,6 +590,7 @@ def test_the_traced_schedule_gives_the_optax_rates(steps, warmup, lr, ratio):
     np.testing.assert_allclose(np.asarray(logged), np.asarray(ours), rtol=1e-6, atol=1e-6 * lr + 1e-12)
 
 
+@pytest.mark.slow  # compile counting: in the main suite, not in the newest-versions job
 def test_a_run_sized_to_a_budget_trains_with_the_program_its_timing_compiled(tmp_path):
     """sizing.fit_config times one update of the asked config, then the run trains fewer updates (so
     another schedule): with the schedule's numbers arguments of the update (training.TRACED), the run's
@@ -1116,6 +1118,7 @@ def test_translator_counts_each_sentences_passes():
         tr.passes(texts[:1], translate.Method("padir"))
 
 
+@pytest.mark.slow  # compile counting: in the main suite, not in the newest-versions job
 def test_batched_translation_compiles_its_buckets_side_by_side_and_gives_the_same_outputs(monkeypatch):
     from gmlm_lib.core import timing
 
@@ -1153,6 +1156,7 @@ def test_batched_translation_compiles_its_buckets_side_by_side_and_gives_the_sam
     assert all(len(o) == len(texts) for o in out.values())
 
 
+@pytest.mark.slow  # compile counting: in the main suite, not in the newest-versions job
 def test_compile_all_compiles_every_system_and_bucket_before_a_sweep():
     texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras", "a dog", "ein Hund im Park"] * 4
     v = V.train(texts, 60)
@@ -1196,6 +1200,7 @@ def test_batches_group_sources_of_similar_length_within_a_bucket():
     assert [lengths[i] for i in order] != lengths  # the texts were not in length order to begin with
 
 
+@pytest.mark.slow  # compile counting: in the main suite, not in the newest-versions job
 def test_the_gpu_preset_decodes_every_length_with_one_program_per_decoder_and_batch_size():
     """multi30k_gpu decodes with one source bucket, so short and long sources share each decoder's
     program and PaDIR's holds one hypothesis width (no lax.switch over three): on a GPU, where each
@@ -1226,6 +1231,7 @@ def test_the_gpu_preset_decodes_every_length_with_one_program_per_decoder_and_ba
         assert programs == {"gpu": 1, "cpu": 2}, program
 
 
+@pytest.mark.slow  # compile counting: in the main suite, not in the newest-versions job
 def test_the_gpu_preset_trains_every_length_with_one_update_and_one_val_program(tmp_path):
     """multi30k_gpu trains in one length bucket, so a model's run compiles one update and one val
     program whatever lengths its pairs have, where the CPU preset's buckets compile one of each per

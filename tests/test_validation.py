@@ -247,6 +247,7 @@ def test_update_seconds_times_a_compiled_update(monkeypatch):
     assert both["ar"]["compile_s"] == both["padir"]["compile_s"] > 0  # compiled together, side by side
 
 
+@pytest.mark.slow  # compile counting: in the main suite, not in the newest-versions job
 def test_variants_compiled_up_front_train_without_compiling_their_update(tmp_path):
     """compile_updates compiles one program per distinct update and length bucket (two variants that
     differ only in traced numbers, the unmasking rate and the learning rate, share one; a one-stage
@@ -341,6 +342,7 @@ def test_fit_config_shrinks_one_recipe_for_several_models(monkeypatch):
         sizing.fit_config(cfg, _batcher(8, 1), 0, 60.0)
 
 
+@pytest.mark.slow  # compile counting: in the main suite, not in the newest-versions job
 def test_a_run_compiles_its_update_and_val_programs_at_once_before_its_first_update(tmp_path, monkeypatch):
     from gmlm_lib.core import timing
 
