@@ -90,19 +90,18 @@ def test_compile_probe_measures_each_flag_setting_in_its_own_process_and_reports
     out = tmp_path / "probe.json"
     done = subprocess.run([sys.executable, str(BENCHMARKS / "compile_probe.py"), "--preset", "multi30k_tiny",
                            "--kinds", "ar", "padir", "--train-sentences", "200", "--sentences", "2", "--repeats", "1",
-                           "--flags=", "--flags=--xla_gpu_autotune_level=0", "--flags=--xla_no_such_flag=1",
+                           "--flags=", "--flags=--xla_no_such_flag=1",  # two good settings: the cache test below
                            "--json", str(out)], capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert done.returncode == 1, done.stderr[-3000:]  # one setting failed: said in the exit status
     rec = json.loads(out.read_text())
-    good, tuned, bad = rec["settings"]
-    assert (good["flags"], tuned["flags"]) == ("", "--xla_gpu_autotune_level=0") and good["ok"] and tuned["ok"]
-    for s in (good, tuned):
-        assert [(r["kind"], r["what"]) for r in s["rows"]] == [
-            ("ar", "update"), ("ar", "decode"), ("padir", "update"), ("padir", "decode")]
-        assert all(r["run_ms"] > 0 and r["first_s"] > 0 for r in s["rows"])
-        assert all(r["programs"] >= 1 and r["compile_s"] > 0 for r in s["rows"] if r["what"] == "update")
-        assert all(r["busy_ms"] > 0 and 0 < r["busy_fraction"] <= 1 for r in s["rows"] if r["what"] == "decode")
-        assert s["machine"]["backend"] and s["process_s"] >= s["wall_s"] > 0
+    good, bad = rec["settings"]
+    assert good["flags"] == "" and good["ok"]
+    assert [(r["kind"], r["what"]) for r in good["rows"]] == [
+        ("ar", "update"), ("ar", "decode"), ("padir", "update"), ("padir", "decode")]
+    assert all(r["run_ms"] > 0 and r["first_s"] > 0 for r in good["rows"])
+    assert all(r["programs"] >= 1 and r["compile_s"] > 0 for r in good["rows"] if r["what"] == "update")
+    assert all(r["busy_ms"] > 0 and 0 < r["busy_fraction"] <= 1 for r in good["rows"] if r["what"] == "decode")
+    assert good["machine"]["backend"] and good["process_s"] >= good["wall_s"] > 0
     assert not bad["ok"] and "xla_no_such_flag" in bad["error"]
     assert "| --xla_no_such_flag=1 | failed: " in done.stdout and "| (defaults) | padir | update |" in done.stdout
     assert rec["commit"] == LIBRARY_COMMIT and rec["preset"] == "multi30k_tiny"
@@ -175,7 +174,8 @@ def test_compile_probe_leaves_the_chosen_settings_programs_in_the_runs_cache(tmp
     got = json.loads(ran.stdout.strip().splitlines()[-1])
     assert got["sizing"]["cache_hits"] >= 1 and got["decode"]["cache_hits"] >= 1, got
     before = sorted(p.name for p in cache.iterdir())
-    again = subprocess.run([*probe, "--flags="], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    again = subprocess.run([*probe, "--flags=", "--programs", "decode"], capture_output=True, text=True, cwd=tmp_path,
+                           env=env, timeout=600)
     assert again.returncode == 0 and "already holds files" in again.stderr, again.stderr[-3000:]
     assert sorted(p.name for p in cache.iterdir()) == before
     bad = subprocess.run([*probe[:-4], "--cache", str(cache)], capture_output=True, text=True, timeout=120)
