@@ -20,16 +20,20 @@ endif
 # The packages are installed by uv (Astral's pip-compatible installer, itself installed from PyPI into the
 # virtual environment first): the same pinned versions as `pip install -r requirements.txt`, in about
 # 15 s where pip takes 75 s on the 2-core CI machine. Modules are byte-compiled when first imported.
+# uv reads no pip.conf (a package mirror: UV_INDEX_URL); where it fails, pip installs instead, said.
 UV_VERSION ?= 0.13.9
-UV          = $(1)/python -m uv pip install --quiet --python $(1)/python
+# $(call INSTALL,bin folder,arguments): one installation into that virtual environment
+INSTALL     = { $(1)/python -m uv pip install --quiet --python $(1)/python $(2) \
+                || { echo "make: uv failed (above); installing with pip instead" >&2; \
+                     $(1)/python -m pip install --quiet $(2); }; }
 
 $(BIN)/.installed: requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
-	$(call UV,$(BIN)) --upgrade pip
-	$(call UV,$(BIN)) -r requirements.txt
-	$(call UV,$(BIN)) --no-deps -e .
+	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION) || echo "make: could not install uv; pip installs instead" >&2
+	$(call INSTALL,$(BIN),--upgrade pip)
+	$(call INSTALL,$(BIN),-r requirements.txt)
+	$(call INSTALL,$(BIN),--no-deps -e .)
 	touch $@
 
 install: $(BIN)/.installed
@@ -84,9 +88,9 @@ newest-env:
 	@command -v $(PYTHON_NEWEST) >/dev/null || { echo "error: $(PYTHON_NEWEST) not found; set PYTHON_NEWEST=/path/to/python3.12" >&2; exit 1; }
 	rm -rf $(VENV_NEWEST)
 	$(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
-	$(VENV_NEWEST)/bin/python -m pip install --quiet uv==$(UV_VERSION)
-	$(call UV,$(VENV_NEWEST)/bin) --upgrade pip
-	$(call UV,$(VENV_NEWEST)/bin) --upgrade -e ".[test]" jupytext
+	$(VENV_NEWEST)/bin/python -m pip install --quiet uv==$(UV_VERSION) || echo "make: could not install uv; pip installs instead" >&2
+	$(call INSTALL,$(VENV_NEWEST)/bin,--upgrade pip)
+	$(call INSTALL,$(VENV_NEWEST)/bin,--upgrade -e ".[test]" jupytext)
 	$(VENV_NEWEST)/bin/python -c "import sys, jax, flax, optax, orbax.checkpoint as o; print('newest: Python', sys.version.split()[0], '| jax', jax.__version__, '| flax', flax.__version__, '| optax', optax.__version__, '| orbax', o.__version__)"
 
 # the tests alone, in the environment newest-env made
