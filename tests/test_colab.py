@@ -38,10 +38,15 @@ def test_colab_install_cell_installs_the_run_commit_and_keeps_colab_jax(tmp_path
     venv = tmp_path / "colab"
     _run([sys.executable, "-m", "venv", str(venv)])
     py = str(venv / "bin" / "python")
+    import importlib.util
+
     import pip  # Colab's pip is recent; the one venv bundles may be too old to parse a git+file URL with a commit
 
-    _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"pip=={pip.__version__}"])
-    _run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *_pinned(COLAB_SET)])
+    # what the runtime brings, installed by uv where make install put it there (seconds, not a minute);
+    # the install cell itself then runs Colab's way, with pip
+    setup = ([sys.executable, "-m", "uv", "pip", "install", "-q", "--python", py]
+             if importlib.util.find_spec("uv") else [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"])
+    _run([*setup, f"pip=={pip.__version__}", *_pinned(COLAB_SET)])
     versions = "from importlib.metadata import version; print(version('jax'), version('jaxlib'))"
     before = _run([py, "-c", versions]).split()
     cell = textwrap.dedent(f"""

@@ -110,7 +110,8 @@ def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
     # GPU_XLA_FLAGS=auto: the compile probe chooses the run's XLA_FLAGS first (tiny models here)
     proc = _make(tree, f"OUT={out}", f"COMMIT={COMMIT}", f"DATA={_data_dir()}", "GPU_PROFILE=smoke",
                  f"GPU_JAX_CACHE={cache}", "GPU_XLA_FLAGS=auto", "PROBE_KINDS=ar",
-                 "PROBE_ARGS=--preset multi30k_tiny --train-sentences 200 --sentences 2 --repeats 1", timeout=1400)
+                 "PROBE_ARGS=--preset multi30k_tiny --train-sentences 200 --sentences 2 --repeats 1 --programs decode",
+                 timeout=1400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     names = list(runner.TRANSLATION_CHAPTERS)
     # at most 8 files: what a lent machine sends back (the records hold the compile log even with no run
@@ -550,10 +551,11 @@ def test_gpu_probe_writes_its_table_and_record_in_a_copy_without_git(tmp_path):
     assert lacking.returncode == 2 and "DATA=folder" in lacking.stderr
     out = tmp_path / "out"
     proc = subprocess.run(base + [f"OUT={out}", f"DATA={_data_dir()}", f"COMMIT={COMMIT}", "PROBE_KINDS=ar",
-                                  "PROBE_ARGS=--preset multi30k_tiny --train-sentences 200 --sentences 2 --repeats 1"],
+                                  "PROBE_ARGS=--preset multi30k_tiny --train-sentences 200 --sentences 2 --repeats 1 "
+                                  "--programs decode"],  # the updates: tests/test_benchmarks.py
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rec = json.loads((out / "probe.json").read_text())
     assert [s["flags"] for s in rec["settings"]] == ["", "--xla_gpu_autotune_level=0"]  # PROBE_FLAGS' default
     assert rec["commit"] == COMMIT[:12] and rec["kinds"] == ["ar"]
-    assert "| --xla_gpu_autotune_level=0 | ar | update |" in (out / "probe.md").read_text()
+    assert "| --xla_gpu_autotune_level=0 | ar | batch-1 greedy |" in (out / "probe.md").read_text()

@@ -248,13 +248,13 @@ def test_a_second_process_on_a_run_folder_is_refused_with_the_holder(tmp_path):
     training.train(_cfg(steps=2), _batcher(), folder, progress=False)  # free again once the holder is gone
 
 
-def _train_slowly(folder, started, result):
-    """A real training process whose updates take a while (so that another can try to join it)."""
-    import time
+def _train_slowly(folder, started, result, go):
+    """A real training process that holds its first update until ``go`` is set (so that another
+    can try to join it while it trains, however long that one takes to start)."""
 
     def slow(step, loss):
         started.set()
-        time.sleep(0.3)
+        go.wait(120)
 
     try:
         res = training.train(_cfg(steps=12, checkpoint_every=4), _batcher(), pathlib.Path(folder), progress=False,
@@ -271,15 +271,18 @@ def test_two_training_processes_on_one_folder(tmp_path):
     its final loss is that of the same run trained alone."""
     folder = tmp_path / "run"
     ctx = multiprocessing.get_context("spawn")
-    started, result = ctx.Event(), ctx.Queue()
-    first = ctx.Process(target=_train_slowly, args=(str(folder), started, result))
+    started, result, go = ctx.Event(), ctx.Queue(), ctx.Event()
+    first = ctx.Process(target=_train_slowly, args=(str(folder), started, result, go))
     first.start()
     try:
         assert started.wait(120)
         started_too = ctx.Event()  # kept referenced until the child has read it
-        second = ctx.Process(target=_train_slowly, args=(str(folder), started_too, result))
+        # the first holds its first update until the second has been refused (or, refused wrongly not
+        # at all, has waited 120 s in its own first update): no race with how fast a process starts
+        second = ctx.Process(target=_train_slowly, args=(str(folder), started_too, result, go))
         second.start()
         second.join(120)
+        go.set()
         first.join(180)
         outcomes = sorted([result.get(timeout=30), result.get(timeout=30)], key=str)
         assert (first.exitcode, second.exitcode) == (0, 0), (first.exitcode, second.exitcode)
