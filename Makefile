@@ -23,7 +23,8 @@ endif
 # uv reads no pip.conf (a package mirror: UV_INDEX_URL); where it fails, pip installs instead, said.
 UV_VERSION ?= 0.13.9
 # $(call INSTALL,bin folder,arguments): one installation into that virtual environment
-INSTALL     = { $(1)/python -m uv pip install --quiet --python $(1)/python $(2) \
+INSTALL     = echo "uv pip install $(2)  (into $(1))"; \
+              { $(1)/python -m uv pip install --quiet --python $(1)/python $(2) \
                 || { echo "make: uv failed (above); installing with pip instead" >&2; \
                      $(1)/python -m pip install --quiet $(2); }; }
 
@@ -31,9 +32,9 @@ $(BIN)/.installed: requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION) || echo "make: could not install uv; pip installs instead" >&2
-	$(call INSTALL,$(BIN),--upgrade pip)
-	$(call INSTALL,$(BIN),-r requirements.txt)
-	$(call INSTALL,$(BIN),--no-deps -e .)
+	@$(call INSTALL,$(BIN),--upgrade pip)
+	@$(call INSTALL,$(BIN),-r requirements.txt)
+	@$(call INSTALL,$(BIN),--no-deps -e .)
 	touch $@
 
 install: $(BIN)/.installed
@@ -89,8 +90,8 @@ newest-env:
 	rm -rf $(VENV_NEWEST)
 	$(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
 	$(VENV_NEWEST)/bin/python -m pip install --quiet uv==$(UV_VERSION) || echo "make: could not install uv; pip installs instead" >&2
-	$(call INSTALL,$(VENV_NEWEST)/bin,--upgrade pip)
-	$(call INSTALL,$(VENV_NEWEST)/bin,--upgrade -e ".[test]" jupytext)
+	@$(call INSTALL,$(VENV_NEWEST)/bin,--upgrade pip)
+	@$(call INSTALL,$(VENV_NEWEST)/bin,--upgrade -e ".[test]" jupytext)
 	$(VENV_NEWEST)/bin/python -c "import sys, jax, flax, optax, orbax.checkpoint as o; print('newest: Python', sys.version.split()[0], '| jax', jax.__version__, '| flax', flax.__version__, '| optax', optax.__version__, '| orbax', o.__version__)"
 
 # the tests alone, in the environment newest-env made
