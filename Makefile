@@ -18,8 +18,8 @@ endif
 .PHONY: install book test test-fast smoke full check sync provenance labels clean gpu-wheels gpu-data gpu-run gpu-start gpu-wait gpu-promote gpu-probe test-newest newest-env newest-tests
 
 # The packages are installed by uv (Astral's pip-compatible installer, itself installed from PyPI into the
-# virtual environment first): the same pinned versions as `pip install -r requirements.txt`, in about
-# 15 s where pip takes 75 s on the 2-core CI machine. Modules are byte-compiled when first imported.
+# virtual environment first): the same pinned versions as `pip install -r requirements.txt`, several times
+# faster than pip (its commit has the measurement). Modules are byte-compiled when first imported.
 # uv reads no pip.conf (a package mirror: UV_INDEX_URL); where it fails, pip installs instead, said.
 UV_VERSION ?= 0.13.9
 # $(call INSTALL,bin folder,arguments): one installation into that virtual environment

@@ -42,7 +42,7 @@ def test_colab_install_cell_installs_the_run_commit_and_keeps_colab_jax(tmp_path
 
     import pip  # Colab's pip is recent; the one venv bundles may be too old to parse a git+file URL with a commit
 
-    # what the runtime brings, installed by uv where make install put it there (seconds, not a minute);
+    # what the runtime brings, installed by uv where make install put uv in this environment (else by pip);
     # the install cell itself then runs Colab's way, with pip
     setup = ([sys.executable, "-m", "uv", "pip", "install", "-q", "--python", py]
              if importlib.util.find_spec("uv") else [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"])

@@ -277,8 +277,9 @@ def test_two_training_processes_on_one_folder(tmp_path):
     try:
         assert started.wait(120)
         started_too = ctx.Event()  # kept referenced until the child has read it
-        # the first holds its first update until the second has been refused (or, refused wrongly not
-        # at all, has waited 120 s in its own first update): no race with how fast a process starts
+        # the first holds its first update until the second has ended, refused (a second that wrongly
+        # trains waits 120 s in its own first update, and the asserts below fail): no race with how
+        # fast a process starts
         second = ctx.Process(target=_train_slowly, args=(str(folder), started_too, result, go))
         second.start()
         second.join(120)
