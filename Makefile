@@ -20,7 +20,8 @@ endif
 # The packages are installed by uv (Astral's pip-compatible installer, itself installed from PyPI into the
 # virtual environment first): the same pinned versions as `pip install -r requirements.txt`, several times
 # faster than pip (its commit has the measurement). Modules are byte-compiled when first imported.
-# uv reads no pip.conf (a package mirror: UV_INDEX_URL); where it fails, pip installs instead, said.
+# uv reads no pip.conf (a package mirror: UV_INDEX_URL); where it fails, pip installs instead, said (pip is
+# upgraded last, so a failed step finds the venv's own pip as it was).
 UV_VERSION ?= 0.13.9
 # $(call INSTALL,bin folder,arguments): one installation into that virtual environment
 INSTALL     = echo "uv pip install $(2)  (into $(1))"; \
@@ -32,9 +33,9 @@ $(BIN)/.installed: requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION) || echo "make: could not install uv; pip installs instead" >&2
-	@$(call INSTALL,$(BIN),--upgrade pip)
 	@$(call INSTALL,$(BIN),-r requirements.txt)
 	@$(call INSTALL,$(BIN),--no-deps -e .)
+	@$(call INSTALL,$(BIN),--upgrade pip)
 	touch $@
 
 install: $(BIN)/.installed
@@ -90,8 +91,8 @@ newest-env:
 	rm -rf $(VENV_NEWEST)
 	$(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
 	$(VENV_NEWEST)/bin/python -m pip install --quiet uv==$(UV_VERSION) || echo "make: could not install uv; pip installs instead" >&2
-	@$(call INSTALL,$(VENV_NEWEST)/bin,--upgrade pip)
 	@$(call INSTALL,$(VENV_NEWEST)/bin,--upgrade -e ".[test]" jupytext)
+	@$(call INSTALL,$(VENV_NEWEST)/bin,--upgrade pip)
 	$(VENV_NEWEST)/bin/python -c "import sys, jax, flax, optax, orbax.checkpoint as o; print('newest: Python', sys.version.split()[0], '| jax', jax.__version__, '| flax', flax.__version__, '| optax', optax.__version__, '| orbax', o.__version__)"
 
 # the tests alone, in the environment newest-env made
