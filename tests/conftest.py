@@ -131,22 +131,20 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 _BOOK_RECORD = ROOT / "_build" / "test-book-build.json"
 
 
-def _source_fingerprint() -> str | None:
-    """sha256 over the path and content of every file git would commit (tracked, or untracked and not
-    ignored); None without git."""
-    import hashlib
+def _clean_head() -> str | None:
+    """The commit the sources are, when git sees no change it would commit (tracked, or untracked and
+    not ignored); None for a tree with changes, or without git."""
     import subprocess
 
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True,
+                              timeout=60).stdout.strip()
+
     try:
-        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                                capture_output=True, check=True, timeout=60).stdout
+        head, status = git("rev-parse", "HEAD"), git("status", "--porcelain")
     except (OSError, subprocess.SubprocessError):
         return None
-    digest = hashlib.sha256()
-    for name in sorted(set(listed.decode().split("\0")) - {""}):
-        path = ROOT / name
-        digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"(missing)") + b"\0")
-    return digest.hexdigest()
+    return None if status else head
 
 
 @pytest.fixture(scope="session")
@@ -154,23 +152,23 @@ def built_book():
     """The README's build of the book (``make book``: warnings are errors, nitpicky), run once per
     test session into ``_build/``: the strict-build test checks its output, the browser test reads it.
     With ``GMLM_TEST_REUSE_BOOK=1`` (.ci/run's separate browser session, right after the main tests) a
-    build that an earlier session made from these very sources is read instead of built again: the
-    build records its result and a fingerprint of the sources in ``_build/test-book-build.json``."""
+    build that an earlier session made from these very sources is read instead of built again: a build
+    of a clean tree records its result and the commit in ``_build/test-book-build.json``."""
     import json
     import subprocess
 
     cmd = [str(pathlib.Path(sys.executable).with_name("jupyter-book")), "build", str(ROOT), "--all", "--warningiserror",
            "--nitpick", "--keep-going"]
     html = ROOT / "_build" / "html"
-    fingerprint = _source_fingerprint()
-    if os.environ.get("GMLM_TEST_REUSE_BOOK") == "1" and fingerprint and _BOOK_RECORD.is_file():
+    commit = _clean_head()
+    if os.environ.get("GMLM_TEST_REUSE_BOOK") == "1" and commit and _BOOK_RECORD.is_file():
         record = json.loads(_BOOK_RECORD.read_text())
-        if record.get("sources") == fingerprint and (html / "index.html").is_file():
+        if record.get("commit") == commit and (html / "index.html").is_file():
             return subprocess.CompletedProcess(cmd, record["returncode"], record["stdout"], record["stderr"]), html
     _BOOK_RECORD.unlink(missing_ok=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    if fingerprint and fingerprint == _source_fingerprint():  # no source changed while it built
+    if commit and commit == _clean_head():  # a clean tree before and after: no source changed while it built
         _BOOK_RECORD.parent.mkdir(exist_ok=True)
-        _BOOK_RECORD.write_text(json.dumps(dict(sources=fingerprint, returncode=proc.returncode,
+        _BOOK_RECORD.write_text(json.dumps(dict(commit=commit, returncode=proc.returncode,
                                                 stdout=proc.stdout[-20000:], stderr=proc.stderr[-20000:])))
     return proc, html
