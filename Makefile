@@ -19,13 +19,17 @@ endif
 
 # The packages are installed by uv (Astral's pip-compatible installer, itself installed from PyPI into the
 # virtual environment first): the same pinned versions as `pip install -r requirements.txt`, several times
-# faster than pip (its commit has the measurement). Modules are byte-compiled when first imported.
+# faster than pip (its commit has the measurement). uv byte-compiles every installed module at once
+# (--compile-bytecode, as pip does by default): where PYTHONDONTWRITEBYTECODE is set (as on the machine
+# this project is developed on) Python would otherwise compile each module again in every process that
+# imports it, about 10 s of CPU in each one that imports JAX, Flax, pandas and matplotlib (every test
+# worker, chapter kernel and subprocess test).
 # uv reads no pip.conf (a package mirror: UV_INDEX_URL); where it fails, pip installs instead, said (pip is
 # upgraded last, so a failed step finds the venv's own pip as it was).
 UV_VERSION ?= 0.13.9
 # $(call INSTALL,bin folder,arguments): one installation into that virtual environment
 INSTALL     = echo "uv pip install $(2)  (into $(1))"; \
-              { $(1)/python -m uv pip install --quiet --python $(1)/python $(2) \
+              { $(1)/python -m uv pip install --quiet --compile-bytecode --python $(1)/python $(2) \
                 || { echo "make: uv failed (above); installing with pip instead" >&2; \
                      $(1)/python -m pip install --quiet $(2); }; }
 
