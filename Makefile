@@ -123,7 +123,8 @@ newest-tests:
 # GPU_JAX_CACHE (empty: off) is JAX's persistent compilation cache, shared by the four chapters' kernels: the
 # later chapters decode (and the ablations retrain) the PaDIR chapter's models with the same programs, and on
 # a GPU a program compiles in seconds; a chapter run alone, as on Colab, compiles its own.
-# GPU_PROFILE=smoke rehearses it (tests/test_gpu_run.py runs it on the CPU at smoke size). Back here: make gpu-promote FROM=OUT (staged sources and notebooks into the
+# GPU_PROFILE=smoke rehearses it (tests/test_gpu_run.py runs it on the CPU at smoke size; the chapters after padir
+# open its smoke run folder, as the full run's open runs/padir/en-de: gmlm_lib.book.runner.run_batch). Back here: make gpu-promote FROM=OUT (staged sources and notebooks into the
 # book, checked), then make check and commit.
 WHEELS      ?= .whl
 GPU_PYTHON  ?= python3

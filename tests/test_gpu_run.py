@@ -100,8 +100,9 @@ def test_glue_in_a_book_run_needs_myst_nb(monkeypatch):
 def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
     """The command of the GPU run, in a copy of the tree with no .git, at smoke size: every
     translation chapter runs in order (its staged version where there is one), names the commit
-    passed in, and lands in OUT with the log. This is also the smoke test of the translation
-    chapters that are not staged (test_notebooks.py leaves those to it)."""
+    passed in, and lands in OUT with the log; the chapters after padir open the run folder padir's
+    smoke run trained, as the GPU run's chapters open its folder. This is also the smoke test of the
+    translation chapters that are not staged (test_notebooks.py leaves those to it)."""
     tree = _copy_without_git(tmp_path / "tree")
     out = tmp_path / "out"
     cache = tmp_path / "jax-cache"
@@ -135,6 +136,10 @@ def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
     for name in names:  # a staged chapter ran from its staged source
         staged = (ROOT / runner.STAGED / f"{name}.md").is_file()
         assert f"{name}: started from {runner.STAGED if staged else 'notebooks'}/{name}.md" in log, log
+    shared = re.findall(r"stutter: started from \S+ with \{'padir_run': '([^']+)'\}", log)
+    assert shared and all(f"{name}: started from" in log and f"with {{'padir_run': '{shared[0]}'}}" in
+                          log.split(f"{name}: started from")[1].splitlines()[0] for name in names[1:]), log
+    assert not Path(shared[0]).exists(), "the batch removes padir's smoke run folder at its end"
     assert [line.split("]")[1].split(":")[0].strip() for line in log.splitlines() if "finished in" in line] == names
     for name in names:  # and which programs each chapter's compile time went to
         assert re.search(rf"{name}: compiled or read from the cache: \d+ programs, [\d.]+ s summed: jit\(", log), log
@@ -377,6 +382,47 @@ def test_a_chapter_that_fails_does_not_stop_the_chapters_after_it(tmp_path, monk
     assert "padir: FAILED" in log and "RuntimeError: a figure cell broke" in log, log
     assert "stutter: finished" in log and "ablations: finished" in log and "batch stopped" in log, log
     assert sorted(p.name for p in out.iterdir()) == ["ablations.ipynb", "log.txt", "smoke-padir.ipynb", "stutter.ipynb"]
+
+
+@pytest.mark.parametrize("padir_finishes", [True, False])
+def test_a_smoke_batch_shares_padirs_run_folder_with_the_chapters_after_it(tmp_path, monkeypatch, padir_finishes):
+    """As in the full run, the chapters after padir open the run folder padir trained (a temporary
+    run_root in the smoke profile), not a stand-in each; where padir left none finished they train their
+    stand-ins, said in the log; an explicit padir_run keeps its value; the folder goes with the batch."""
+    root = _book_copy(tmp_path / "root")
+    got = {}
+
+    def fake_run(name, profile, params, *, root, staged=None):
+        got[name] = dict(params)
+        if "run_root" in params:  # padir: what pipeline.complete looks for, in <run_root>/<src>-<tgt>
+            folder = Path(params["run_root"]) / "en-de"
+            for model in ("ar", "padir_raw", "padir_distilled"):
+                (folder / model / "checkpoints" / "1").mkdir(parents=True)
+                (folder / model / "run.json").write_text("{}")
+            (folder / "spm.model").write_text("")
+            if padir_finishes:
+                (folder / "distilled.de.gz").write_text("")
+        path = runner.output_path(root, name, profile)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+        return dict(total_wall_time_s=1.0)
+
+    monkeypatch.setattr(runner, "run_notebook", fake_run)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    names = ["stutter", "padir", "dependency_decoding", "ablations"]
+    assert runner.run_batch(names, "smoke", tmp_path / "out", root=root) == 0
+    shared = Path(got["padir"]["run_root"])
+    assert shared.parent == tmp_path and not shared.exists()  # removed at the end of the batch
+    assert got["stutter"] == {}  # before padir: its own stand-in (the smoke profile's padir_run)
+    log = (tmp_path / "out" / "log.txt").read_text()
+    for name in ("dependency_decoding", "ablations"):
+        if padir_finishes:
+            assert got[name] == {"padir_run": str(shared / "en-de")}, got
+        else:
+            assert got[name] == {} and f"{name}: the padir chapter left no finished run folder" in log, log
+    got.clear()
+    assert runner.run_batch(["padir", "stutter"], "smoke", tmp_path / "out2", {"padir_run": "mine"}, root=root) == 0
+    assert "run_root" not in got["padir"] and got["stutter"] == {"padir_run": "mine"}
 
 
 def _book_copy(root: Path) -> Path:

@@ -310,7 +310,15 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
     sources and the run's notebooks into ``notebooks/`` together.
 
     ``sizing_from``: a previous batch's ``run-records.tar.gz``, whose sizing decisions are put back
-    into the run folders first (:func:`restore_sizing`)."""
+    into the run folders first (:func:`restore_sizing`).
+
+    A smoke batch shares the PaDIR chapter's models as a full one does (there every translation
+    chapter's defaults name ``runs/padir/<src>-<tgt>``): the padir chapter trains into a temporary
+    ``run_root``, and each later chapter with a ``padir_run`` parameter opens the run folder it
+    finished, instead of training a stand-in of its own (what an empty ``padir_run``, the smoke
+    profile's, does in a chapter run alone). So the rehearsal of ``make gpu-run`` runs the path the
+    GPU run takes. Where padir left no finished folder the later chapters train their stand-ins (the
+    log says so); an explicit ``run_root`` or ``padir_run`` override turns the sharing off."""
     import shutil
     import sys
     from datetime import datetime, timezone
@@ -325,13 +333,20 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
                          "run_batch: name at least one chapter.")
     overrides = dict(overrides or {})
     own = {}  # every chapter's share of the overrides, checked (names, types) before anything runs
+    takes_run = set()  # the chapters that open the PaDIR chapter's run folder (a padir_run parameter)
     for name in names:
         params = sources.parameters_cell(sources.read_text_notebook(chapter_source(root, name, staged)))
         own[name] = {k: v for k, v in overrides.items() if k in params}
         resolve_parameters(root, name, profile, own[name], staged=staged)
+        if "padir_run" in params:
+            takes_run.add(name)
     unused = sorted(set(overrides) - {k for mine in own.values() for k in mine})
     if unused:
         raise KeyError(f"run_batch: parameter(s) {unused} belong to none of the chapters {names}.")
+    shared = None  # the smoke batch's PaDIR run_root, shared with the chapters after padir (docstring)
+    if profile == "smoke" and "padir" in names and not {"run_root", "padir_run"} & set(overrides):
+        shared = Path(tempfile.mkdtemp(prefix="gmlm-batch-runs-"))
+        own["padir"] = {**own["padir"], "run_root": str(shared)}
     log_path = out / "log.txt"
 
     def log(line: str) -> None:
@@ -370,6 +385,13 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
     compile_log = Path(tempfile.mkdtemp(prefix="gmlm-compiles-")) / "compiles.tsv"
     for name in names:
         mine = own[name]
+        if shared is not None and name in takes_run and names.index(name) > names.index("padir"):
+            folder = _finished_run(shared)
+            if folder is not None:
+                mine = {**mine, "padir_run": str(folder)}
+            else:
+                log(f"{name}: the padir chapter left no finished run folder in {shared}; this chapter trains "
+                    "its own stand-in")
         source = chapter_source(root, name, staged)
         log(f"{name}: started from {source.relative_to(root) if source.is_relative_to(root) else source}"
             + (f" with {mine}" if mine else ""))
@@ -400,10 +422,21 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
         gather()
     archive = gather()
     shutil.rmtree(compile_log.parent, ignore_errors=True)  # summed in the log after each chapter
+    if shared is not None:
+        shutil.rmtree(shared, ignore_errors=True)
     log(f"batch {'finished' if status == 0 else 'stopped'} after {time.perf_counter() - t_all:.1f} s"
         + (f"; run records in {archive.name}" if archive else ""))
     sys.stdout.flush()
     return status
+
+
+def _finished_run(run_root: Path) -> Path | None:
+    """The one run folder under ``run_root`` (``<src>-<tgt>``) when it holds every part the PaDIR
+    chapter trains (:func:`gmlm_lib.mt.pipeline.complete`), else None."""
+    from gmlm_lib.mt import pipeline
+
+    found = [p for p in run_root.iterdir() if p.is_dir()] if run_root.is_dir() else []
+    return found[0] if len(found) == 1 and pipeline.complete(found[0]) else None
 
 
 STAGED = "staged"  # the folder of staged chapter sources (run_batch)
