@@ -102,7 +102,7 @@ newest-env:
 # the tests alone, in the environment newest-env made
 newest-tests:
 	@test -x $(VENV_NEWEST)/bin/python || { echo "error: $(VENV_NEWEST) does not exist; run make newest-env first (make test-newest runs both)" >&2; exit 1; }
-	$(VENV_NEWEST)/bin/python -m pytest -n $(WORKERS) -m "not slow" -p no:cacheprovider $(NEWEST_TESTS)
+	$(VENV_NEWEST)/bin/python -m pytest -n $(WORKERS) -m "not slow" -p no:cacheprovider --durations=15 $(NEWEST_TESTS)
 
 # --- the translation chapters on a GPU machine without network, git or notebook tooling (issue 45) ---
 # Here, with a network:  make gpu-wheels      (the notebook tooling as Python 3.12 wheels, into .whl/)
