@@ -86,6 +86,68 @@ def test_the_throughput_verdicts_need_their_columns():
         kgibbs.benchmark(_speed().drop(columns="ceiling_vs_loop"))
 
 
+def _hits(gibbs=None, parallel=None, n=4, field=0.5):
+    """A hand-made sweep over c in {2, 3} and J in {1, 2} on n = 4 sites: k-Gibbs medians that fall with k
+    and rise with J below the clique size, independent parallel past its budget (inf) at c = 3, J = 2.
+    ``gibbs`` / ``parallel`` replace medians: {(c, J, k): steps} / {(c, J): steps}."""
+    base = {(2, 1.0): [20, 3, 2, 1], (2, 2.0): [90, 3, 2, 1], (3, 1.0): [60, 30, 4, 1], (3, 2.0): [900, 400, 4, 1]}
+    ip = {(2, 1.0): 5.0, (2, 2.0): 40.0, (3, 1.0): 300.0, (3, 2.0): np.inf}
+    ip.update(parallel or {})
+    rows = []
+    for (c, J), medians in base.items():
+        for k, m in enumerate(medians, start=1):
+            m = (gibbs or {}).get((c, J, k), m)
+            rows.append(dict(c=c, J=J, sampler=f"{k}-Gibbs", k=k, median=float(m), budget=1000,
+                             scale=kgibbs.gibbs_scale(n, k, c)))
+        rows.append(dict(c=c, J=J, sampler=kgibbs.IP, k=n + 1, median=ip[(c, J)], budget=5000,
+                         scale=kgibbs.parallel_scale(J, c, field)))
+    return pd.DataFrame(rows)
+
+
+def test_figure3_graded_on_its_four_sentences():
+    """[Figure 3] each of App. L.7's sentences graded on a sweep that agrees with all four (ties allowed)."""
+    ties = {(2, 1.0, 3): 3, (2, 2.0, 1): 20}  # k = 2 and k = 3 both 3 steps; k = 1 20 steps at both J
+    got = kgibbs.hitting(_hits(gibbs=ties), n=4, field=0.5)
+    assert {name: got[name] for name in kgibbs.FIGURE3_CLAIMS} == dict.fromkeys(kgibbs.FIGURE3_CLAIMS, "met")
+    assert got["fig3_verdict"] == "met" and got["fig3_reach_count"] == "10 of 10"
+    assert got["kg_ratio_hi"] == pytest.approx(3 / 2)  # k = 3, c = 2: 3 steps over C(4,3) / C(2,1) = 2
+    assert got["small_k_stuck"] == "0 of 3" and got["kn_median_max"] == 1.0
+    assert (got["max_clique"], got["max_coupling"], got["ip_couplings"]) == (3, 2.0, "1.0, 2.0")
+    assert got["ip_scale"] == "c = 2: 1.8, 2; c = 3: 15, > budget"  # c = 3, J = 1: 300 / exp(2 (1 * 2 - 0.5)) = 14.9
+
+
+@pytest.mark.parametrize("change, claim, where", [
+    (dict(gibbs={(3, 2.0, k): np.inf for k in (1, 2, 3)}), "fig3_reach", "c = 3, J = 2.0, k = 3"),  # k >= c censored
+    (dict(gibbs={(2, 2.0, 1): 19.0}), "fig3_coupling", "c = 2, k = 1"),               # faster at the larger J
+    (dict(parallel={(2, 2.0): 4.0}), "fig3_coupling", "c = 2, independent parallel"),  # by one step
+    (dict(gibbs={(2, 1.0, 4): 3.0}), "fig3_k", "c = 2, J = 1.0"),                     # k = 4 slower than k = 3, by one
+    (dict(parallel={(3, 2.0): 4999.0}), "fig3_stuck", "c = 3, J = 2.0"),              # reached one step inside
+])
+def test_figure3_each_sentence_missed_by_one_setting(change, claim, where):
+    got = kgibbs.hitting(_hits(**change), n=4, field=0.5)
+    assert got[claim] == "missed" and got[f"{claim}_where"] == where and got["fig3_verdict"] == "missed"
+    assert [name for name in kgibbs.FIGURE3_CLAIMS if got[name] == "missed"] == [claim]
+
+
+def test_the_independent_parallel_table_and_its_first_flip():
+    ip = kgibbs.parallel_table(_hits(), field=0.5)
+    q = 1 / (1 + np.exp(2 * (2.0 * 2 - 0.5)))  # c = 3, J = 2: each clique site's chance to flip per step
+    assert list(ip.c) == [2, 2, 3, 3] and ip["first flip"].iloc[-1] == pytest.approx(1 / (1 - (1 - q) ** 3))
+    assert kgibbs.first_flip(0.0, 1, 0.0) == pytest.approx(2.0)  # a fair coin: two steps on average
+    assert np.isnan(kgibbs.gibbs_scale(4, 1, 2)) and kgibbs.gibbs_scale(4, 4, 2) == 1.0
+
+
+@pytest.mark.parametrize("hits, match", [
+    (lambda h: h.drop(columns="budget"), "lacks the columns"),
+    (lambda h: h.assign(median=h["median"].where(h.k != 2, np.nan)), "NaN"),
+    (lambda h: h[h.sampler != kgibbs.IP], "nothing to grade"),
+    (lambda h: h[(h.sampler == kgibbs.IP) | (h.k < h.c)], "k >= c"),
+])
+def test_figure3_is_never_graded_from_a_missing_median(hits, match):
+    with pytest.raises(ValueError, match=match):
+        kgibbs.hitting(hits(_hits()), n=4, field=0.5)
+
+
 @pytest.mark.parametrize("value, minimum, want", [(3, 2, True), (2, 2, True), (1, 2, False), (2.0, 2, False),
                                                   (True, 0, False), ("3", 0, False), (0, 0, True)])
 def test_a_chapter_parameter_count(value, minimum, want):

@@ -1,6 +1,17 @@
-"""The benchmark verdicts of the k-Gibbs chapter (``notebooks/kgibbs_vs_parallel.md``).
+"""The verdicts of the k-Gibbs chapter (``notebooks/kgibbs_vs_parallel.md``): the paper's Figure 3 on the
+clique-plus-independent model [Eq. 6], and the samplers' throughput.
 
-The book's own throughput target (the paper times no samplers): the JAX samplers at least
+**Figure 3** [App. L.7] is qualitative: from the light mode, k-Gibbs "can often reach the larger mode
+within a relatively small number of steps (though [...] larger J are slower to sample). Moreover, larger
+k is faster than smaller k. By contrast, [...] the independent parallel sampler cannot reach [it] within
+the compute budget". :func:`hitting` grades each of those four sentences on the chapter's table of
+median hitting times (:data:`FIGURE3_CLAIMS`), in the form the theory gives them [Props. in Section
+2.4.2, Apps. F-H]: for ``k >= c`` the scale ``C(n, k) / C(n - c, k - c)`` does not depend on J, so
+"slower with J" is graded where a barrier is crossed (``k < c`` and independent parallel), and "stuck" at
+the strongest setting swept (largest clique, largest coupling). Ties count as agreeing (medians are
+whole steps); a median beyond the budget is larger than every finite one.
+
+**Throughput**: the book's own target (the paper times no samplers): the JAX samplers at least
 :data:`SPEED_BAR` times the per-chain NumPy loop. Where the independent parallel sampler misses it, the
 chapter's "ceilings" (the fastest XLA programs measured that do only the step's arithmetic and random
 words, or only its matrix product) say whether any JAX implementation could reach it on that machine.
@@ -8,11 +19,48 @@ words, or only its matrix product) say whether any JAX implementation could reac
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pandas as pd
 
 from gmlm_lib.book.findings.rules import listed
 
-__all__ = ["SPEED_BAR", "benchmark"]
+__all__ = ["FIGURE3_CLAIMS", "SPEED_BAR", "benchmark", "first_flip", "gibbs_scale", "hitting", "parallel_scale",
+           "parallel_table"]
+
+IP = "independent parallel"
+"""The ``sampler`` name of the independent parallel rows of a hitting table (k-Gibbs rows: ``"{k}-Gibbs"``)."""
+FIGURE3_CLAIMS = {
+    "fig3_reach": "k-Gibbs with k >= c reaches the heavy mode within its budget",
+    "fig3_coupling": "slower as J grows where a barrier is crossed (k < c, independent parallel)",
+    "fig3_k": "faster as k grows",
+    "fig3_stuck": "independent parallel past its budget at the strongest setting",
+}
+"""The four sentences of the paper's Figure 3 paragraph [App. L.7] that :func:`hitting` grades, by the
+name of the glued verdict."""
+_HIT_COLUMNS = ("c", "J", "sampler", "k", "median", "budget", "scale")
+
+
+def gibbs_scale(n: int, k: int, c: int) -> float:
+    """k-Gibbs' hitting scale from the light mode [Prop., App. F]: ``C(n, k) / C(n - c, k - c)``, the mean
+    number of steps until a uniform k-subset holds the whole clique; NaN for ``k < c`` (no such scale)."""
+    return math.comb(n, k) / math.comb(n - c, k - c) if k >= c else float("nan")
+
+
+def parallel_scale(J: float, c: int, field: float) -> float:
+    """Independent parallel's scale [Prop., App. G]: ``exp(2 (J (c - 1) - h))``, the inverse of the
+    probability (up to a constant) that one clique site flips to +1 from the light mode."""
+    return math.exp(2 * (J * (c - 1) - field))
+
+
+def first_flip(J, c, field: float):
+    """The exact mean number of independent parallel steps from the light mode to the first clique
+    site turning +1: each of the ``c`` sites does so with ``q = sigmoid(-2 (J (c - 1) - h))`` per step,
+    independently, so ``1 / (1 - (1 - q)^c)``. Scalars or arrays (broadcast)."""
+    J, c = np.asarray(J, dtype=np.float64), np.asarray(c, dtype=np.float64)
+    q = 1 / (1 + np.exp(2 * (J * (c - 1) - field)))
+    return 1 / (1 - (1 - q) ** c)
 
 SPEED_BAR = 20.0
 """The speed-up over the per-chain NumPy loop that the chapter grades against."""
@@ -57,3 +105,102 @@ def benchmark(speed: pd.DataFrame) -> dict:
         bench_ip_ceiling=ceiling,
         bench_ip_product_blocked=listed([f"{r.dtype} at n = {r.n}" for r in blocked.itertuples()]),
     )
+
+
+def _hit_table(hits: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in _HIT_COLUMNS if c not in hits.columns]
+    if missing:
+        raise ValueError(f"the hitting table lacks the columns {missing}.")
+    if hits.empty or not (hits.sampler == IP).any() or (hits.sampler == IP).all():
+        raise ValueError(f"the hitting table needs k-Gibbs rows and {IP!r} rows: nothing to grade.")
+    med = hits["median"].to_numpy(dtype=np.float64)
+    if np.isnan(med).any() or (med == -np.inf).any():
+        raise ValueError("the hitting table has a NaN or -inf median: a median beyond the budget is +inf "
+                         "(gmlm_lib.ising.samplers.median_hitting_time); a verdict is never drawn from a missing one.")
+    return hits
+
+
+def parallel_table(hits: pd.DataFrame, field: float) -> pd.DataFrame:
+    """The independent parallel rows of ``hits`` with ``median / scale``, the exact mean time to the
+    first clique flip (:func:`first_flip`) and ``median / first flip`` added."""
+    ip = _hit_table(hits)
+    ip = ip[ip.sampler == IP].copy()
+    ip["median / scale"] = ip["median"] / ip["scale"]
+    ip["first flip"] = first_flip(ip.J.to_numpy(), ip.c.to_numpy(), field)
+    ip["median / first flip"] = ip["median"] / ip["first flip"]
+    return ip
+
+
+def _monotone(frame: pd.DataFrame, groups: list[str], along: str, *, rising: bool) -> list[str]:
+    """The groups of ``frame`` whose medians, in the order of ``along``, break the order (ties allowed)."""
+    broken = []
+    for key, d in frame.groupby(groups, sort=True):
+        m = d.sort_values(along)["median"].to_numpy(dtype=np.float64)
+        ok = np.all(m[1:] >= m[:-1]) if rising else np.all(m[1:] <= m[:-1])
+        if not ok:
+            key = key if isinstance(key, tuple) else (key,)
+            broken.append(", ".join(f"{g} = {v}" for g, v in zip(groups, key)))
+    return broken
+
+
+def hitting(hits: pd.DataFrame, *, n: int, field: float) -> dict:
+    """The hitting-time findings and the graded [Figure 3] (App. L.7) of a sweep over clique sizes ``c``
+    and couplings ``J``. ``hits``: one row per (c, J, sampler) with ``c``, ``J``, ``sampler``
+    (``"{k}-Gibbs"`` or :data:`IP`), ``k`` (any value for :data:`IP`), ``median`` (steps; ``inf``
+    beyond the budget), ``budget`` and ``scale`` (:func:`gibbs_scale` / :func:`parallel_scale`).
+
+    Returns the descriptive values (``kg_ratio_lo``/``hi``: median over scale for k >= c within the
+    budget; ``kg_strong_lo``/``hi`` the same at the largest J; ``kg_censored``; ``kg_settings``;
+    ``kn_median_max`` for k = n; ``small_k_stuck`` "m of N" k < c runs beyond the budget at the largest
+    J; ``ip_scale`` / ``ip_flip`` per clique size; ``ip_couplings``; ``max_coupling``), the verdict of
+    each sentence of :data:`FIGURE3_CLAIMS` ("met"/"missed", each with ``<name>_where``: the settings that
+    break it, "none"), ``fig3_reach_count`` ("m of N") and ``fig3_verdict``: "met" when all four are."""
+    hits = _hit_table(hits)
+    if isinstance(field, bool) or not isinstance(field, (int, float)) or not math.isfinite(field):
+        raise ValueError(f"hitting(field=...) must be the clique sites' finite field h; got {field!r}.")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"hitting(n=...) must be the number of sites, an integer >= 1; got {n!r}.")
+    kg_all = hits[hits.sampler != IP]
+    kg = kg_all[kg_all.k >= kg_all.c]
+    if kg.empty:
+        raise ValueError("the hitting table has no k-Gibbs row with k >= c: Figure 3's first claim has nothing to grade.")
+    ratio = (kg["median"] / kg["scale"]).to_numpy(dtype=np.float64)
+    within = np.isfinite(ratio)
+    top_J = max(hits.J)
+    strong = ratio[(kg.J == top_J).to_numpy()]
+    small = kg_all[(kg_all.k < kg_all.c) & (kg_all.J == top_J)]
+    ip = parallel_table(hits, field)
+    cliques = sorted(set(hits.c))
+
+    def per_clique(column):
+        fmt = lambda v: "> budget" if not np.isfinite(v) else f"{v:.2g}"  # noqa: E731
+        return "; ".join(f"c = {c}: " + ", ".join(fmt(v) for v in ip[ip.c == c].sort_values("J")[column])
+                         for c in cliques)
+
+    barrier = pd.concat([kg_all[kg_all.k < kg_all.c], ip.assign(k=-1)])
+    where = {
+        "fig3_reach": [f"c = {r.c}, J = {r.J}, k = {r.k}" for r in kg[~within].itertuples()],
+        "fig3_coupling": _monotone(barrier, ["c", "k"], "J", rising=True),
+        "fig3_k": _monotone(kg_all, ["c", "J"], "k", rising=False),
+    }
+    where["fig3_coupling"] = [w.replace(", k = -1", ", independent parallel") for w in where["fig3_coupling"]]
+    top_c = max(cliques)
+    top_ip = ip[(ip.c == top_c) & (ip.J == top_J)]
+    where["fig3_stuck"] = [f"c = {top_c}, J = {top_J}"] if np.isfinite(top_ip["median"]).any() else []
+    out = dict(
+        kg_ratio_lo=float(np.min(ratio[within])) if within.any() else float("nan"),
+        kg_ratio_hi=float(np.max(ratio[within])) if within.any() else float("nan"),
+        kg_strong_lo=float(np.min(strong)), kg_strong_hi=float(np.max(strong)),
+        kg_censored=int((~within).sum()), kg_settings=int(len(kg)),
+        kn_median_max=float(kg_all[kg_all.k == n]["median"].max()),
+        small_k_stuck=f"{int((~np.isfinite(small['median'])).sum())} of {len(small)}",
+        max_coupling=float(top_J), max_clique=int(top_c),
+        ip_scale=per_clique("median / scale"), ip_flip=per_clique("median / first flip"),
+        ip_couplings=", ".join(str(float(J)) for J in sorted(set(ip.J))),
+        fig3_reach_count=f"{int(within.sum())} of {len(kg)}",
+    )
+    for name, broken in where.items():
+        out[name] = "missed" if broken else "met"
+        out[f"{name}_where"] = "; ".join(broken) if broken else "none"
+    out["fig3_verdict"] = "met" if all(out[name] == "met" for name in FIGURE3_CLAIMS) else "missed"
+    return out
