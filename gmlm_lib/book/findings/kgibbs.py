@@ -26,7 +26,7 @@ import pandas as pd
 
 from gmlm_lib.book.findings.rules import listed
 
-__all__ = ["FIGURE3_CLAIMS", "SPEED_BAR", "benchmark", "first_flip", "gibbs_scale", "hitting", "parallel_scale",
+__all__ = ["FIGURE3_CLAIMS", "IP", "SPEED_BAR", "benchmark", "first_flip", "gibbs_scale", "hitting", "parallel_scale",
            "parallel_table"]
 
 IP = "independent parallel"
