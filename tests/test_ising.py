@@ -170,6 +170,36 @@ def test_clique_plus_independent_structure_and_closed_form():
         assert abs(law[k] - p[(x[:, :3] == 1).sum(1) == k].sum()) < TOL
 
 
+def test_the_two_modes_of_the_clique_model():
+    """[Eqs. 7-8] the light-mode start is in X_- and not X_+; the exact mass of in_heavy_mode over all
+    states is the closed-form P(X_+); the test works under jit, as a sampler's hitting target."""
+    x0 = np.asarray(ising.light_mode_states(4, 6, 3))
+    assert x0.shape == (4, 6) and x0.dtype == np.int8
+    np.testing.assert_array_equal(x0, np.tile([-1, -1, -1, 1, 1, 1], (4, 1)))
+    assert not np.asarray(ising.in_heavy_mode(jnp.asarray(x0), 3)).any()
+    m, states = ising.clique_plus_independent(6, 3, 1.5, 0.2), ising.enumerate_states(6)
+    heavy = np.asarray(jax.jit(ising.in_heavy_mode, static_argnums=1)(states, 3))
+    assert heavy.sum() == 2 ** 3  # the clique fixed at +1, the three free sites anything
+    assert abs(float(np.asarray(ising.probabilities(m))[heavy].sum()) - ising.clique_magnetisation_law(3, 1.5, 0.2)[-1]) < TOL
+    with pytest.raises(ValueError, match="clique size"):
+        ising.in_heavy_mode(states, 7)
+    with pytest.raises(ValueError, match="chains"):
+        ising.light_mode_states(0, 6, 3)
+    with pytest.raises(ValueError, match="exceeds"):
+        ising.light_mode_states(2, 3, 4)
+
+
+@pytest.mark.parametrize("n, J, h", [(2, 0.7, -0.1), (5, 0.25, 0.3), (6, -0.4, 0.0)])
+def test_curie_weiss_is_every_pair_coupled_alike(n, J, h):
+    m = ising.curie_weiss(n, J, h)
+    Jb = J * (1 - np.eye(n))
+    np.testing.assert_array_equal(np.asarray(m.J), Jb)
+    np.testing.assert_array_equal(np.asarray(m.h), np.full(n, h))
+    assert abs(float(ising.log_partition(m)) - brute.log_z(Jb, np.full(n, h))) < TOL
+    with pytest.raises(ValueError, match="sites"):
+        ising.curie_weiss(0, J, h)
+
+
 @pytest.mark.parametrize("J", [-10.0, 0.5, 10.0])
 def test_log_partition_stable_at_n20(J):
     """n = 20 (the enumeration limit) with |J| = 10: chunked log-sum-exp equals the closed form."""

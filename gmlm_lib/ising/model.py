@@ -54,6 +54,9 @@ __all__ = [
     "clique_plus_independent",
     "clique_plus_independent_log_partition",
     "clique_magnetisation_law",
+    "light_mode_states",
+    "in_heavy_mode",
+    "curie_weiss",
 ]
 
 MAX_EXACT_N = 20
@@ -495,3 +498,34 @@ def clique_magnetisation_law(c: int, J: float, h: float) -> np.ndarray:
     lw = _clique_log_weights(c, float(J), float(h))
     w = np.exp(lw - lw.max())
     return w / w.sum()
+
+
+def light_mode_states(chains: int, n: int, c: int) -> jax.Array:
+    """``chains`` copies of the light mode's start of :func:`clique_plus_independent` [Eq. 8]: the
+    clique sites ``0..c-1`` at -1, the other sites at +1. Returns (chains, n) int8, the start from
+    which the paper's Figure 3 and its hitting times are measured."""
+    _check_clique(n, c)
+    if isinstance(chains, bool) or not isinstance(chains, (int, np.integer)) or chains < 1:
+        raise ValueError(f"chains must be an integer >= 1; got {chains!r}.")
+    x = np.ones((int(chains), int(n)), dtype=np.int8)
+    x[:, :c] = -1
+    return jnp.asarray(x)
+
+
+def in_heavy_mode(xs: jax.Array, c: int) -> jax.Array:
+    """Whether each state is in the heavy mode ``X_+ = {x_C = +1}`` of :func:`clique_plus_independent`
+    [Eq. 7]: every clique site ``0..c-1`` at +1. (..., n) -> (...) bool; traceable, so it serves as a
+    sampler's hitting target (``functools.partial(in_heavy_mode, c=c)``)."""
+    if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or not 1 <= c <= xs.shape[-1]:
+        raise ValueError(f"c must be a clique size in [1, n = {xs.shape[-1]}]; got {c!r}.")
+    return jnp.all(xs[..., :c] > 0, axis=-1)
+
+
+def curie_weiss(n: int, J: float, h: float) -> IsingModel:
+    """The Curie-Weiss model: every pair of the ``n`` sites coupled with the same ``J``
+    (``J_ij = J`` for i != j) and every site the field ``h``. Ferromagnetic for ``J > 0``, with two
+    modes (all +1, all -1) once ``J (n - 1)`` is well above 1; pass ``J = beta / (n - 1)`` for the
+    mean-field scaling, whose critical point ``beta = 1`` does not move with ``n``."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a number of sites, an integer >= 1; got {n!r}.")
+    return ising_model(float(J) * (np.ones((n, n)) - np.eye(n)), np.full(n, float(h)))
