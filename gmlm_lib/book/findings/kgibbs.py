@@ -14,7 +14,8 @@ whole steps); a median beyond the budget is larger than every finite one.
 **Throughput**: the book's own target (the paper times no samplers): the JAX samplers at least
 :data:`SPEED_BAR` times the per-chain NumPy loop. Where the independent parallel sampler misses it, the
 chapter's "ceilings" (the fastest XLA programs measured that do only the step's arithmetic and random
-words, or only its matrix product) say whether any JAX implementation could reach it on that machine.
+words, or only its matrix product) say whether the step's bare work, as XLA compiles it on that machine,
+already misses it (measurements of one program each, not bounds on every implementation).
 """
 
 from __future__ import annotations
