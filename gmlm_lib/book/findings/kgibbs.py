@@ -33,8 +33,8 @@ __all__ = ["FIGURE3_CLAIMS", "IP", "SPEED_BAR", "benchmark", "first_flip", "gibb
 IP = "independent parallel"
 """The ``sampler`` name of the independent parallel rows of a hitting table (k-Gibbs rows: ``"{k}-Gibbs"``)."""
 FIGURE3_CLAIMS = {
-    "fig3_reach": "k-Gibbs with k >= c reaches the heavy mode within its budget",
-    "fig3_coupling": "slower as J grows where a barrier is crossed (k < c, independent parallel)",
+    "fig3_reach": "k-Gibbs with k ≥ c reaches the heavy mode within its budget",
+    "fig3_coupling": "slower as J grows where a barrier is crossed (k < c; independent parallel)",
     "fig3_k": "faster as k grows",
     "fig3_stuck": "independent parallel past its budget at the strongest setting",
 }
