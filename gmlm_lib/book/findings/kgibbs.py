@@ -124,8 +124,11 @@ def _hit_table(hits: pd.DataFrame) -> pd.DataFrame:
 def parallel_table(hits: pd.DataFrame, field: float) -> pd.DataFrame:
     """The independent parallel rows of ``hits`` with ``median / scale``, the exact mean time to the
     first clique flip (:func:`first_flip`) and ``median / first flip`` added."""
-    ip = _hit_table(hits)
-    ip = ip[ip.sampler == IP].copy()
+    return _parallel(_hit_table(hits), field)
+
+
+def _parallel(hits: pd.DataFrame, field: float) -> pd.DataFrame:
+    ip = hits[hits.sampler == IP].copy()
     ip["median / scale"] = ip["median"] / ip["scale"]
     ip["first flip"] = first_flip(ip.J.to_numpy(), ip.c.to_numpy(), field)
     ip["median / first flip"] = ip["median"] / ip["first flip"]
@@ -170,7 +173,7 @@ def hitting(hits: pd.DataFrame, *, n: int, field: float) -> dict:
     top_J = max(hits.J)
     strong = ratio[(kg.J == top_J).to_numpy()]
     small = kg_all[(kg_all.k < kg_all.c) & (kg_all.J == top_J)]
-    ip = parallel_table(hits, field)
+    ip = _parallel(hits, field)
     cliques = sorted(set(hits.c))
 
     def per_clique(column):
@@ -178,13 +181,12 @@ def hitting(hits: pd.DataFrame, *, n: int, field: float) -> dict:
         return "; ".join(f"c = {c}: " + ", ".join(fmt(v) for v in ip[ip.c == c].sort_values("J")[column])
                          for c in cliques)
 
-    barrier = pd.concat([kg_all[kg_all.k < kg_all.c], ip.assign(k=-1)])
     where = {
         "fig3_reach": [f"c = {r.c}, J = {r.J}, k = {r.k}" for r in kg[~within].itertuples()],
-        "fig3_coupling": _monotone(barrier, ["c", "k"], "J", rising=True),
+        "fig3_coupling": _monotone(kg_all[kg_all.k < kg_all.c], ["c", "k"], "J", rising=True)
+                         + [f"{w}, independent parallel" for w in _monotone(ip, ["c"], "J", rising=True)],
         "fig3_k": _monotone(kg_all, ["c", "J"], "k", rising=False),
     }
-    where["fig3_coupling"] = [w.replace(", k = -1", ", independent parallel") for w in where["fig3_coupling"]]
     top_c = max(cliques)
     top_ip = ip[(ip.c == top_c) & (ip.J == top_J)]
     where["fig3_stuck"] = [f"c = {top_c}, J = {top_J}"] if np.isfinite(top_ip["median"]).any() else []
