@@ -59,3 +59,38 @@ def test_nothing_is_graded_from_a_missing_column_or_an_empty_one():
         theorem2.findings(_checks().drop(columns=theorem2.COLUMNS["order"]))
     with pytest.raises(ValueError, match="holds no value to grade"):
         theorem2.findings(_checks(order=(np.nan, np.nan)))
+
+
+
+def _mc(mild=((1.0, 0.8, 0.7), (0.5, 0.45, 0.46)), peaky=((2.0, np.nan, 1.5), (1.0, 0.9, 0.95))):
+    """(truth, N, k) rows for k = 1, 2, 3 out of 10 fits each: mild at N = 100, 1000; peaky at N = 500, 2000.
+    A NaN MSE is a cell where no fit converged; ``N x MSE / tr Gamma_k`` is ``N * MSE / 100``."""
+    rows = []
+    for truth, table, sizes in (("mild", mild, (100, 1000)), ("peaky", peaky, (500, 2000))):
+        for N, mses in zip(sizes, table):
+            for k, mse in enumerate(mses, start=1):
+                rows.append(dict(truth=truth, N=N, k=k, converged=10 if np.isfinite(mse) else 0, MSE=mse,
+                                 **{"N x MSE / tr Gamma_k": mse * N / 100}))
+    return pd.DataFrame(rows)
+
+
+def test_the_monte_carlo_findings_count_steps_ratios_and_convergence():
+    got = theorem2.monte_carlo(_mc(), 10)
+    assert got["mc_monotone_mild"] == 75.0  # 3 of its 4 steps decrease
+    assert got["mc_monotone_peaky"] == 50.0  # the two steps through the NaN cell are not counted: 1 of 2
+    assert (got["ratio_largest_min"], got["ratio_largest_max"]) == (4.5, 20.0)  # mild N = 1000, peaky N = 2000
+    assert (got["nonconverged"], got["fits_total"]) == (10, 120)
+    assert (got["worst_converged"], got["worst_truth"], got["worst_N"], got["worst_k"]) == (0, "peaky", 500, 2)
+
+
+def test_a_step_that_does_not_decrease_by_a_hair_is_not_counted():
+    assert theorem2.monte_carlo(_mc(mild=((1.0, 1.0, 0.999999),)), 10)["mc_monotone_mild"] == 50.0
+
+
+def test_the_monte_carlo_findings_refuse_what_they_cannot_count():
+    with pytest.raises(ValueError, match="'peaky' truth has no step"):
+        theorem2.monte_carlo(_mc(peaky=((np.nan, 1.0, np.nan),)), 10)
+    with pytest.raises(ValueError, match="repeats = 5"):
+        theorem2.monte_carlo(_mc(), 5)  # a cell with 10 converged of 5 fits
+    with pytest.raises(ValueError, match="lacks"):
+        theorem2.monte_carlo(_mc().drop(columns="MSE"), 10)

@@ -200,3 +200,66 @@ def test_theorem4_counts_the_fits_where_the_key_step_holds():
     fits = pd.DataFrame({"KL": [1.0, 2.0, 3.001], "gap": [1.0, 1.0, 1.0], "C_AT_upper": [1.0, 2.5, 3.0]})
     got = bounds.theorem4(fits)
     assert got["thm4_holds"] == "2 of 3" and got["ratio_max"] == 3.001
+
+
+def _sweep(**at_top):
+    """Three rules at couplings 0 and 0.8; ``at_top`` overrides (learn, mix) of a rule at 0.8."""
+    rows = []
+    for coupling in (0.0, 0.8):
+        for rule, (learn, mix) in dict(uniform=(2.0, 10.0), cluster=(1.5, 12.0), adaptive=(1.8, 8.0)).items():
+            if coupling == 0.8 and rule in at_top:
+                learn, mix = at_top[rule]
+            rows.append({"coupling in": coupling, "rule": rule, "tr Gamma / tr Gamma_MLE": learn, "C_P": mix})
+    return pd.DataFrame(rows)
+
+
+def test_the_adaptive_comparison_picks_each_best_rule_beside_uniform():
+    from gmlm_lib.book.findings import adaptive_masking
+
+    got = adaptive_masking.comparison(_sweep(adaptive=(1.499, 8.0)), 0.8)
+    assert got == dict(best_learn="adaptive", best_learn_ratio=1.499, uniform_learn_ratio=2.0, best_mix="adaptive",
+                       best_mix_cp=8.0, uniform_cp=10.0)
+    got = adaptive_masking.comparison(_sweep(adaptive=(1.501, 8.0), uniform=(2.0, 7.999)), 0.8)
+    assert (got["best_learn"], got["best_mix"], got["best_mix_cp"]) == ("cluster", "uniform", 7.999)
+    assert adaptive_masking.comparison(_sweep(), 0.0)["best_learn"] == "cluster"  # the coupling asked for, not the last
+
+
+def test_the_adaptive_comparison_refuses_what_it_cannot_compare():
+    from gmlm_lib.book.findings import adaptive_masking
+
+    with pytest.raises(ValueError, match="no row at coupling in = 0.5"):
+        adaptive_masking.comparison(_sweep(), 0.5)
+    with pytest.raises(ValueError, match="the 'uniform' rule"):
+        adaptive_masking.comparison(_sweep().query("rule != 'uniform'"), 0.8)
+    with pytest.raises(ValueError, match="non-finite"):
+        adaptive_masking.comparison(_sweep(cluster=(np.nan, 12.0)), 0.8)
+    with pytest.raises(ValueError, match="lacks the columns"):
+        adaptive_masking.comparison(_sweep().drop(columns="C_P"), 0.8)
+
+
+def _maps():
+    """n = 6: a J = 0 row, two k >= n - 2 rows, and the loosest cell at J = 0.5, k = 1."""
+    return pd.DataFrame([
+        dict(family="random", J=0.0, k=1, C_P=1.0, tightness=0.9999999999, **{"slow mode in span(T)": 1.0}),
+        dict(family="random", J=0.5, k=1, C_P=40.0, tightness=0.02, **{"slow mode in span(T)": 0.000123}),
+        dict(family="ferromagnet", J=0.5, k=4, C_P=3.0, tightness=0.999, **{"slow mode in span(T)": 0.5}),
+        dict(family="ferromagnet", J=0.2, k=6, C_P=1.0, tightness=1.0, **{"slow mode in span(T)": 0.9}),
+    ])
+
+
+def test_where_the_efficiency_bound_is_tight_and_loosest():
+    got = efficiency.tightness(_maps(), 6)
+    assert (got["tight_J0_min"], got["tight_J0_max"]) == (0.9999999999, 0.9999999999)
+    assert (got["tight_kn_min"], got["tight_kn_max"]) == (0.999, 1.0)
+    assert (got["loosest_ratio"], got["loosest_family"], got["loosest_J"], got["loosest_k"]) == (0.02, "random", 0.5, 1)
+    assert got["loosest_slow_pct"] == pytest.approx(0.0123, rel=1e-12)
+    assert (got["cp_min"], got["cp_max"]) == (1.0, 40.0)
+    assert np.isnan(efficiency.tightness(_maps()[lambda d: d.J > 0], 6)["tight_J0_min"])  # no J = 0 cell: NaN
+    assert efficiency.tightness(_maps(), 8)["tight_kn_max"] == 1.0  # k >= n - 2 follows n: only k = 6
+
+
+def test_the_efficiency_tightness_refuses_a_failed_cell():
+    with pytest.raises(ValueError, match="non-finite"):
+        efficiency.tightness(_maps().assign(tightness=[1.0, np.nan, 0.5, 0.5]), 6)
+    with pytest.raises(ValueError, match="lacks"):
+        efficiency.tightness(_maps().drop(columns="family"), 6)

@@ -200,6 +200,28 @@ def test_curie_weiss_is_every_pair_coupled_alike(n, J, h):
         ising.curie_weiss(0, J, h)
 
 
+@pytest.mark.parametrize("n", [2, 5, 6])
+def test_two_clusters_couple_inside_and_across(n):
+    m = ising.two_clusters(n, 0.6, 0.05, 0.1)
+    J = np.asarray(m.J)
+    half = n // 2
+    assert np.all(J[:half, :half][~np.eye(half, dtype=bool)] == 0.6) and np.all(J[:half, half:] == 0.05)
+    assert np.all(J[half:, half:][~np.eye(n - half, dtype=bool)] == 0.6) and np.all(np.diag(J) == 0)
+    np.testing.assert_array_equal(np.asarray(m.h), np.full(n, 0.1))
+    assert abs(float(ising.log_partition(m)) - brute.log_z(J, np.full(n, 0.1))) < TOL
+    with pytest.raises(ValueError, match="two clusters"):
+        ising.two_clusters(1, 0.6, 0.05, 0.1)
+
+
+def test_two_modes_is_the_noise_model_plus_a_ferromagnetic_coupling():
+    key = jax.random.key(3)
+    base, peaky = ising.random_model(key, 5, 0.1, 0.1), ising.two_modes(key, 5, 0.5)
+    np.testing.assert_allclose(np.asarray(peaky.J) - np.asarray(base.J), 0.5 * (1 - np.eye(5)), rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(np.asarray(peaky.h), np.asarray(base.h))
+    p = np.asarray(ising.probabilities(peaky))  # the two modes are the two most probable states
+    assert set(np.argsort(p)[-2:]) == {0, 2**5 - 1}
+
+
 @pytest.mark.parametrize("J", [-10.0, 0.5, 10.0])
 def test_log_partition_stable_at_n20(J):
     """n = 20 (the enumeration limit) with |J| = 10: chunked log-sum-exp equals the closed form."""

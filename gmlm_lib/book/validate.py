@@ -1,16 +1,19 @@
-"""Range checks of a chapter's parameters, in one cell at its top, before any work.
+"""Range checks of a chapter's parameters, run at its top, before any work.
 
 The runner already checks names and types against the parameters cell (:mod:`gmlm_lib.book.runner`);
 what a value *means* (a probability, a size the exact numerics can enumerate, a non-empty sweep)
-only the chapter knows. Each check names the parameter, what it got and what it needs::
+only the chapter knows. Each chapter's findings module holds a frozen ``Params`` dataclass
+(a :class:`ChapterParams`) whose ``check`` states those ranges, so they are tested code; the chapter
+calls ``Params.of(globals())`` once. Each check names the parameter, what it got and what it needs::
 
     require(2 <= n <= 12, "n", n, "an integer in [2, 12]: the exact numerics enumerate 2^n states")
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 
 def require(ok: bool, name: str, value, need: str) -> None:
@@ -35,3 +38,76 @@ def count(value, minimum: int = 0) -> bool:
 def positive_ints(values, minimum: int = 1) -> bool:
     """True when ``values`` is a non-empty list of integers, each at least ``minimum``."""
     return isinstance(values, (list, tuple)) and len(values) > 0 and all(count(v, minimum) for v in values)
+
+
+def numbers(values, minimum: float | None = None) -> bool:
+    """True when ``values`` is a non-empty list of finite numbers, each at least ``minimum`` if given."""
+    return (isinstance(values, (list, tuple)) and len(values) > 0 and finite(values)
+            and (minimum is None or all(v >= minimum for v in values)))
+
+
+@dataclasses.dataclass(frozen=True)
+class ChapterParams:
+    """Base of a chapter's ``Params``: a frozen dataclass with one field per name of the chapter's
+    ``parameters`` cell, whose :meth:`check` raises ``ValueError`` naming the first parameter out of range.
+    Every chapter has ``seed`` (the root of its random keys) and ``install_ref`` (the revision its Colab
+    cell installs), checked here; a subclass states its fields' ranges in ``check`` with the helpers below
+    (which name each parameter once), then declares the fields in the parameters cell's order. Building one is the chapter's validation; its
+    :meth:`record` is what :func:`gmlm_lib.book.provenance.start` stores."""
+
+    seed: int
+    install_ref: str
+
+    def __post_init__(self):
+        self.need(isinstance(self.install_ref, str) and self.install_ref.strip() != "", "install_ref",
+                  "a non-empty git revision (a branch, tag or commit) as a string")
+        self.integer("seed", 0)
+        self.check()
+
+    def check(self) -> None:
+        """Each parameter's range; a subclass states them."""
+        raise NotImplementedError(f"{type(self).__name__} must define check().")
+
+    def need(self, ok: bool, name: str, what: str) -> None:
+        """:func:`require` for the field ``name``: unless ``ok``, a ``ValueError`` saying it must be ``what``."""
+        require(ok, name, getattr(self, name), what)
+
+    def integer(self, name: str, low: int, high: int | None = None, why: str = "") -> None:
+        """Field ``name`` is an integer (not a bool) in ``[low, high]`` (``high`` None: no upper end)."""
+        value = getattr(self, name)
+        what = f"an integer in [{low}, {high}]" if high is not None else f"an integer >= {low}"
+        self.need(count(value, low) and (high is None or value <= high), name, what + (f" ({why})" if why else ""))
+
+    def number(self, name: str, low: float | None = None, why: str = "") -> None:
+        """Field ``name`` is a finite number, at least ``low`` if given."""
+        value = getattr(self, name)
+        what = "a finite number" + (f" >= {low}" if low is not None else "")
+        self.need(finite(value) and (low is None or value >= low), name, what + (f" ({why})" if why else ""))
+
+    def numbers(self, name: str, low: float | None = None, why: str = "") -> None:
+        """Field ``name`` is a non-empty list of finite numbers, each at least ``low`` if given."""
+        what = "a non-empty list of finite numbers" + (f" >= {low}" if low is not None else "")
+        self.need(numbers(getattr(self, name), low), name, what + (f" ({why})" if why else ""))
+
+    def integers(self, name: str, low: int = 1, high: int | None = None, why: str = "") -> None:
+        """Field ``name`` is a non-empty list of integers in ``[low, high]`` (``high`` None: no upper end)."""
+        values = getattr(self, name)
+        what = f"a non-empty list of integers in [{low}, {high}]" if high is not None else \
+            f"a non-empty list of integers >= {low}"
+        self.need(positive_ints(values, low) and (high is None or max(values) <= high), name,
+                  what + (f" ({why})" if why else ""))
+
+    @classmethod
+    def of(cls, namespace: Mapping):
+        """The parameters of ``namespace`` (a chapter's ``globals()``), checked. A field the namespace
+        lacks is a ``NameError`` naming it: the chapter's parameters cell and ``cls`` disagree."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = [name for name in names if name not in namespace]
+        if missing:
+            raise NameError(f"{cls.__module__}.{cls.__name__} needs the parameters {missing}, which the chapter's "
+                            "parameters cell does not define: run the chapter from its top.")
+        return cls(**{name: namespace[name] for name in names})
+
+    def record(self) -> dict:
+        """``{name: value}`` of every parameter (``seed`` and ``install_ref`` first)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -57,6 +57,8 @@ __all__ = [
     "light_mode_states",
     "in_heavy_mode",
     "curie_weiss",
+    "two_clusters",
+    "two_modes",
 ]
 
 MAX_EXACT_N = 20
@@ -529,3 +531,22 @@ def curie_weiss(n: int, J: float, h: float) -> IsingModel:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be a number of sites, an integer >= 1; got {n!r}.")
     return ising_model(float(J) * (np.ones((n, n)) - np.eye(n)), np.full(n, float(h)))
+
+
+def two_clusters(n: int, J_in: float, J_out: float, h: float) -> IsingModel:
+    """Two clusters, sites ``0 .. n // 2 - 1`` and the rest: every pair inside a cluster coupled with
+    ``J_in``, every pair across with ``J_out``, every site the field ``h``. The model of the adaptive-masking
+    chapter, where a rule that masks a cluster's sites together is compared with uniform masks."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
+        raise ValueError(f"n must be a number of sites, an integer >= 2 (two clusters); got {n!r}.")
+    cluster = np.arange(n) < n // 2
+    J = np.where(cluster[:, None] == cluster[None, :], float(J_in), float(J_out)) * (1 - np.eye(n))
+    return ising_model(J, np.full(n, float(h)))
+
+
+def two_modes(key: jax.Array, n: int, coupling: float, noise: float = 0.1) -> IsingModel:
+    """A ferromagnet with two modes (all +1, all -1) and random noise: :func:`random_model` with scale
+    ``noise`` for its couplings and fields, plus ``coupling`` on every pair. The *peaky* truth of the
+    chapter on Theorem 2, where maximum likelihood's advantage over small masks is largest."""
+    base = random_model(key, n, noise, noise)
+    return ising_model(np.asarray(base.J) + float(coupling) * (1 - np.eye(n)), base.h)

@@ -11,7 +11,8 @@ chapter's markdown, so rewording one needs ``make sync``, not a rerun.
 from gmlm_lib.book.findings.rules import ALPHA, compare, grade, listed, significant
 from gmlm_lib.core.lazy import attach as _attach
 
-_MODULES = ("rules", "padir", "stutter", "dependency_decoding", "parallel_rules", "ablations", "masking_more", "testbed",
-            "efficiency", "bounds", "kgibbs")
+_MODULES = ("rules", "padir", "stutter", "dependency_decoding", "parallel_rules", "ablations", "masking_more",
+            "testbed", "efficiency", "bounds", "kgibbs", "adaptive_masking", "conditionals_to_joint",
+            "one_parallel_step")
 __all__ = ["ALPHA", "compare", "grade", "listed", "significant", *_MODULES]
 __getattr__, __dir__ = _attach(__name__, _MODULES)

@@ -20,15 +20,17 @@ already misses it (measurements of one program each, not bounds on every impleme
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pandas as pd
 
 from gmlm_lib.book.findings.rules import listed
+from gmlm_lib.book.validate import ChapterParams, finite
 
-__all__ = ["FIGURE3_CLAIMS", "IP", "SPEED_BAR", "benchmark", "first_flip", "gibbs_scale", "hitting", "parallel_scale",
-           "parallel_table"]
+__all__ = ["FIGURE3_CLAIMS", "IP", "SPEED_BAR", "Params", "benchmark", "first_flip", "gibbs_scale", "hitting",
+           "parallel_scale", "parallel_table"]
 
 IP = "independent parallel"
 """The ``sampler`` name of the independent parallel rows of a hitting table (k-Gibbs rows: ``"{k}-Gibbs"``)."""
@@ -207,3 +209,39 @@ def hitting(hits: pd.DataFrame, *, n: int, field: float) -> dict:
         out[f"{name}_where"] = "; ".join(broken) if broken else "none"
     out["fig3_verdict"] = "met" if all(out[name] == "met" for name in FIGURE3_CLAIMS) else "missed"
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Params(ChapterParams):
+    """The parameters of ``notebooks/kgibbs_vs_parallel.md`` (their meaning: its parameters cell), checked
+    when built: the clique sizes fit in ``n`` sites, the budgets and chain counts are positive, ``field > 0``
+    makes ``X_+`` the heavier mode [Eq. 6], and the benchmark's ``k`` fit in its smallest size."""
+
+    def check(self) -> None:
+        self.integer("n", 3)
+        self.integers("cliques", 2, self.n, "clique sizes")
+        self.numbers("couplings")
+        self.need(finite(self.field) and self.field > 0, "field", "a finite number > 0 (it makes X_+ the heavier mode)")
+        for name in ("chains", "gibbs_steps", "parallel_steps", "figure_steps", "bench_chains"):
+            self.integer(name, 1)
+        self.integer("figure_clique", 2, self.n, "a clique size")
+        self.number("figure_coupling")
+        self.integers("bench_sizes", 2)
+        self.integers("bench_ks", 1, min(self.bench_sizes), "at most the smallest of bench_sizes")
+        self.need(finite(self.bench_min_time) and self.bench_min_time > 0, "bench_min_time", "a number of seconds > 0")
+
+    # the fields: the parameters cell's names in its order (seed and install_ref: ChapterParams)
+    n: int
+    cliques: list
+    couplings: list
+    field: float
+    chains: int
+    gibbs_steps: int
+    parallel_steps: int
+    figure_clique: int
+    figure_coupling: float
+    figure_steps: int
+    bench_sizes: list
+    bench_chains: int
+    bench_ks: list
+    bench_min_time: float

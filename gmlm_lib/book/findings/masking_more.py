@@ -14,12 +14,15 @@ k-pseudolikelihood and the asymptotic covariances Gamma_k. Three statements are 
 
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import pandas as pd
 
 from gmlm_lib.book.findings.rules import grade
+from gmlm_lib.book.validate import ChapterParams
+from gmlm_lib.ising.fisher import MAX_EXACT_N
 
-__all__ = ["EQUALITY_BAR", "ORDER_SLACK", "EPS", "COLUMNS", "envelopes", "findings"]
+__all__ = ["EQUALITY_BAR", "ORDER_SLACK", "EPS", "COLUMNS", "Params", "envelopes", "findings", "monte_carlo"]
 
 EQUALITY_BAR = 1e-10
 """The largest entry of ``|H - Sigma|`` (and excess of a generalised eigenvalue over 1) that still counts as equal."""
@@ -75,3 +78,63 @@ def findings(checks: pd.DataFrame) -> dict:
         order_verdict=grade(min_env, -ORDER_SLACK, at_least=True),
         gen_eig_verdict=grade(max_gen, 1 + EQUALITY_BAR, at_least=False),
     )
+
+
+def monte_carlo(mc: pd.DataFrame, repeats: int) -> dict:
+    """The glued findings of the Monte Carlo table (paper Figures 1-2). ``mc``: one row per (truth, N, k)
+    with ``truth``, ``N``, ``k``, ``converged`` (fits of the ``repeats`` with a finite minimiser), ``MSE``
+    (mean over the converged fits; NaN when none) and ``N x MSE / tr Gamma_k``. Returns, per truth in
+    ``mc_monotone_<truth>``, the percent of steps from k to k+1 (over its N) where the mean error decreases,
+    among the steps with both errors finite; the range of ``N x MSE / tr Gamma_k`` at each truth's largest
+    N (``ratio_largest_min``, ``ratio_largest_max``); the fits without a finite minimiser
+    (``nonconverged`` of ``fits_total``) and the cell with the fewest converged (``worst_converged``,
+    ``worst_truth``, ``worst_N``, ``worst_k``)."""
+    needed = ("truth", "N", "k", "converged", "MSE", "N x MSE / tr Gamma_k")
+    missing = [c for c in needed if c not in mc.columns]
+    if missing or len(mc) == 0:
+        raise ValueError(f"mc must be a non-empty table with the columns {list(needed)}; it lacks {missing}.")
+    if not (isinstance(repeats, int) and repeats >= 1) or not mc.converged.between(0, repeats).all():
+        raise ValueError(f"repeats = {repeats!r} must be an integer >= 1 and at least every cell's converged count.")
+    found = {}
+    for truth, rows in mc.groupby("truth", sort=False):
+        steps = np.concatenate([np.diff(g.sort_values("k").MSE.to_numpy(dtype=float)) for _, g in rows.groupby("N")])
+        steps = steps[np.isfinite(steps)]
+        if steps.size == 0:
+            raise ValueError(f"the {truth!r} truth has no step from k to k+1 with both errors finite: "
+                             "nothing to count.")
+        found[f"mc_monotone_{truth}"] = 100 * float(np.mean(steps < 0))
+    largest = mc[mc.N == mc.groupby("truth").N.transform("max")]["N x MSE / tr Gamma_k"].to_numpy(dtype=float)
+    largest = largest[np.isfinite(largest)]
+    nan = float("nan")
+    worst = mc.loc[mc.converged.idxmin()]
+    return dict(found, ratio_largest_min=float(largest.min()) if largest.size else nan,
+                ratio_largest_max=float(largest.max()) if largest.size else nan,
+                nonconverged=int((repeats - mc.converged).sum()), fits_total=repeats * len(mc),
+                worst_converged=int(worst.converged), worst_truth=str(worst.truth), worst_N=int(worst.N),
+                worst_k=int(worst.k))
+
+
+@dataclasses.dataclass(frozen=True)
+class Params(ChapterParams):
+    """The parameters of ``notebooks/masking_more.md`` (their meaning: its parameters cell), checked when
+    built: the asymptotic covariances are exact sums over ``2^n`` states (``n`` at most
+    :data:`gmlm_lib.ising.fisher.MAX_EXACT_N`), the models split into mild and peaky halves, and each
+    Monte Carlo mean has a spread."""
+
+    def check(self) -> None:
+        self.integer("n", 2, MAX_EXACT_N, "the asymptotic covariances are exact sums over 2^n states")
+        self.integer("num_models", 2, why="half mild, half peaky")
+        self.number("mild_scale", 0, "a standard deviation")
+        self.number("peaky_coupling")
+        self.integer("repeats", 2, why="a Monte Carlo mean and its spread")
+        self.integers("sizes_mild", 1, why="training-set sizes")
+        self.integers("sizes_peaky", 1, why="training-set sizes")
+
+    # the fields: the parameters cell's names in its order (seed and install_ref: ChapterParams)
+    n: int
+    num_models: int
+    mild_scale: float
+    peaky_coupling: float
+    repeats: int
+    sizes_mild: list
+    sizes_peaky: list

@@ -13,16 +13,18 @@ Input tables (pandas):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pandas as pd
 
 from gmlm_lib.book.findings.rules import compare, grade
+from gmlm_lib.book.validate import ChapterParams, numbers, positive_ints
 from gmlm_lib.core.unmasking import RULES_2025
-from gmlm_lib.ising.unmasking import envelope
+from gmlm_lib.ising.unmasking import MAX_EXACT_UNMASK_N, envelope
 
-__all__ = ["RATIO_TARGET", "FLOOR", "ours_vs_best", "best_by_budget", "li_cai_check", "findings", "best_2025_by_T",
-           "translation", "frontiers_agree"]
+__all__ = ["RATIO_TARGET", "FLOOR", "Params", "ours_vs_best", "best_by_budget", "li_cai_check", "findings",
+           "best_2025_by_T", "translation", "frontiers_agree"]
 
 RATIO_TARGET = 1.0
 """Ours "at least matches" the best 2025 rule when its exact KL is at most the best one's at every
@@ -216,3 +218,40 @@ def frontiers_agree(ising_target: str, translation_target: str) -> tuple[str, st
         ("missed", "met"): ("disagree", "ours falls short of the best 2025 rule on the Ising testbed but is not "
                                         "significantly worse on translation"),
     }[(ising_target, translation_target)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Params(ChapterParams):
+    """The parameters of ``notebooks/parallel_rules.md`` (their meaning: its parameters cell), checked when
+    built: exact enumeration visits ``3^n`` partial states (``n`` at most
+    :data:`gmlm_lib.ising.unmasking.MAX_EXACT_UNMASK_N`), the fixed schedules take at most ``n`` passes,
+    the thresholds are probabilities, DUS blocks are powers of two."""
+
+    def check(self) -> None:
+        self.integer("n", 4, MAX_EXACT_UNMASK_N, "exact enumeration visits 3^n partial states")
+        for name in ("weak", "strong", "field", "clique_J", "ferro_J", "delta"):
+            self.number(name, 0)
+        self.integers("schedules", 1, self.n, "numbers of passes")
+        for name in ("taus", "factors", "gammas", "budgets"):
+            self.need(numbers(getattr(self, name)) and min(getattr(self, name)) > 0, name,
+                      "a non-empty list of numbers > 0")
+        self.need(max(self.taus) <= 1, "taus", "confidence thresholds in (0, 1]")
+        self.need(positive_ints(self.blocks, 2) and all(b & (b - 1) == 0 for b in self.blocks), "blocks",
+                  "a list of powers of two >= 2")
+        self.integer("mc_samples", 100)
+
+    # the fields: the parameters cell's names in its order (seed and install_ref: ChapterParams)
+    n: int
+    weak: float
+    strong: float
+    field: float
+    clique_J: float
+    ferro_J: float
+    delta: float
+    schedules: list
+    taus: list
+    factors: list
+    gammas: list
+    blocks: list
+    budgets: list
+    mc_samples: int

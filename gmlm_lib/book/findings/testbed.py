@@ -7,11 +7,14 @@ at Theorem 2 asks whether the mean squared parameter error of k-MPLE decreases s
 
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 
 from gmlm_lib.book.findings.rules import grade
+from gmlm_lib.book.validate import ChapterParams
+from gmlm_lib.ising.model import MAX_EXACT_N
 
-__all__ = ["Z_BAR", "sampler", "ordered"]
+__all__ = ["Z_BAR", "Params", "sampler", "ordered"]
 
 Z_BAR = 4.5
 """Largest ``|z|`` of any state's frequency that passes (about a 1-in-150,000 tail for one state)."""
@@ -38,3 +41,35 @@ def ordered(errors) -> str:
     if errors.ndim != 1 or errors.size < 2 or not np.all(np.isfinite(errors)):
         raise ValueError(f"errors must be at least two finite numbers, one per k; got {errors!r}.")
     return "yes" if bool(np.all(np.diff(errors) < 0)) else "no"
+
+
+@dataclasses.dataclass(frozen=True)
+class Params(ChapterParams):
+    """The parameters of ``notebooks/gmlm_ising_testbed.md`` (their meaning: its parameters cell), checked
+    when built: the exact law enumerates ``2^n`` states (``n`` and ``eq6_c`` at most
+    :data:`gmlm_lib.ising.model.MAX_EXACT_N`), the mask sizes fit in ``n``, errors are averaged over at
+    least two training sets."""
+
+    def check(self) -> None:
+        self.integer("n", 2, MAX_EXACT_N, "the exact law enumerates 2^n states")
+        self.number("coupling_scale", 0, "a standard deviation")
+        self.number("field_scale", 0, "a standard deviation")
+        self.integer("num_samples", 1)
+        self.integer("repeats", 2, why="errors are averaged over them")
+        self.integers("ks", 1, self.n, "mask sizes")
+        self.integer("eq6_c", 2, MAX_EXACT_N, "a clique size")
+        self.number("eq6_h")
+        self.numbers("eq6_J")
+        self.integer("sampler_checks", 1)
+
+    # the fields: the parameters cell's names in its order (seed and install_ref: ChapterParams)
+    n: int
+    coupling_scale: float
+    field_scale: float
+    num_samples: int
+    repeats: int
+    ks: list
+    eq6_c: int
+    eq6_h: float
+    eq6_J: list
+    sampler_checks: int
