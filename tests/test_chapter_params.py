@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from gmlm_lib.book import sources
-from gmlm_lib.book.findings import (adaptive_masking, conditionals_to_joint, efficiency, kgibbs, masking_more,
-                                    one_parallel_step, parallel_rules, testbed)
+from gmlm_lib.book.findings import (ablations, adaptive_masking, conditionals_to_joint, efficiency, kgibbs,
+                                    masking_more, one_parallel_step, parallel_rules, testbed)
 from gmlm_lib.book.validate import ChapterParams
+from gmlm_lib.mt import config
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = {  # chapter: the Params that its validation cell builds
@@ -116,3 +117,43 @@ def test_a_params_class_without_checks_is_refused():
         Unchecked(seed=0, install_ref="main")
     with pytest.raises(ValueError, match="parameter seed = -1"):  # the shared fields are checked first
         Unchecked(seed=-1, install_ref="main")
+
+
+def _staged_ablations():
+    return sources.parameters_cell(sources.read_text_notebook(ROOT / "staged" / "ablations.md"))
+
+
+def test_the_staged_ablations_chapter_is_checked_by_its_params():
+    """The GPU run's ablations chapter (staged/ablations.md): its parameters cell is the Params' fields, and
+    its defaults and smoke profile pass."""
+    import yaml
+
+    defaults = _staged_ablations()
+    assert sorted(f.name for f in dataclasses.fields(ablations.Params)) == sorted(defaults)
+    assert ablations.Params.of(defaults).record() == defaults
+    smoke = yaml.safe_load((ROOT / "staged" / "smoke.yaml").read_text())["ablations"]
+    ablations.Params(**{**defaults, **smoke})
+    text = (ROOT / "staged" / "ablations.md").read_text()
+    assert text.count("ablation_findings.Params.of(globals())") == 1 and "require(" not in text
+    for name in defaults:  # every parameter has a check that names it
+        with pytest.raises(ValueError, match=f"parameter {name} = "):
+            ablations.Params(**{**defaults, name: b"x"})
+
+
+@pytest.mark.parametrize("backend, steps, seconds", [("gpu", 1200, 300.0), ("tpu", 1200, 300.0), ("cpu", 120, 0.0)])
+def test_the_ablations_none_defaults_are_resolved_by_backend(backend, steps, seconds):
+    params = ablations.Params.of({**_staged_ablations(), "variant_steps": None, "train_seconds": None,
+                                  "decode_buckets": None})
+    got = params.resolved(backend)
+    buckets = list(config.get(params.preset).decode_buckets)  # the preset's ("auto": by this machine's backend)
+    assert (got.variant_steps, got.train_seconds, got.decode_buckets) == (steps, seconds, buckets)
+    given = dataclasses.replace(params, variant_steps=0, train_seconds=1.5, decode_buckets=[16]).resolved(backend)
+    assert (given.variant_steps, given.train_seconds, given.decode_buckets) == (0, 1.5, [16])  # a value given stays
+
+
+@pytest.mark.parametrize("name, bad", [("variants", {"baseline": {"stages": 1}}), ("variants", {"x": {}}),
+                                       ("tgt_lang", "en"), ("train_seconds", -1.0), ("variant_steps", -1),
+                                       ("decode_buckets", [])])
+def test_the_ablations_ranges(name, bad):
+    with pytest.raises(ValueError, match=f"parameter {name} = "):
+        ablations.Params(**{**_staged_ablations(), name: bad})

@@ -8,12 +8,15 @@ and numbers they glue.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 
 from gmlm_lib.book.findings.rules import ALPHA, compare, grade, listed
+from gmlm_lib.book.validate import ChapterParams, count, finite, positive_ints
 
-__all__ = ["BUDGET_MIN", "STEPS_FLOOR", "VARIANTS", "WORDS", "choice_verdict", "rates", "grid", "budget_text",
-           "steps_findings", "findings"]
+__all__ = ["ACCELERATOR_SECONDS", "ACCELERATOR_STEPS", "BUDGET_MIN", "CPU_STEPS", "Params", "RESERVED", "STEPS_FLOOR",
+           "VARIANTS", "WORDS", "choice_verdict", "rates", "grid", "budget_text", "steps_findings", "findings"]
 
 BUDGET_MIN = 120.0
 """The chapter's budget: training and evaluation, minutes."""
@@ -133,3 +136,85 @@ def findings(table: pd.DataFrame, cells: pd.DataFrame, *, base_rate: float, vari
     out["choices_supported"] = sum(out[f"{key}_verdict"] == WORDS[-1] for key in ("stage", "pos", "dist")) + \
         (out["unmask_verdict"] == "our numbers agree")
     return {**out, **grid(cells)}
+
+
+ACCELERATOR_STEPS = STEPS_FLOOR
+"""``variant_steps=None`` on a GPU or TPU: updates of the baseline and of every variant."""
+CPU_STEPS = 120
+"""``variant_steps=None`` on a CPU: the updates of the chapter's first run, its budget on 2 cores."""
+ACCELERATOR_SECONDS = 300.0
+"""``train_seconds=None`` on a GPU or TPU: the wall-time budget of every update trained in the chapter (room
+for 7 models x 1,200 updates of up to 35 ms; a PaDIR update took 32 ms at the median on the first full-size
+H200 run). On a CPU, None means no budget (0)."""
+RESERVED = ("baseline", "no distillation", "no stutter re-masking")
+"""Row names of the chapter's table that no variant may take (they are rows of their own)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Params(ChapterParams):
+    """The parameters of the ablations chapter (their meaning: its parameters cell), checked when built.
+    Three may be None, meaning "by backend": :meth:`resolved` fills them in before the chapter records them."""
+
+    def check(self) -> None:
+        for name in ("padir_run", "preset", "src_lang", "tgt_lang", "data_dir", "run_root"):
+            self.need(isinstance(getattr(self, name), str), name, "a string")
+        self.need(self.src_lang != self.tgt_lang, "tgt_lang", f"a language other than src_lang ({self.src_lang!r})")
+        self.integer("train_sentences", 1, why="pairs of the smoke profile's stand-in")
+        self.integer("test_sentences", 0, why="0: the whole test split")
+        self.need(self.variant_steps is None or count(self.variant_steps, 0), "variant_steps",
+                  "None, 0 (the PaDIR chapter's padir_steps) or an integer >= 1 of updates")
+        self.need(self.train_seconds is None or (finite(self.train_seconds) and 0 <= self.train_seconds < 1e9),
+                  "train_seconds", "None, 0 (no budget) or a number of seconds > 0")
+        self.need(isinstance(self.baseline_changes, dict), "baseline_changes", "a dict of TrainConfig or ModelConfig "
+                  "fields, e.g. {'unmasking_rate': 0.1}, or {} for the PaDIR chapter's recipe")
+        self.need(isinstance(self.variants, dict) and len(self.variants) > 0
+                  and all(isinstance(k, str) and isinstance(v, dict) and v for k, v in self.variants.items()),
+                  "variants", "a non-empty dict of name: {field: value} changes to the baseline, e.g. "
+                  "{'1 training stage': {'stages': 1}}")
+        self.need(not set(RESERVED) & set(self.variants), "variants",
+                  f"names other than {sorted(RESERVED)} (rows of their own)")
+        for name, why in (("eval_steps", "refinement passes"), ("eval_hyps", "length hypotheses"),
+                          ("batch_size", "sentences a decoding batch"), ("latency_sentences", "timed at batch 1"),
+                          ("bootstrap_samples", "paired-bootstrap resamples")):
+            self.integer(name, 1, why=why)
+        self.integers("grid_steps", 1)
+        self.integers("grid_hyps", 1)
+        self.need(self.decode_buckets is None or positive_ints(self.decode_buckets), "decode_buckets",
+                  "None (the preset's) or a non-empty list of integers >= 1")
+
+    def resolved(self, backend: str) -> "Params":
+        """These parameters with each None filled in for ``backend`` (``jax.default_backend()``):
+        ``variant_steps`` (:data:`ACCELERATOR_STEPS` on a GPU or TPU, :data:`CPU_STEPS` on a CPU),
+        ``train_seconds`` (:data:`ACCELERATOR_SECONDS`, or 0: no budget) and ``decode_buckets`` (the
+        preset's, :func:`gmlm_lib.mt.config.get`: one bucket on an accelerator, three on a CPU)."""
+        from gmlm_lib.mt import config
+
+        accelerator = backend in ("gpu", "tpu")
+        steps = ACCELERATOR_STEPS if accelerator else CPU_STEPS
+        seconds = ACCELERATOR_SECONDS if accelerator else 0.0
+        buckets = list(config.get(self.preset).decode_buckets) if self.decode_buckets is None else self.decode_buckets
+        return dataclasses.replace(
+            self, variant_steps=steps if self.variant_steps is None else self.variant_steps,
+            train_seconds=seconds if self.train_seconds is None else self.train_seconds, decode_buckets=buckets)
+
+    # the fields: the parameters cell's names in its order (seed and install_ref: ChapterParams)
+    padir_run: str
+    preset: str
+    src_lang: str
+    tgt_lang: str
+    data_dir: str
+    train_sentences: int
+    test_sentences: int
+    variant_steps: int | None
+    train_seconds: float | None
+    baseline_changes: dict
+    variants: dict
+    run_root: str
+    eval_steps: int
+    eval_hyps: int
+    grid_steps: list
+    grid_hyps: list
+    decode_buckets: list | None
+    batch_size: int
+    latency_sentences: int
+    bootstrap_samples: int
