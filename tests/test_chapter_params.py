@@ -44,9 +44,10 @@ def test_the_fields_are_the_parameters_cell_and_its_defaults_pass(chapter):
     assert cls.of(defaults).record() == defaults
     smoke = sources.smoke_overrides(ROOT).get(chapter, {})
     assert cls(**{**defaults, **smoke}).record() == {**defaults, **smoke}
-    # the chapter builds exactly this class, once, and checks nothing in a cell of its own
-    assert _text(chapter).count(".Params.of(globals())") == 1
-    assert "require(" not in _text(chapter)
+    # the chapter imports this class's module, builds its Params once, and checks nothing in a cell of its own
+    text = _text(chapter)
+    assert f"from gmlm_lib.book.findings import {cls.__module__.rsplit('.', 1)[1]} as " in text
+    assert text.count(".Params.of(globals())") == 1 and "require(" not in text
 
 
 @pytest.mark.parametrize("chapter", sorted(PARAMS))

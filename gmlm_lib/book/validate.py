@@ -52,8 +52,8 @@ class ChapterParams:
     ``parameters`` cell, whose :meth:`check` raises ``ValueError`` naming the first parameter out of range.
     Every chapter has ``seed`` (the root of its random keys) and ``install_ref`` (the revision its Colab
     cell installs), checked here; a subclass states its fields' ranges in ``check`` with the helpers below
-    (which name each parameter once), then declares the fields in the parameters cell's order. Building one is the chapter's validation; its
-    :meth:`record` is what :func:`gmlm_lib.book.provenance.start` stores."""
+    (which name each parameter once), then declares the fields in the parameters cell's order. Building one
+    is the chapter's validation; its :meth:`record` is what :func:`gmlm_lib.book.provenance.start` stores."""
 
     seed: int
     install_ref: str
