@@ -507,9 +507,8 @@ def light_mode_states(chains: int, n: int, c: int) -> jax.Array:
     clique sites ``0..c-1`` at -1, the other sites at +1. Returns (chains, n) int8, the start from
     which the paper's Figure 3 and its hitting times are measured."""
     _check_clique(n, c)
-    if isinstance(chains, bool) or not isinstance(chains, (int, np.integer)) or chains < 1:
-        raise ValueError(f"chains must be an integer >= 1; got {chains!r}.")
-    x = np.ones((int(chains), int(n)), dtype=np.int8)
+    chains = checks.integer(chains, "chains", low=1)
+    x = np.ones((chains, int(n)), dtype=np.int8)
     x[:, :c] = -1
     return jnp.asarray(x)
 
@@ -518,8 +517,7 @@ def in_heavy_mode(xs: jax.Array, c: int) -> jax.Array:
     """Whether each state is in the heavy mode ``X_+ = {x_C = +1}`` of :func:`clique_plus_independent`
     [Eq. 7]: every clique site ``0..c-1`` at +1. (..., n) -> (...) bool; traceable, so it serves as a
     sampler's hitting target (``functools.partial(in_heavy_mode, c=c)``)."""
-    if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or not 1 <= c <= xs.shape[-1]:
-        raise ValueError(f"c must be a clique size in [1, n = {xs.shape[-1]}]; got {c!r}.")
+    c = checks.integer(c, "c", low=1, high=xs.shape[-1], fix=f"c is a clique size of the n = {xs.shape[-1]} sites.")
     return jnp.all(xs[..., :c] > 0, axis=-1)
 
 
@@ -528,8 +526,7 @@ def curie_weiss(n: int, J: float, h: float) -> IsingModel:
     (``J_ij = J`` for i != j) and every site the field ``h``. Ferromagnetic for ``J > 0``, with two
     modes (all +1, all -1) once ``J (n - 1)`` is well above 1; pass ``J = beta / (n - 1)`` for the
     mean-field scaling, whose critical point ``beta = 1`` does not move with ``n``."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be a number of sites, an integer >= 1; got {n!r}.")
+    n = checks.integer(n, "n", low=1, fix="n is the number of sites.")
     return ising_model(float(J) * (np.ones((n, n)) - np.eye(n)), np.full(n, float(h)))
 
 
@@ -537,8 +534,7 @@ def two_clusters(n: int, J_in: float, J_out: float, h: float) -> IsingModel:
     """Two clusters, sites ``0 .. n // 2 - 1`` and the rest: every pair inside a cluster coupled with
     ``J_in``, every pair across with ``J_out``, every site the field ``h``. The model of the adaptive-masking
     chapter, where a rule that masks a cluster's sites together is compared with uniform masks."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
-        raise ValueError(f"n must be a number of sites, an integer >= 2 (two clusters); got {n!r}.")
+    n = checks.integer(n, "n", low=2, fix="n is the number of sites, at least one in each of the two clusters.")
     cluster = np.arange(n) < n // 2
     J = np.where(cluster[:, None] == cluster[None, :], float(J_in), float(J_out)) * (1 - np.eye(n))
     return ising_model(J, np.full(n, float(h)))
