@@ -1,6 +1,7 @@
 """Each chapter's parameters, checked by its findings module's frozen ``Params`` (gmlm_lib.book.validate):
 the fields are the parameters cell's names, the defaults and the smoke profile pass, every parameter
-has a check that names it, and the ranges hold at their edges."""
+has a check that names it, and the ranges hold at their edges. A chapter staged for the GPU run
+(``staged/NAME.md``, which that run executes and promotes) is checked in its staged source."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from gmlm_lib.book import sources
-from gmlm_lib.book.findings import (ablations, adaptive_masking, conditionals_to_joint, efficiency, kgibbs,
-                                    masking_more, one_parallel_step, parallel_rules, testbed)
+from gmlm_lib.book.findings import (ablations, adaptive_masking, conditionals_to_joint, dependency_decoding,
+                                    efficiency, kgibbs, masking_more, one_parallel_step, padir, parallel_rules,
+                                    stutter, testbed)
 from gmlm_lib.book.validate import ChapterParams
 from gmlm_lib.mt import config
 
@@ -25,15 +27,40 @@ PARAMS = {  # chapter: the Params that its validation cell builds
     "one_parallel_step": one_parallel_step.Params,
     "kgibbs_vs_parallel": kgibbs.Params,
     "parallel_rules": parallel_rules.Params,
+    "padir": padir.Params,
+    "stutter": stutter.Params,
+    "dependency_decoding": dependency_decoding.Params,
+    "ablations": ablations.Params,
 }
 
 
+def _source(chapter: str) -> Path:
+    staged = ROOT / "staged" / f"{chapter}.md"
+    return staged if staged.is_file() else ROOT / "notebooks" / f"{chapter}.md"
+
+
 def _defaults(chapter: str) -> dict:
-    return sources.parameters_cell(sources.read_text_notebook(ROOT / "notebooks" / f"{chapter}.md"))
+    return sources.parameters_cell(sources.read_text_notebook(_source(chapter)))
 
 
 def _text(chapter: str) -> str:
-    return (ROOT / "notebooks" / f"{chapter}.md").read_text()
+    return _source(chapter).read_text()
+
+
+def _smoke(chapter: str) -> dict:
+    """The chapter's smoke overrides: staged/smoke.yaml's entry for a staged chapter that has one."""
+    import yaml
+
+    staged = ROOT / "staged" / "smoke.yaml"
+    if _source(chapter).parent.name == "staged" and staged.is_file():
+        entry = (yaml.safe_load(staged.read_text()) or {}).get(chapter)
+        if entry is not None:
+            return entry
+    return sources.smoke_overrides(ROOT).get(chapter, {})
+
+
+def test_every_chapter_has_its_params():
+    assert sorted(PARAMS) == sorted(sources.toc_notebooks(ROOT))
 
 
 @pytest.mark.parametrize("chapter", sorted(PARAMS))
@@ -42,7 +69,7 @@ def test_the_fields_are_the_parameters_cell_and_its_defaults_pass(chapter):
     cls = PARAMS[chapter]
     assert sorted(f.name for f in dataclasses.fields(cls)) == sorted(defaults)  # the cell's names, no other
     assert cls.of(defaults).record() == defaults
-    smoke = sources.smoke_overrides(ROOT).get(chapter, {})
+    smoke = _smoke(chapter)
     assert cls(**{**defaults, **smoke}).record() == {**defaults, **smoke}
     # the chapter imports this class's module, builds its Params once, and checks nothing in a cell of its own
     text = _text(chapter)
@@ -54,10 +81,9 @@ def test_the_fields_are_the_parameters_cell_and_its_defaults_pass(chapter):
 def test_every_parameter_is_checked_and_named(chapter):
     """A value of the wrong kind in any one parameter stops the chapter with an error naming it."""
     defaults = _defaults(chapter)
-    for name in defaults:
-        bad = "" if name == "install_ref" else "x"
-        with pytest.raises(ValueError, match=f"parameter {name} = {bad!r} is out of range"):
-            PARAMS[chapter](**{**defaults, name: bad})
+    for name in defaults:  # bytes: no parameter of any chapter takes them (a string would pass a str check)
+        with pytest.raises(ValueError, match=f"parameter {name} = b'x' is out of range"):
+            PARAMS[chapter](**{**defaults, name: b"x"})
 
 
 def _edge(chapter, **changes):
@@ -120,41 +146,77 @@ def test_a_params_class_without_checks_is_refused():
         Unchecked(seed=-1, install_ref="main")
 
 
-def _staged_ablations():
-    return sources.parameters_cell(sources.read_text_notebook(ROOT / "staged" / "ablations.md"))
-
-
-def test_the_staged_ablations_chapter_is_checked_by_its_params():
-    """The GPU run's ablations chapter (staged/ablations.md): its parameters cell is the Params' fields, and
-    its defaults and smoke profile pass."""
-    import yaml
-
-    defaults = _staged_ablations()
-    assert sorted(f.name for f in dataclasses.fields(ablations.Params)) == sorted(defaults)
-    assert ablations.Params.of(defaults).record() == defaults
-    smoke = yaml.safe_load((ROOT / "staged" / "smoke.yaml").read_text())["ablations"]
-    ablations.Params(**{**defaults, **smoke})
-    text = (ROOT / "staged" / "ablations.md").read_text()
-    assert text.count("ablation_findings.Params.of(globals())") == 1 and "require(" not in text
-    for name in defaults:  # every parameter has a check that names it
-        with pytest.raises(ValueError, match=f"parameter {name} = "):
-            ablations.Params(**{**defaults, name: b"x"})
-
-
 @pytest.mark.parametrize("backend, steps, seconds", [("gpu", 1200, 300.0), ("tpu", 1200, 300.0), ("cpu", 120, 0.0)])
 def test_the_ablations_none_defaults_are_resolved_by_backend(backend, steps, seconds):
-    params = ablations.Params.of({**_staged_ablations(), "variant_steps": None, "train_seconds": None,
-                                  "decode_buckets": None})
+    params = ablations.Params.of({**_defaults("ablations"), "variant_steps": None, "train_seconds": None,
+                                  "decode_buckets": None, "preset": "auto"})
     got = params.resolved(backend)
-    buckets = list(config.get(params.preset).decode_buckets)  # the preset's ("auto": by this machine's backend)
-    assert (got.variant_steps, got.train_seconds, got.decode_buckets) == (steps, seconds, buckets)
+    assert (got.variant_steps, got.train_seconds) == (steps, seconds)
     given = dataclasses.replace(params, variant_steps=0, train_seconds=1.5, decode_buckets=[16]).resolved(backend)
     assert (given.variant_steps, given.train_seconds, given.decode_buckets) == (0, 1.5, [16])  # a value given stays
 
 
+@pytest.mark.parametrize("chapter", ["stutter", "dependency_decoding", "ablations"])
+@pytest.mark.parametrize("backend, buckets", [("gpu", [64]), ("tpu", [64]), ("cpu", [16, 32, 64])])
+def test_decode_buckets_none_is_the_presets_for_the_backend(chapter, backend, buckets):
+    """"auto" resolves by the backend given (not by this machine's): one bucket on an accelerator, three on a CPU."""
+    params = PARAMS[chapter].of({**_defaults(chapter), "decode_buckets": None, "preset": "auto"})
+    assert params.resolved(backend).decode_buckets == buckets
+    assert params.resolved(backend).record()["decode_buckets"] == buckets
+    cpu = PARAMS[chapter].of({**_defaults(chapter), "decode_buckets": None, "preset": "multi30k_cpu"})
+    assert cpu.resolved("gpu").decode_buckets == [16, 32, 64]  # a named preset is itself on any backend
+    assert dataclasses.replace(params, decode_buckets=[8]).resolved(backend).decode_buckets == [8]
+
+
 @pytest.mark.parametrize("name, bad", [("variants", {"baseline": {"stages": 1}}), ("variants", {"x": {}}),
                                        ("tgt_lang", "en"), ("train_seconds", -1.0), ("variant_steps", -1),
-                                       ("decode_buckets", [])])
+                                       ("decode_buckets", []), ("preset", "multi30k"), ("run_root", None)])
 def test_the_ablations_ranges(name, bad):
     with pytest.raises(ValueError, match=f"parameter {name} = "):
-        ablations.Params(**{**_staged_ablations(), name: bad})
+        _edge("ablations", **{name: bad})
+
+
+@pytest.mark.parametrize("chapter, good, bad, name", [
+    ("stutter", dict(analysed="padir_raw"), dict(analysed="ar"), "analysed"),
+    ("stutter", dict(test_sentences=0, train_sentences=1), dict(train_sentences=0), "train_sentences"),
+    ("dependency_decoding", dict(passes=[4]), dict(passes=[3, 5]), "passes"),
+    ("dependency_decoding", dict(confidence=[0.0, 1.0]), dict(confidence=[1.001]), "confidence"),
+    ("dependency_decoding", dict(ising_n=6, clique=6), dict(ising_n=7), "ising_n"),
+    ("dependency_decoding", dict(clique=2), dict(clique=1), "clique"),
+    ("dependency_decoding", dict(confidence=[0.5], dependency=[0.9], tune_sentences=0),
+     dict(tune_sentences=0), "tune_sentences"),
+    ("dependency_decoding", dict(similarity=1.0), dict(similarity=1.01), "similarity"),
+    ("dependency_decoding", dict(rule_grid={"threshold": [0.5], "factor": [1.0], "entropy": [0.1], "dilated": [4],
+                                            "dependency_entropy": [0.1]}),
+     dict(rule_grid={"threshold": [0.5]}), "rule_grid"),
+    ("padir", dict(unit_widths=[1, 64]), dict(unit_widths=[65]), "unit_widths"),
+    ("padir", dict(latency_hyps=[1]), dict(latency_hyps=[3]), "latency_hyps"),
+    ("padir", dict(base_unit_seconds=1e-3), dict(base_unit_seconds=0.0), "base_unit_seconds"),
+    ("padir", dict(seed=None), dict(seed=-1), "seed"),
+    ("padir", dict(warmup=10, ar_steps=11, padir_steps=11), dict(warmup=11, ar_steps=11, padir_steps=11), "warmup"),
+    ("padir", dict(dropout=0.0), dict(dropout=1.0), "dropout"),
+    ("padir", dict(compute_dtype="bfloat16"), dict(compute_dtype="float16"), "compute_dtype"),
+    ("padir", dict(deep_shallow=None), dict(deep_shallow=1), "deep_shallow"),
+])
+def test_a_translation_range_at_its_edge(chapter, good, bad, name):
+    _edge(chapter, **good)
+    with pytest.raises(ValueError, match=f"parameter {name} = "):
+        _edge(chapter, **bad)
+
+
+def test_a_padir_setting_out_of_range_in_the_preset_is_named_with_the_presets_value():
+    with pytest.raises(ValueError, match=r"parameter d_model = None \(the preset's\) is out of range: .*heads = 3"):
+        _edge("padir", heads=3)
+
+
+@pytest.mark.parametrize("backend, preset, deep", [("gpu", "multi30k_gpu", True), ("tpu", "multi30k_gpu", True),
+                                                   ("cpu", "multi30k_cpu", False)])
+def test_the_padir_params_resolve_every_setting_for_the_backend(backend, preset, deep):
+    params = _edge("padir", preset="auto").resolved(backend)
+    record = params.record()
+    assert record["preset"] == preset and record["deep_shallow"] is deep
+    assert None not in record.values()  # every setting the preset's, by name, as the run's provenance stores it
+    assert {k: record[k] for k in config.FIELDS} == dataclasses.asdict(config.get(preset))
+    assert params.experiment() == config.get(preset)
+    mine = _edge("padir", preset="auto", d_model=128, deep_shallow=False).resolved(backend)
+    assert (mine.d_model, mine.deep_shallow, mine.experiment().d_model) == (128, False, 128)  # a value given stays

@@ -132,3 +132,17 @@ def test_a_busy_fraction_is_between_zero_and_one(bad):
 def test_a_pass_cost_must_be_positive(bad):
     with pytest.raises(ValueError, match="positive number"):
         padir.pass_reading(bad)
+
+
+def test_the_training_table_shows_each_record_and_leaves_a_missing_field_missing():
+    ar = dict(steps=3000, final_loss=1.234567, wall_s=61.5, tokens_per_s=512345.6, parameters=7_600_000, commit="x")
+    table = padir.training_table({"AR teacher": ar, "PaDIR raw": {k: v for k, v in ar.items() if k != "parameters"}})
+    assert list(table.columns) == list(padir.TRAINING_COLUMNS.values()) == list(padir.TRAINING_FORMATS)
+    assert table.loc["AR teacher", "final loss (nats)"] == 1.234567 and table.loc["AR teacher", "updates"] == 3000
+    assert math.isnan(table.loc["PaDIR raw", "parameters"])
+    from gmlm_lib.core.tables import present
+
+    html = present(table, formats=padir.TRAINING_FORMATS).to_html()  # the formats are valid for present
+    assert "1.235" in html and "7,600,000" in html and "61.5 s" in html and "1.234567" not in html
+    with pytest.raises(ValueError, match="no training record"):
+        padir.training_table({})

@@ -157,3 +157,39 @@ def test_stutter_findings_read_the_steps_and_refuse_a_missing_model():
     assert got["self_bwd_s"] == 0.2 and got["auc_cos"] == 0.6
     with pytest.raises(KeyError, match="padir_raw"):
         stutter.findings(tables, by_step[by_step.model != "padir_raw"], analysed="padir_distilled")
+
+
+@pytest.mark.parametrize("same, want", [
+    ({"padir_distilled": [True, True], "padir_raw": [True]}, (3, 3, "identical")),
+    ({"padir_distilled": [True, False], "padir_raw": [True]}, (2, 3, "not identical")),  # one sentence differs
+    ({}, (0, 0, "not checked")),  # T > max_steps: nothing compared
+    ({"padir_distilled": []}, (0, 0, "not checked")),
+])
+def test_the_pass_rows_agree_with_the_decode_sentence_for_sentence(same, want):
+    got = stutter.agreement(same)
+    assert (got["agree_identical"], got["agree_total"], got["agree_word"]) == want
+
+
+# --- dependency_decoding's thresholds -----------------------------------------------------------------
+
+def test_the_thresholds_of_highest_val_bleu_win():
+    tuning = pd.DataFrame(dict(confidence=[0.3, 0.3, 0.5, 0.5], dependency=[0.8, 0.9, 0.8, 0.9],
+                               BLEU=[30.0, 30.2, 30.201, 29.0]))
+    got = dependency_decoding.thresholds(tuning, [0.3, 0.5], [0.8, 0.9], 300)
+    assert (got["tuned_confidence"], got["tuned_dependency"]) == (0.5, 0.8)  # by 0.001 BLEU
+    assert (got["tuned_word"], got["tuned_candidates"], got["tuned_sentences"]) == ("best on the val split", 4, 300)
+    tie = tuning.assign(BLEU=[31.0, 30.0, 31.0, 29.0])
+    assert dependency_decoding.thresholds(tie, [0.3, 0.5], [0.8, 0.9], 300)["tuned_confidence"] == 0.3  # first wins
+
+
+def test_one_given_pair_is_used_untuned_and_several_need_a_table():
+    got = dependency_decoding.thresholds(None, [0.7], [0.95], 300)
+    assert got == dict(tuned_confidence=0.7, tuned_dependency=0.95, tuned_word="given", tuned_candidates=1,
+                       tuned_sentences=0)
+    with pytest.raises(ValueError, match="4 threshold pairs and no tuning table"):
+        dependency_decoding.thresholds(None, [0.3, 0.5], [0.8, 0.9], 300)
+    with pytest.raises(ValueError, match="BLEU that is not NaN"):
+        dependency_decoding.thresholds(pd.DataFrame(dict(confidence=[0.3], dependency=[0.8], BLEU=[math.nan])),
+                                       [0.3], [0.8], 300)
+    with pytest.raises(ValueError, match=r"missing columns \['BLEU'\]"):
+        dependency_decoding.thresholds(pd.DataFrame(dict(confidence=[0.3], dependency=[0.8])), [0.3], [0.8], 300)

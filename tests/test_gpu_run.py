@@ -95,6 +95,16 @@ def test_glue_in_a_book_run_needs_myst_nb(monkeypatch):
         glue.glue("x", 1.0)
 
 
+@pytest.mark.parametrize("name", [("threshold", 4), "", None])
+def test_a_glue_name_that_the_text_cannot_cite_is_refused(name):
+    """A loop that reuses a variable holding (rule, T) keys once glued values under tuples: the notebook
+    then held glues no text could cite and that broke reading its glued values back."""
+    from gmlm_lib.book import glue
+
+    with pytest.raises(TypeError, match="name must be a non-empty string"):
+        glue.glue(name, 0.9)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):

@@ -11,7 +11,11 @@ import os
 
 def glue(name: str, value, display: bool = False) -> None:
     """Store ``value`` under ``name`` for the book (via ``myst_nb.glue``). Returns None, so a
-    cell that ends with a glue call shows nothing extra."""
+    cell that ends with a glue call shows nothing extra. ``name`` must be a non-empty string: the
+    text cites it by name, and a glue stored under anything else could never be cited."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"glue: name must be a non-empty string (the text cites {{glue:text}}`name`); got {name!r} "
+                        f"for the value {value!r}.")
     try:
         from myst_nb import glue as _glue
     except ImportError:

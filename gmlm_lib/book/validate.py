@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping
+from typing import ClassVar
 
 
 def require(ok: bool, name: str, value, need: str) -> None:
@@ -57,11 +58,14 @@ class ChapterParams:
 
     seed: int
     install_ref: str
+    NONE_SEED: ClassVar[str] = ""
+    """What ``seed = None`` means, in a chapter whose seed may be None (empty: it may not)."""
 
     def __post_init__(self):
         self.need(isinstance(self.install_ref, str) and self.install_ref.strip() != "", "install_ref",
                   "a non-empty git revision (a branch, tag or commit) as a string")
-        self.integer("seed", 0)
+        if not (self.seed is None and self.NONE_SEED):
+            self.integer("seed", 0, why=f"or None: {self.NONE_SEED}" if self.NONE_SEED else "")
         self.check()
 
     def check(self) -> None:

@@ -13,6 +13,6 @@ from gmlm_lib.core.lazy import attach as _attach
 
 _MODULES = ("rules", "padir", "stutter", "dependency_decoding", "parallel_rules", "ablations", "masking_more",
             "testbed", "efficiency", "bounds", "kgibbs", "adaptive_masking", "conditionals_to_joint",
-            "one_parallel_step")
+            "one_parallel_step", "reuse")
 __all__ = ["ALPHA", "compare", "grade", "listed", "significant", *_MODULES]
 __getattr__, __dir__ = _attach(__name__, _MODULES)

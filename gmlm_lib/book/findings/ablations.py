@@ -13,7 +13,8 @@ import dataclasses
 import pandas as pd
 
 from gmlm_lib.book.findings.rules import ALPHA, compare, grade, listed
-from gmlm_lib.book.validate import ChapterParams, count, finite, positive_ints
+from gmlm_lib.book.findings.reuse import ReuseParams
+from gmlm_lib.book.validate import count, finite
 
 __all__ = ["ACCELERATOR_SECONDS", "ACCELERATOR_STEPS", "BUDGET_MIN", "CPU_STEPS", "Params", "RESERVED", "STEPS_FLOOR",
            "VARIANTS", "WORDS", "choice_verdict", "rates", "grid", "budget_text", "steps_findings", "findings"]
@@ -151,16 +152,13 @@ RESERVED = ("baseline", "no distillation", "no stutter re-masking")
 
 
 @dataclasses.dataclass(frozen=True)
-class Params(ChapterParams):
+class Params(ReuseParams):
     """The parameters of the ablations chapter (their meaning: its parameters cell), checked when built.
     Three may be None, meaning "by backend": :meth:`resolved` fills them in before the chapter records them."""
 
     def check(self) -> None:
-        for name in ("padir_run", "preset", "src_lang", "tgt_lang", "data_dir", "run_root"):
-            self.need(isinstance(getattr(self, name), str), name, "a string")
-        self.need(self.src_lang != self.tgt_lang, "tgt_lang", f"a language other than src_lang ({self.src_lang!r})")
-        self.integer("train_sentences", 1, why="pairs of the smoke profile's stand-in")
-        self.integer("test_sentences", 0, why="0: the whole test split")
+        self.check_reuse()
+        self.need(isinstance(self.run_root, str), "run_root", "a string (empty: a fresh temporary folder)")
         self.need(self.variant_steps is None or count(self.variant_steps, 0), "variant_steps",
                   "None, 0 (the PaDIR chapter's padir_steps) or an integer >= 1 of updates")
         self.need(self.train_seconds is None or (finite(self.train_seconds) and 0 <= self.train_seconds < 1e9),
@@ -179,32 +177,20 @@ class Params(ChapterParams):
             self.integer(name, 1, why=why)
         self.integers("grid_steps", 1)
         self.integers("grid_hyps", 1)
-        self.need(self.decode_buckets is None or positive_ints(self.decode_buckets), "decode_buckets",
-                  "None (the preset's) or a non-empty list of integers >= 1")
 
     def resolved(self, backend: str) -> "Params":
         """These parameters with each None filled in for ``backend`` (``jax.default_backend()``):
         ``variant_steps`` (:data:`ACCELERATOR_STEPS` on a GPU or TPU, :data:`CPU_STEPS` on a CPU),
-        ``train_seconds`` (:data:`ACCELERATOR_SECONDS`, or 0: no budget) and ``decode_buckets`` (the
-        preset's, :func:`gmlm_lib.mt.config.get`: one bucket on an accelerator, three on a CPU)."""
-        from gmlm_lib.mt import config
-
+        ``train_seconds`` (:data:`ACCELERATOR_SECONDS`, or 0: no budget) and ``decode_buckets``
+        (:meth:`~gmlm_lib.book.findings.reuse.ReuseParams.resolved`: the preset's)."""
         accelerator = backend in ("gpu", "tpu")
         steps = ACCELERATOR_STEPS if accelerator else CPU_STEPS
         seconds = ACCELERATOR_SECONDS if accelerator else 0.0
-        buckets = list(config.get(self.preset).decode_buckets) if self.decode_buckets is None else self.decode_buckets
         return dataclasses.replace(
-            self, variant_steps=steps if self.variant_steps is None else self.variant_steps,
-            train_seconds=seconds if self.train_seconds is None else self.train_seconds, decode_buckets=buckets)
+            super().resolved(backend), variant_steps=steps if self.variant_steps is None else self.variant_steps,
+            train_seconds=seconds if self.train_seconds is None else self.train_seconds)
 
-    # the fields: the parameters cell's names in its order (seed and install_ref: ChapterParams)
-    padir_run: str
-    preset: str
-    src_lang: str
-    tgt_lang: str
-    data_dir: str
-    train_sentences: int
-    test_sentences: int
+    # the fields: the parameters cell's names in its order (the shared ones: ReuseParams and ChapterParams)
     variant_steps: int | None
     train_seconds: float | None
     baseline_changes: dict
@@ -214,7 +200,6 @@ class Params(ChapterParams):
     eval_hyps: int
     grid_steps: list
     grid_hyps: list
-    decode_buckets: list | None
     batch_size: int
     latency_sentences: int
     bootstrap_samples: int

@@ -8,13 +8,16 @@ book's one rule (:func:`gmlm_lib.book.findings.rules.compare`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pandas as pd
 
+from gmlm_lib.book.findings.reuse import ReuseParams
 from gmlm_lib.book.findings.rules import ALPHA, compare, grade, listed
+from gmlm_lib.book.validate import finite
 
-__all__ = ["PASS_RATIO_BAR", "GAIN_BAR", "STRATEGIES", "ising", "translation"]
+__all__ = ["PASS_RATIO_BAR", "GAIN_BAR", "STRATEGIES", "GRADED_T", "Params", "ising", "thresholds", "translation"]
 
 PASS_RATIO_BAR = 10.0
 """Testbed bar: independent parallel needs at least this many times the dependency-aware sampler's passes."""
@@ -22,6 +25,91 @@ GAIN_BAR = 1.0
 """Translation bar: BLEU of dependency-aware minus plain PaDIR at T = 4 (and significant)."""
 STRATEGIES = ("plain PaDIR", "Mask-Predict", "dependency-aware")
 """The frontier's strategies; the first is the baseline of every p-value."""
+GRADED_T = 4
+"""The number of passes at which the chapter grades its bars and tunes its thresholds."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Params(ReuseParams):
+    """The parameters of the dependency-aware decoding chapter (their meaning: its parameters cell),
+    checked when built; ``decode_buckets`` None is the preset's
+    (:meth:`~gmlm_lib.book.findings.reuse.ReuseParams.resolved`)."""
+
+    def check(self) -> None:
+        from gmlm_lib.ising.samplers import MAX_KERNEL_N
+        from gmlm_lib.mt.decoding import RULE_STRATEGIES
+
+        self.check_reuse()
+        self.need(self.model_name in ("padir_distilled", "padir_raw"), "model_name", "'padir_distilled' or 'padir_raw'")
+        for name in ("passes", "rule_passes"):
+            self.integers(name, 1)
+            self.need(GRADED_T in getattr(self, name), name,
+                      f"a list that includes {GRADED_T} (the T the chapter grades)")
+        for name in ("confidence", "dependency"):
+            self.numbers(name, 0.0, why="thresholds in [0, 1]; several: the best pair on the val split is used")
+            self.need(max(getattr(self, name)) <= 1.0, name, "a non-empty list of thresholds in [0, 1]")
+        self.need(self.refill in ("prediction", "mask"), "refill", "'prediction' or 'mask'")
+        self.integer("tune_sentences", 0, why="val sentences of the threshold tuning")
+        self.need(self.tune_sentences > 0 or len(self.confidence) * len(self.dependency) == 1, "tune_sentences",
+                  "an integer >= 1 when confidence or dependency lists several values (tuned on the val split)")
+        self.need(finite(self.similarity) and 0 <= self.similarity <= 1, "similarity", "a cosine similarity in [0, 1]")
+        self.need(isinstance(self.rule_grid, dict) and set(self.rule_grid) == set(RULE_STRATEGIES)
+                  and all(isinstance(v, list) and len(v) > 0 and finite(v) for v in self.rule_grid.values()),
+                  "rule_grid", f"a dict with one non-empty list of numbers for each of {RULE_STRATEGIES}")
+        for name, why in (("hyps", "length hypotheses"), ("latency_sentences", "timed at batch 1"),
+                          ("batch_size", "sentences a decoding batch"), ("bootstrap_samples", "paired-bootstrap "
+                          "resamples"), ("chains", "Ising chains"), ("max_steps", "steps per chain"),
+                          ("random_models", "random models of the stationary-law check")):
+            self.integer(name, 1, why=why)
+        self.integer("ising_n", 2, MAX_KERNEL_N, why="the exact transition matrices have 2^n states")
+        self.integer("clique", 2, self.ising_n, why="a clique of the ising_n sites")
+        self.numbers("couplings", why="clique couplings J")
+        self.number("field")
+        self.need(finite(self.random_scale) and self.random_scale > 0, "random_scale", "a finite coupling scale > 0")
+
+    # the fields: the parameters cell's names in its order (the shared ones: ReuseParams and ChapterParams)
+    model_name: str
+    passes: list
+    hyps: int
+    confidence: list
+    dependency: list
+    refill: str
+    tune_sentences: int
+    similarity: float
+    latency_sentences: int
+    rule_passes: list
+    rule_grid: dict
+    batch_size: int
+    bootstrap_samples: int
+    ising_n: int
+    clique: int
+    couplings: list
+    field: float
+    chains: int
+    max_steps: int
+    random_models: int
+    random_scale: float
+
+
+def thresholds(tuning: pd.DataFrame | None, confidence, dependency, sentences: int) -> dict:
+    """The dependency-aware thresholds the chapter uses. ``tuning``: one row per (``confidence``,
+    ``dependency``) pair with the val ``BLEU`` at T = :data:`GRADED_T` (None: one pair given, not
+    tuned); the pair of highest BLEU wins (the first in the table's order on a tie). Returns
+    ``tuned_confidence``, ``tuned_dependency``, ``tuned_word`` ("best on the val split" or "given"),
+    ``tuned_candidates`` (pairs tried) and ``tuned_sentences`` (val sentences, 0 when not tuned)."""
+    if tuning is None:
+        if len(confidence) * len(dependency) != 1:
+            raise ValueError(f"thresholds: {len(confidence) * len(dependency)} threshold pairs and no tuning table; "
+                             "pass the table of their val BLEU, or one confidence and one dependency.")
+        return dict(tuned_confidence=float(confidence[0]), tuned_dependency=float(dependency[0]), tuned_word="given",
+                    tuned_candidates=1, tuned_sentences=0)
+    missing = [c for c in ("confidence", "dependency", "BLEU") if c not in tuning.columns]
+    if missing or not len(tuning) or tuning["BLEU"].isna().any():
+        raise ValueError(f"thresholds: the tuning table needs rows with confidence, dependency and a BLEU that is not "
+                         f"NaN; missing columns {missing}, {len(tuning)} rows.")
+    best = tuning.loc[tuning["BLEU"].idxmax()]
+    return dict(tuned_confidence=float(best["confidence"]), tuned_dependency=float(best["dependency"]),
+                tuned_word="best on the val split", tuned_candidates=len(tuning), tuned_sentences=int(sentences))
 
 
 def ising(median_passes: pd.Series, max_steps: int) -> dict:

@@ -6,11 +6,17 @@ box glues, graded against :data:`TARGETS` by :func:`gmlm_lib.book.findings.rules
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
+from typing import Any
 
 import pandas as pd
 
+from gmlm_lib.book.findings.reuse import preset_names
 from gmlm_lib.book.findings.rules import grade
+from gmlm_lib.book.validate import ChapterParams, require
+from gmlm_lib.mt import config
 
 TARGETS = dict(
     beam_bleu_lc=39.0,  # AR beam, lowercased BLEU: the published Transformer-tiny on this test set reaches 41.0
@@ -226,3 +232,94 @@ def findings(quality: pd.DataFrame, speed: pd.DataFrame, cost: pd.DataFrame, *, 
     )
     out.update({f"target_{k}": v for k, v in TARGETS.items()})
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Checks(ChapterParams):
+    """The checks and resolution of :class:`Params` (whose fields are made from the settings'
+    names below, so that they cannot drift from :class:`gmlm_lib.mt.config.Experiment`)."""
+
+    NONE_SEED = "the preset's"
+
+    def settings(self) -> dict:
+        """``{name: value}`` of the :data:`gmlm_lib.mt.config.FIELDS` parameters (None: the preset's)."""
+        return {name: getattr(self, name) for name in config.FIELDS}
+
+    def experiment(self) -> config.Experiment:
+        """The :class:`~gmlm_lib.mt.config.Experiment` these parameters describe: the preset with every
+        setting that is not None applied over it (:func:`gmlm_lib.mt.config.from_parameters`). An
+        error of a setting's type or range is a ``ValueError`` naming that parameter."""
+        values = self.settings()
+        try:
+            return config.from_parameters(self.preset, values)
+        except (TypeError, ValueError, KeyError) as err:
+            text = str(err).strip("'\"")
+            # the experiment's errors start with the setting's name, its model's and trainer's with their own
+            lead = re.match(r"(?:(?:Model|Train)Config\.)?(\w+)", text)
+            named = {"dtype": "compute_dtype", "init": "padir_init"}.get(lead[1], lead[1]) if lead else None
+            named = named if named in values else None
+            if named is None:
+                raise ValueError(f"the translation settings of the parameters cell do not form an experiment of "
+                                 f"preset {self.preset!r}: {text}") from None
+            given = f"{values[named]!r}" + (" (the preset's)" if values[named] is None else "")
+            raise ValueError(f"parameter {named} = {given} is out of range: {text} Fix it in the parameters cell "
+                             "or with `-p`.") from None
+
+    def check(self) -> None:
+        names = preset_names()
+        self.need(self.preset in names, "preset", f"one of {list(names)} ('auto': the GPU preset on a GPU or TPU)")
+        exp = self.experiment()
+        require(1 in exp.latency_hyps, "latency_hyps", list(exp.latency_hyps),
+                "a list that includes 1 (the latency bound is for one hypothesis)")
+        self.need(self.deep_shallow is None or isinstance(self.deep_shallow, bool), "deep_shallow",
+                  "True, False or None (None: on a GPU or TPU only)")
+        self.integers("unit_widths", 1, max(exp.train_buckets), why="widths up to the models' max_len = "
+                      "max(train_buckets)")
+        self.integers("base_unit_widths", 1, why="hypothesis widths of the Transformer-base units")
+        self.number("base_unit_seconds", why="seconds each unit is timed, > 0")
+        self.need(self.base_unit_seconds > 0, "base_unit_seconds", "a number of seconds > 0")
+
+    def resolved(self, backend: str):
+        """These parameters as the run uses them on ``backend`` (``jax.default_backend()``): ``preset``
+        resolved (:func:`gmlm_lib.mt.config.resolve`), every setting left at None set to the preset's, and
+        ``deep_shallow`` None set to whether ``backend`` is an accelerator. Their :meth:`record` is then
+        every setting of the run, as its provenance stores it."""
+        preset = config.resolve(self.preset, backend)
+        exp = dataclasses.replace(self, preset=preset).experiment()
+        deep = backend in config.ACCELERATORS if self.deep_shallow is None else self.deep_shallow
+        return dataclasses.replace(self, preset=preset, deep_shallow=deep,
+                                   **{name: getattr(exp, name) for name in config.FIELDS})
+
+
+CHAPTER_FIELDS = (("deep_shallow", Any), ("unit_widths", list), ("base_unit_widths", list),
+                  ("base_unit_seconds", float))
+"""The PaDIR chapter's parameters that are not settings of :class:`gmlm_lib.mt.config.Experiment`."""
+
+Params = dataclasses.make_dataclass(
+    "Params", [("preset", str), *((name, Any) for name in config.FIELDS if name != "seed"), *CHAPTER_FIELDS],
+    bases=(_Checks,), frozen=True)
+Params.__module__ = __name__  # make_dataclass's own argument for this needs Python 3.12
+Params.__doc__ = """The parameters of the PaDIR chapter (their meaning: its parameters cell), checked when built:
+``preset``, one field a setting of :class:`gmlm_lib.mt.config.Experiment` (None: the preset's; their types
+and ranges are the experiment's checks, each error naming its parameter), and :data:`CHAPTER_FIELDS`.
+:meth:`~_Checks.resolved` fills in the Nones for a backend; :meth:`~_Checks.experiment` builds the run's
+experiment."""
+
+
+TRAINING_COLUMNS = {"steps": "updates", "final_loss": "final loss (nats)", "wall_s": "wall time",
+                    "tokens_per_s": "tokens/s", "parameters": "parameters"}
+"""The fields of a training record (:func:`gmlm_lib.mt.training.train`'s ``run.json``) that
+:func:`training_table` shows, and their column names."""
+TRAINING_FORMATS = {"updates": "count", "final loss (nats)": "{:.3f}", "wall time": "s", "tokens/s": "count",
+                    "parameters": "count"}
+"""The formats of :func:`training_table`'s columns, for :func:`gmlm_lib.core.tables.present`."""
+
+
+def training_table(records: dict) -> pd.DataFrame:
+    """One row a trained model (``records``: label -> its training record) with the fields of
+    :data:`TRAINING_COLUMNS`; a field the record lacks is NaN (shown as missing, not as a number)."""
+    if not records:
+        raise ValueError("training_table: no training record to show.")
+    rows = {label: {name: rec.get(key, float("nan")) for key, name in TRAINING_COLUMNS.items()}
+            for label, rec in records.items()}
+    return pd.DataFrame.from_dict(rows, orient="index")

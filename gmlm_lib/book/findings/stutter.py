@@ -9,15 +9,55 @@ otherwise.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 
-__all__ = ["HYPOTHESES", "AGGREGATES", "hypothesis", "findings"]
+from gmlm_lib.book.findings.reuse import ReuseParams
+
+__all__ = ["HYPOTHESES", "AGGREGATES", "MODELS", "Params", "hypothesis", "agreement", "findings"]
 
 HYPOTHESES = {"h1": ("self_fwd", "self_bwd"), "h2": ("tv", "cos")}
 """Hypothesis 1 (stutter pairs attend more to each other: self-attention i -> i+1 and back) and
 Hypothesis 2 (they read the same source: TV and cosine distance of their cross-attention)."""
 AGGREGATES = ("avg", "max")
 """The aggregates over layers and heads whose intervals decide a verdict."""
+MODELS = ("padir_distilled", "padir_raw")
+"""The PaDIR models of the run folder that the chapter can analyse."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Params(ReuseParams):
+    """The parameters of the stutter chapter (their meaning: its parameters cell), checked when built;
+    ``decode_buckets`` None is the preset's (:meth:`~gmlm_lib.book.findings.reuse.ReuseParams.resolved`)."""
+
+    def check(self) -> None:
+        self.check_reuse()
+        self.need(self.analysed in MODELS, "analysed", f"one of {list(MODELS)}")
+        for name, why in (("steps", "refinement passes T of the analysed outputs"), ("hyps", "length hypotheses"),
+                          ("max_steps", "passes of the stutter-over-steps decode"),
+                          ("batch_size", "sentences a decoding batch"), ("ar_beam", "beam width"),
+                          ("bootstrap_samples", "sentence-bootstrap resamples")):
+            self.integer(name, 1, why=why)
+
+    # the fields: the parameters cell's names in its order (the shared ones: ReuseParams and ChapterParams)
+    analysed: str
+    steps: int
+    hyps: int
+    max_steps: int
+    batch_size: int
+    ar_beam: int
+    bootstrap_samples: int
+
+
+def agreement(same: dict) -> dict:
+    """Whether the stutter-over-steps decode's row for pass T is the T-pass decode analysed, sentence
+    for sentence. ``same``: model -> one bool a sentence (empty dict: not checked, T > max_steps).
+    Returns ``agree_identical`` and ``agree_total`` (sentences, all models) and ``agree_word``:
+    "identical" (every one), "not identical" (some differ) or "not checked"."""
+    flags = [bool(x) for values in same.values() for x in values]
+    word = "not checked" if not flags else ("identical" if all(flags) else "not identical")
+    return dict(agree_identical=sum(flags), agree_total=len(flags), agree_word=word)
 
 
 def _interval(tables: dict, stat: str, aggregate: str) -> tuple[float, float]:
