@@ -107,6 +107,7 @@ newest-tests:
 # --- the translation chapters on a GPU machine without network, git or notebook tooling (issue 45) ---
 # Here, with a network:  make gpu-wheels      (the notebook tooling as Python 3.12 wheels, into .whl/)
 #                        make gpu-data        (Multi30k copied into .gpu-data/, which travels with the tree)
+#                        (an earlier run's OUT/jax-cache.tar.gz, from GPU_CACHE_OUT=1, copied into .gpu-cache/: below)
 # There:  make gpu-run OUT=dir COMMIT=$$(git rev-parse HEAD) DATA=folder-of-multi30k [GPU_PYTHON=python3]
 # runs padir, stutter, dependency_decoding and ablations in the full profile with the machine's own
 # JAX and Flax (a chapter staged in staged/NAME.md runs instead of notebooks/NAME.md), and leaves the
@@ -146,6 +147,13 @@ GPU_XLA_FLAGS ?=
 # the run-records.tar.gz of an earlier gpu-run (put it in the tree: untracked files travel): its sizing decisions are
 # restored first, so chapters run in a later batch that rebuild the PaDIR run folder train the updates it decided
 GPU_SIZING_FROM ?=
+# compiled programs across lent machines (on a GPU most of a chapter's first run is compiling): GPU_CACHE_OUT=1
+# packs the batch's programs into OUT/jax-cache.tar.gz at its end (at most 15 MiB, the earliest written first:
+# the PaDIR chapter's, which the others share; one more file in OUT); GPU_JAX_CACHE_FROM=that archive (put it in an
+# ignored folder such as .gpu-cache/ and carry it) fills GPU_JAX_CACHE with them first. A program compiled on
+# another kind of device, driver or JAX version is not read (its key differs): it compiles again, as without.
+GPU_CACHE_OUT ?=
+GPU_JAX_CACHE_FROM ?=
 PLATFORMS   := $(foreach n,2_28 2_27 2_17 2014 1,--platform $(if $(filter 2014 1,$(n)),manylinux$(n),manylinux_$(n))_x86_64)
 
 gpu-wheels:
@@ -192,7 +200,8 @@ gpu-run:
 	  $(if $(GPU_JAX_CACHE),JAX_COMPILATION_CACHE_DIR=$(abspath $(GPU_JAX_CACHE)) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=$(GPU_CACHE_MIN_S)) \
 	  $(if $(filter-out 0,$(GPU_DEADLINE)),timeout --signal=INT --kill-after=30 $$left) \
 	  $(GPU_PYTHON) -m gmlm_lib.book batch $(GPU_PROFILE) $(GPU_ARGS) --out "$(OUT)" $(if $(wildcard staged/*.md),--staged staged) \
-	  $(if $(GPU_SIZING_FROM),--sizing-from "$(abspath $(GPU_SIZING_FROM))")
+	  $(if $(GPU_SIZING_FROM),--sizing-from "$(abspath $(GPU_SIZING_FROM))") \
+	  $(if $(GPU_JAX_CACHE_FROM),--cache-from "$(abspath $(GPU_JAX_CACHE_FROM))") $(if $(GPU_CACHE_OUT),--cache-out)
 
 # What compiling costs there, before a run is sized: `make gpu-probe OUT=dir DATA=folder-of-multi30k` times
 # one update and batch-1 decoding of the GPU preset's untrained models (PROBE_KINDS) under each XLA flag

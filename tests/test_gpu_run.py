@@ -120,7 +120,7 @@ def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
     shutil.copy2(ROOT / "benchmarks" / "compile_probe.py", tree / "benchmarks")
     # GPU_XLA_FLAGS=auto: the compile probe chooses the run's XLA_FLAGS first (tiny models here)
     proc = _make(tree, f"OUT={out}", f"COMMIT={COMMIT}", f"DATA={_data_dir()}", "GPU_PROFILE=smoke",
-                 f"GPU_JAX_CACHE={cache}", "GPU_XLA_FLAGS=auto", "PROBE_KINDS=ar",
+                 f"GPU_JAX_CACHE={cache}", "GPU_XLA_FLAGS=auto", "PROBE_KINDS=ar", "GPU_CACHE_OUT=1",
                  "PROBE_ARGS=--preset multi30k_tiny --train-sentences 200 --sentences 2 --repeats 1 --programs decode",
                  timeout=1400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -128,7 +128,8 @@ def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
     # at most 8 files: what a lent machine sends back (the records hold the compile log even with no run
     # folder: a smoke run's models live in temporary folders)
     assert sorted(p.name for p in out.iterdir()) == sorted([f"{n}.ipynb" for n in names]
-                                                           + ["log.txt", "probe.json", "run-records.tar.gz"])
+                                                           + ["log.txt", "probe.json", "run-records.tar.gz",
+                                                              runner.CACHE_ARCHIVE])
     with tarfile.open(out / "run-records.tar.gz") as tar:
         compiled = tar.extractfile("compiles.tsv").read().decode().splitlines()
     assert compiled and all(len(line.split("\t")) == 4 for line in compiled)
@@ -139,6 +140,11 @@ def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
     assert (f"gpu-run: XLA_FLAGS={flags}\n" in proc.stdout) == bool(chosen["flags"])
     log = (out / "log.txt").read_text()
     assert f"commit {COMMIT}" in log and "batch finished" in log
+    # the batch's programs, packed for a later batch (GPU_CACHE_OUT): as many as the cache holds, within the limit
+    packed = re.search(r"compilation cache: (\d+) programs, [\d.]+ MiB; (\d+) of them", log)
+    with tarfile.open(out / runner.CACHE_ARCHIVE) as tar:
+        held = [n for n in tar.getnames() if n.endswith("-cache")]
+    assert packed and int(packed[2]) == len(held) > 0 and int(packed[1]) >= len(held), log
     # the kernels share one compilation cache: the later chapters read programs the earlier ones compiled
     # (the first one too: models of one structure trained by separate jitted steps share their programs)
     hits = [int(h) for h in re.findall(r"programs, (\d+) from the compilation cache", log)]
@@ -615,3 +621,97 @@ def test_gpu_probe_writes_its_table_and_record_in_a_copy_without_git(tmp_path):
     assert [s["flags"] for s in rec["settings"]] == ["", "--xla_gpu_autotune_level=0"]  # PROBE_FLAGS' default
     assert rec["commit"] == COMMIT[:12] and rec["kinds"] == ["ar"]
     assert "| --xla_gpu_autotune_level=0 | ar | batch-1 greedy |" in (out / "probe.md").read_text()
+
+
+def _fake_cache(folder: Path, sizes: dict) -> None:
+    """Programs as JAX's persistent cache names them (``<key>-cache`` and its ``<key>-atime``), written in
+    ``sizes``' order one second apart."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, (key, size) in enumerate(sizes.items()):
+        for suffix, data in (("-cache", bytes([i % 256]) * size), ("-atime", b"0")):
+            path = folder / f"{key}{suffix}"
+            path.write_bytes(data)
+            os.utime(path, (1000.0 + i, 1000.0 + i))
+
+
+def test_the_compile_cache_packs_the_earliest_programs_within_the_limit_and_unpacks_them(tmp_path):
+    cache = tmp_path / "cache"
+    _fake_cache(cache, {"jit_step-aa": 400, "jit__padir_pass-bb": 300, "jit_big-cc": 900, "jit_f-dd": 250})
+    packed = runner.pack_compile_cache(cache, tmp_path / "c.tar.gz", limit=1000)
+    # in the order written, while they fit: 400 + 300 = 700; the 900-byte one does not; the last 250 does
+    assert packed == dict(programs=4, bytes=1850, packed=3, packed_bytes=950)
+    with tarfile.open(tmp_path / "c.tar.gz") as tar:
+        assert sorted(tar.getnames()) == sorted(f"{k}{s}" for k in ("jit_step-aa", "jit__padir_pass-bb", "jit_f-dd")
+                                                for s in ("-cache", "-atime"))
+    later = tmp_path / "later"
+    _fake_cache(later, {"jit_step-aa": 5})  # a program already there is kept, not overwritten
+    assert runner.unpack_compile_cache(tmp_path / "c.tar.gz", later) == 2
+    assert (later / "jit_step-aa-cache").read_bytes() == bytes([0]) * 5
+    assert (later / "jit_f-dd-cache").read_bytes() == (cache / "jit_f-dd-cache").read_bytes()
+    assert runner.pack_compile_cache(cache, tmp_path / "none.tar.gz", limit=100)["packed"] == 0
+    assert not (tmp_path / "none.tar.gz").exists()  # nothing fits: no archive
+    assert runner.pack_compile_cache(tmp_path / "absent", tmp_path / "x.tar.gz") == dict(
+        programs=0, bytes=0, packed=0, packed_bytes=0)
+
+
+def test_a_compile_cache_archive_from_elsewhere_is_checked(tmp_path):
+    import io
+
+    with pytest.raises(FileNotFoundError, match="jax-cache.tar.gz that an earlier gpu-run left"):
+        runner.unpack_compile_cache(tmp_path / "missing.tar.gz", tmp_path / "cache")
+    for name in ("../escape-cache", "sub/dir-cache", "notes.txt"):
+        path = tmp_path / "bad.tar.gz"
+        with tarfile.open(path, "w:gz") as tar:
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+        with pytest.raises(ValueError, match="not compiled programs of JAX's cache"):
+            runner.unpack_compile_cache(path, tmp_path / "cache")
+        assert not any((tmp_path / "cache").iterdir())  # nothing taken from a refused archive
+
+
+def test_a_batch_restores_the_cache_first_and_packs_it_at_its_end(tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    root.mkdir()
+    for name in ("_toc.yml", "_config.yml", "notebooks", "params"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
+    earlier = tmp_path / "earlier"
+    _fake_cache(earlier, {"jit_step-aa": 10})
+    runner.pack_compile_cache(earlier, tmp_path / runner.CACHE_ARCHIVE)
+    cache = tmp_path / "cache"
+    seen = []
+
+    def fake_run(name, profile, params, *, root, staged=None):
+        seen.append(sorted(p.name for p in cache.iterdir()))  # the restored program is there before any chapter
+        _fake_cache(cache, {f"jit_{name}-ee": 20})  # and the chapter compiles one of its own
+        path = runner.output_path(root, name, profile)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+        return dict(total_wall_time_s=1.0)
+
+    monkeypatch.setattr(runner, "run_notebook", fake_run)
+    out = tmp_path / "out"
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)  # the tests' own (conftest.py)
+    with pytest.raises(ValueError, match="need JAX's persistent compilation cache"):
+        runner.run_batch(["stutter"], "smoke", out, root=root, cache_out=True)
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(cache))
+    assert runner.run_batch(["stutter"], "smoke", out, root=root, cache_from=tmp_path / runner.CACHE_ARCHIVE,
+                            cache_out=True) == 0
+    assert seen == [["jit_step-aa-atime", "jit_step-aa-cache"]]
+    log = (out / "log.txt").read_text()
+    assert "compilation cache: 1 programs restored from jax-cache.tar.gz" in log
+    assert "compilation cache: 2 programs, 0.0 MiB; 2 of them" in log, log
+    with tarfile.open(out / runner.CACHE_ARCHIVE) as tar:
+        assert {"jit_step-aa-cache", "jit_stutter-ee-cache"} <= set(tar.getnames())
+
+
+def test_gpu_run_passes_the_cache_options_to_the_batch(tmp_path):
+    tree = _copy_without_git(tmp_path / "tree")
+    args = ["make", "-n", "--no-print-directory", "-C", str(tree), "gpu-run", "OUT=o", f"COMMIT={COMMIT}",
+            f"DATA={tree}"]
+    dry = subprocess.run(args + ["GPU_JAX_CACHE_FROM=.gpu-cache/jax-cache.tar.gz", "GPU_CACHE_OUT=1"],
+                         capture_output=True, text=True)
+    assert f'--cache-from "{tree}/.gpu-cache/jax-cache.tar.gz" --cache-out' in dry.stdout, dry.stdout + dry.stderr
+    dry = subprocess.run(args, capture_output=True, text=True)
+    assert "--cache-from" not in dry.stdout and "--cache-out" not in dry.stdout

@@ -94,6 +94,13 @@ def _main(argv: list[str] | None) -> int:
     batch.add_argument("--sizing-from", metavar="ARCHIVE",
                        help="a previous batch's run-records.tar.gz: its run folders' sizing decisions are restored "
                             "first, so a rebuilt run folder trains the updates that batch decided")
+    batch.add_argument("--cache-from", metavar="ARCHIVE",
+                       help=f"an earlier batch's {runner.CACHE_ARCHIVE}: its compiled programs are put into "
+                            "JAX_COMPILATION_CACHE_DIR first, so a machine of the same kind reads them instead of "
+                            "compiling them")
+    batch.add_argument("--cache-out", action="store_true",
+                       help=f"pack the batch's compiled programs into --out/{runner.CACHE_ARCHIVE} at its end (at most "
+                            f"{runner.CACHE_RETURN_BYTES // 2**20} MiB, the earliest written first)")
     promote = sub.add_parser("promote", help="take a batch's executed notebooks (make gpu-run's OUT) into the book, "
                              "with their staged sources")
     promote.add_argument("results", help="the folder holding the executed NAME.ipynb files")
@@ -119,7 +126,9 @@ def _main(argv: list[str] | None) -> int:
         return runner.run_batch(args.notebooks or list(runner.TRANSLATION_CHAPTERS), args.profile,
                                 Path(args.out), overrides, root=root,
                                 staged=Path(args.staged).resolve() if args.staged else None,
-                                sizing_from=Path(args.sizing_from).resolve() if args.sizing_from else None)
+                                sizing_from=Path(args.sizing_from).resolve() if args.sizing_from else None,
+                                cache_from=Path(args.cache_from).resolve() if args.cache_from else None,
+                                cache_out=args.cache_out)
     if args.command == "promote":
         for name in runner.promote(root, Path(args.results)):
             print(f"promoted {name}: notebooks/{name}.md and notebooks/{name}.ipynb")

@@ -251,6 +251,75 @@ def _records_archive(root: Path, out: Path, compiles: Path | None = None) -> Pat
     return path
 
 
+CACHE_ARCHIVE = "jax-cache.tar.gz"
+"""The batch's compiled programs, packed for a later batch on a machine of the same kind
+(:func:`pack_compile_cache`)."""
+CACHE_RETURN_BYTES = 15 * 2**20
+"""At most this many bytes of programs go into :data:`CACHE_ARCHIVE`: a lent machine sends back files of at
+most 16 MiB, and the archive travels to the next one beside the wheels and the corpus (64 MiB in all)."""
+_CACHE_SUFFIX, _ATIME_SUFFIX = "-cache", "-atime"  # a program's files in JAX's persistent cache (jax._src.lru_cache)
+
+
+def pack_compile_cache(cache: Path, dest: Path, limit: int = CACHE_RETURN_BYTES) -> dict:
+    """JAX's persistent compilation cache ``cache`` into the gzip tar ``dest``, so that a later batch on a
+    machine of the same kind (device, driver, JAX version: they are part of each program's key) reads the
+    programs instead of compiling them (:func:`unpack_compile_cache`); on a GPU most of a translation
+    chapter's first run is compiling. Programs go in the order they were written, the earliest first
+    (the PaDIR chapter's, which every later chapter and a rebuilt run folder share), while their bytes
+    stay within ``limit`` (uncompressed, so the archive does too); a program's access-time file goes
+    with it. Returns ``programs``, ``bytes`` (the whole cache), ``packed``, ``packed_bytes``; writes
+    nothing when nothing fits or the cache is empty."""
+    import tarfile
+
+    cache, dest = Path(cache), Path(dest)
+    entries = sorted(cache.glob(f"*{_CACHE_SUFFIX}"), key=lambda p: (p.stat().st_mtime, p.name)) \
+        if cache.is_dir() else []
+    total = sum(p.stat().st_size for p in entries)
+    chosen, used = [], 0
+    for path in entries:
+        size = path.stat().st_size
+        if used + size <= limit:
+            chosen.append(path)
+            used += size
+    if chosen:
+        with tarfile.open(dest, "w:gz") as tar:
+            for path in chosen:
+                tar.add(path, arcname=path.name)
+                atime = path.with_name(path.name.removesuffix(_CACHE_SUFFIX) + _ATIME_SUFFIX)
+                if atime.is_file():
+                    tar.add(atime, arcname=atime.name)
+    return dict(programs=len(entries), bytes=total, packed=len(chosen), packed_bytes=used)
+
+
+def unpack_compile_cache(archive: Path, cache: Path) -> int:
+    """The programs of ``archive`` (a :func:`pack_compile_cache` archive of an earlier batch) into JAX's
+    persistent cache folder ``cache``, keeping any program already there; returns how many were added.
+    Only plain files named as the cache names them are taken (a member with a path, a link or another
+    name is refused by name: the archive is data from another machine)."""
+    import tarfile
+
+    archive, cache = Path(archive), Path(cache)
+    if not archive.is_file():
+        raise FileNotFoundError(f"unpack_compile_cache: {archive} does not exist; pass the {CACHE_ARCHIVE} that an "
+                                "earlier gpu-run left in its OUT.")
+    cache.mkdir(parents=True, exist_ok=True)
+    added = 0
+    with tarfile.open(archive, "r:gz") as tar:
+        members = tar.getmembers()
+        bad = [m.name for m in members if not m.isfile() or "/" in m.name or m.name.startswith(".")
+               or not m.name.endswith((_CACHE_SUFFIX, _ATIME_SUFFIX))]
+        if bad:
+            raise ValueError(f"unpack_compile_cache: {archive} holds members that are not compiled programs of JAX's "
+                             f"cache: {bad[:5]}; pass an archive made by pack_compile_cache.")
+        for m in members:
+            target = cache / m.name
+            if target.exists():
+                continue
+            target.write_bytes(tar.extractfile(m).read())
+            added += m.name.endswith(_CACHE_SUFFIX)
+    return added
+
+
 def restore_sizing(archive: Path, root: Path) -> list[Path]:
     """Put the sizing decisions (``runs/**/sizing.json``, :func:`gmlm_lib.mt.sizing.fit`) of a previous
     batch's ``run-records.tar.gz`` back into the run folders (beneath ``root / KERNEL_CWD``, where the
@@ -292,7 +361,8 @@ def restore_sizing(archive: Path, root: Path) -> list[Path]:
 
 
 def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None = None,
-              root: Path | None = None, *, staged: Path | None = None, sizing_from: Path | None = None) -> int:
+              root: Path | None = None, *, staged: Path | None = None, sizing_from: Path | None = None,
+              cache_from: Path | None = None, cache_out: bool = False) -> int:
     """Run chapters ``names`` in order in ``profile`` and gather what a reader of the run needs in the
     folder ``out``: each executed notebook, ``provenance.md`` (full profile), the small records of the
     run folders with every compilation of the batch (``run-records.tar.gz``) and ``log.txt`` (each
@@ -311,6 +381,11 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
 
     ``sizing_from``: a previous batch's ``run-records.tar.gz``, whose sizing decisions are put back
     into the run folders first (:func:`restore_sizing`).
+
+    With JAX's persistent compilation cache on (``JAX_COMPILATION_CACHE_DIR``, which ``make gpu-run``
+    sets): ``cache_from``, an earlier batch's :data:`CACHE_ARCHIVE`, is unpacked into it first
+    (:func:`unpack_compile_cache`), and with ``cache_out`` the batch's programs are packed into
+    ``out/`` at its end (:func:`pack_compile_cache`), an interrupted batch's too; the log says how many.
 
     A smoke batch shares the PaDIR chapter's models as a full one does (there every translation
     chapter's defaults name ``runs/padir/<src>-<tgt>``): the padir chapter trains into a temporary
@@ -368,6 +443,13 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
         for path in restore_sizing(sizing_from, root):
             log(f"sizing decision {path.relative_to(root)} restored from {sizing_from}: the models train the "
                 "updates that batch decided")
+    cache_dir = os.environ.get("JAX_COMPILATION_CACHE_DIR", "")
+    if (cache_from is not None or cache_out) and not cache_dir:
+        raise ValueError("run_batch: cache_from and cache_out need JAX's persistent compilation cache: set "
+                         "JAX_COMPILATION_CACHE_DIR (make gpu-run sets it from GPU_JAX_CACHE).")
+    if cache_from is not None:
+        log(f"compilation cache: {unpack_compile_cache(cache_from, Path(cache_dir))} programs restored from "
+            f"{cache_from.name} into {cache_dir} (a machine of another kind or JAX version compiles them again)")
     status = 0
     t_all = time.perf_counter()
 
@@ -421,6 +503,12 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
         log(f"{name}: compiled or read from the cache: {timing.compile_summary(compile_log, began)}")
         gather()
     archive = gather()
+    if cache_out:
+        packed = pack_compile_cache(Path(cache_dir), out / CACHE_ARCHIVE)
+        mib = 2**20
+        log(f"compilation cache: {packed['programs']} programs, {packed['bytes'] / mib:.1f} MiB; "
+            f"{packed['packed']} of them ({packed['packed_bytes'] / mib:.1f} MiB, the earliest written) packed into "
+            f"{CACHE_ARCHIVE if packed['packed'] else 'nothing'} for a later batch (make gpu-run GPU_JAX_CACHE_FROM=)")
     shutil.rmtree(compile_log.parent, ignore_errors=True)  # summed in the log after each chapter
     if shared is not None:
         shutil.rmtree(shared, ignore_errors=True)
