@@ -94,3 +94,16 @@ def test_the_monte_carlo_findings_refuse_what_they_cannot_count():
         theorem2.monte_carlo(_mc(), 5)  # a cell with 10 converged of 5 fits
     with pytest.raises(ValueError, match="lacks"):
         theorem2.monte_carlo(_mc().drop(columns="MSE"), 10)
+
+
+def test_the_all_masks_gain_at_one_and_at_n_minus_one():
+    regimes = pd.DataFrame([dict(truth=t, k=k, **{"one / all": r}) for t, rs in (("mild", (2.0, 1.5, 1.2, 1.0)),
+                                                                                   ("peaky", (3.0, 2.0, 1.4, 1.0)))
+                            for k, r in zip((1, 2, 3, 4), rs)])
+    got = theorem2.all_masks_gain(regimes, 4)
+    assert got == dict(all_masks_kn=3, all_masks_gain_mild_k1=2.0, all_masks_gain_mild_kn=1.2,
+                       all_masks_gain_peaky_k1=3.0, all_masks_gain_peaky_kn=1.4)
+    with pytest.raises(ValueError, match=r"no row at k = \[5\]"):
+        theorem2.all_masks_gain(regimes, 6)
+    with pytest.raises(ValueError, match="lacks the columns"):
+        theorem2.all_masks_gain(regimes.drop(columns="one / all"), 4)

@@ -72,6 +72,9 @@ def test_the_throughput_verdicts():
     assert (got["bench_ip_missed"], got["bench_ip_ceiling"]) == ("1024", "below")
     assert got["bench_ip_product_blocked"] == "float64 at n = 1024"
     assert got["bench_ip_share"] == "67%"  # 10 / 15 at n = 1024
+    # ranges: float64 independent parallel against the loop; its product ceiling over both precisions
+    assert (got["bench_ip_lo"], got["bench_ip_hi"]) == (10.0, 25.0)
+    assert (got["bench_ip_product_lo"], got["bench_ip_product_hi"]) == (12.0, 100.0)
 
 
 @pytest.mark.parametrize("loop, ceiling, want", [((25.0, 19.999), (30.0, 20.001), "above"),
@@ -263,3 +266,33 @@ def test_the_efficiency_tightness_refuses_a_failed_cell():
         efficiency.tightness(_maps().assign(tightness=[1.0, np.nan, 0.5, 0.5]), 6)
     with pytest.raises(ValueError, match="lacks"):
         efficiency.tightness(_maps().drop(columns="family"), 6)
+
+
+def test_the_error_drops_from_each_k_to_the_next():
+    sq_err = {1: np.array([4.0, 3.0, 5.0, 4.0]), 2: np.array([3.0, 3.5, 4.0, 3.0]), 8: np.array([2.0, 2.5, 3.0, 2.0])}
+    table = testbed.drops(sq_err, [1, 2, 8])
+    assert list(table["from k"]) == [1, 2] and list(table["to k"]) == [2, 8]
+    assert list(table["fell in"]) == [0.75, 1.0]  # one set rose from k = 1 to 2 (3.0 -> 3.5)
+    diff = sq_err[1] - sq_err[2]
+    assert table.loc[0, "z"] == pytest.approx(diff.mean() / (diff.std(ddof=1) / 2.0))
+    assert np.isinf(table.loc[1, "z"])  # every set fell by exactly 1: no spread
+    got = testbed.drop_findings(table)
+    assert got == dict(win_min_pct=75.0, win_min_z=pytest.approx(float(table.loc[0, "z"])))
+
+
+def test_drops_refuse_what_they_cannot_compare():
+    with pytest.raises(ValueError, match="increasing mask sizes"):
+        testbed.drops({1: [1.0, 2.0], 2: [1.0, 2.0]}, [2, 1])
+    with pytest.raises(ValueError, match="same training sets"):
+        testbed.drops({1: [1.0, 2.0], 2: [1.0, 2.0, 3.0]}, [1, 2])
+    still = testbed.drops({1: [1.0, 2.0], 2: [1.0, 2.0]}, [1, 2])
+    assert np.isnan(still.loc[0, "z"])
+    with pytest.raises(ValueError, match="needs a z"):
+        testbed.drop_findings(still)
+
+
+def test_the_matrix_free_computations_summarised():
+    got = efficiency.big_findings({4: (12.5, 3.0), 2: (3.25, 7.5), 16: (1e6, 1.0)})
+    assert got == dict(big_ks="2, 4 and 16", big_cp_min=3.25, big_cp_max=1e6, big_s_max=7.5)
+    with pytest.raises(ValueError, match="no matrix-free computation"):
+        efficiency.big_findings({})

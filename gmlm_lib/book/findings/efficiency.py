@@ -35,6 +35,17 @@ def findings(max_tightness: float, scale_seconds: float, big_seconds) -> dict:
                 big_verdict=grade(max(big), TIME_BAR, at_least=False))
 
 
+def big_findings(big: dict) -> dict:
+    """The matrix-free computations at the chapter's largest ``n``: ``big`` maps k -> (``C_P(k)``, seconds).
+    Returns ``big_ks`` (the k, listed), ``big_cp_min``, ``big_cp_max`` and ``big_s_max`` (the slowest)."""
+    from gmlm_lib.book.findings.rules import listed
+
+    if not big:
+        raise ValueError("big_findings: no matrix-free computation to report.")
+    cps, seconds = [float(cp) for cp, _ in big.values()], [float(s) for _, s in big.values()]
+    return dict(big_ks=listed(sorted(big)), big_cp_min=min(cps), big_cp_max=max(cps), big_s_max=max(seconds))
+
+
 def tightness(maps, n: int) -> dict:
     """``maps``: one row per (family, J, k) with the columns ``family``, ``J``, ``k``, ``C_P``, ``tightness`` (the
     largest ratio of ``v' Gamma_k v`` to ``C_P(k) v' Gamma_MLE v``) and ``slow mode in span(T)`` (a fraction);

@@ -83,7 +83,9 @@ def benchmark(speed: pd.DataFrame) -> dict:
     independent parallel sampler's sizes below the bar (``bench_ip_missed``, "none" when it never misses)
     and whether its ceiling is below the bar at every one of them (``bench_ip_ceiling``: "below",
     "above", or "not needed"); and the (dtype, n) where even the matrix product alone is below the bar
-    (``bench_ip_product_blocked``, "none")."""
+    (``bench_ip_product_blocked``, "none"); the range of the independent parallel sampler's float64
+    speed-ups over the loop (``bench_ip_lo``, ``bench_ip_hi``) and of its product ceilings over every
+    size and precision (``bench_ip_product_lo``, ``bench_ip_product_hi``; NaN without such rows)."""
     missing = [c for c in _COLUMNS if c not in speed.columns]
     if missing:
         raise ValueError(f"the speed table lacks the columns {missing}.")
@@ -107,6 +109,10 @@ def benchmark(speed: pd.DataFrame) -> dict:
         bench_ip_missed=listed([int(v) for v in miss.n]),
         bench_ip_ceiling=ceiling,
         bench_ip_product_blocked=listed([f"{r.dtype} at n = {r.n}" for r in blocked.itertuples()]),
+        bench_ip_lo=float(ip64.speedup_vs_loop.min()) if len(ip64) else float("nan"),
+        bench_ip_hi=float(ip64.speedup_vs_loop.max()) if len(ip64) else float("nan"),
+        bench_ip_product_lo=float(ip_all.product_ceiling_vs_loop.min()) if len(ip_all) else float("nan"),
+        bench_ip_product_hi=float(ip_all.product_ceiling_vs_loop.max()) if len(ip_all) else float("nan"),
     )
 
 

@@ -22,7 +22,8 @@ from gmlm_lib.book.findings.rules import grade
 from gmlm_lib.book.validate import ChapterParams
 from gmlm_lib.ising.fisher import MAX_EXACT_N
 
-__all__ = ["EQUALITY_BAR", "ORDER_SLACK", "EPS", "COLUMNS", "Params", "envelopes", "findings", "monte_carlo"]
+__all__ = ["EQUALITY_BAR", "ORDER_SLACK", "EPS", "COLUMNS", "Params", "all_masks_gain", "envelopes", "findings",
+           "monte_carlo"]
 
 EQUALITY_BAR = 1e-10
 """The largest entry of ``|H - Sigma|`` (and excess of a generalised eigenvalue over 1) that still counts as equal."""
@@ -138,3 +139,22 @@ class Params(ChapterParams):
     repeats: int
     sizes_mild: list
     sizes_peaky: list
+
+
+def all_masks_gain(regimes: pd.DataFrame, n: int) -> dict:
+    """How much one mask a sample loses against every mask: ``regimes`` holds one row per (``truth``, ``k``)
+    with ``one / all`` (``tr Gamma`` one-mask over all-masks). Returns ``all_masks_gain_<truth>_k1`` and
+    ``all_masks_gain_<truth>_kn`` (the ratio at k = 1 and at k = n - 1, where one mask of k positions
+    leaves one out) for each truth, and ``all_masks_kn`` (n - 1)."""
+    missing = [c for c in ("truth", "k", "one / all") if c not in regimes.columns]
+    if missing:
+        raise ValueError(f"all_masks_gain: the regimes table lacks the columns {missing}.")
+    out = dict(all_masks_kn=int(n) - 1)
+    for truth, rows in regimes.groupby("truth"):
+        ratio = rows.set_index("k")["one / all"]
+        absent = [k for k in (1, int(n) - 1) if k not in ratio.index]
+        if absent:
+            raise ValueError(f"all_masks_gain: the truth {truth!r} has no row at k = {absent} (n = {n}).")
+        out[f"all_masks_gain_{truth}_k1"] = float(ratio.loc[1])
+        out[f"all_masks_gain_{truth}_kn"] = float(ratio.loc[int(n) - 1])
+    return out

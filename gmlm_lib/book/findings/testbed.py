@@ -8,13 +8,15 @@ at Theorem 2 asks whether the mean squared parameter error of k-MPLE decreases s
 from __future__ import annotations
 
 import dataclasses
+
 import numpy as np
+import pandas as pd
 
 from gmlm_lib.book.findings.rules import grade
 from gmlm_lib.book.validate import ChapterParams
 from gmlm_lib.ising.model import MAX_EXACT_N
 
-__all__ = ["Z_BAR", "Params", "sampler", "ordered"]
+__all__ = ["Z_BAR", "Params", "sampler", "ordered", "drops", "drop_findings"]
 
 Z_BAR = 4.5
 """Largest ``|z|`` of any state's frequency that passes (about a 1-in-150,000 tail for one state)."""
@@ -41,6 +43,38 @@ def ordered(errors) -> str:
     if errors.ndim != 1 or errors.size < 2 or not np.all(np.isfinite(errors)):
         raise ValueError(f"errors must be at least two finite numbers, one per k; got {errors!r}.")
     return "yes" if bool(np.all(np.diff(errors) < 0)) else "no"
+
+
+def drops(sq_err: dict, ks) -> pd.DataFrame:
+    """How the squared parameter error falls from each mask size to the next, on the same training sets.
+    ``sq_err``: k -> one squared error per training set (the same sets, in the same order, for every k);
+    ``ks`` in increasing order. One row per consecutive pair: ``from k``, ``to k``, ``fell in`` (the
+    fraction of training sets whose error fell), ``mean drop`` and ``z`` (the mean drop over its standard
+    error, ``sd / sqrt(sets)``; infinite when every set dropped by the same amount, NaN when none moved)."""
+    ks = list(ks)
+    if len(ks) < 2 or any(b <= a for a, b in zip(ks[:-1], ks[1:])) or any(k not in sq_err for k in ks):
+        raise ValueError(f"drops: ks must be at least two increasing mask sizes, each a key of sq_err; got {ks} "
+                         f"and keys {sorted(sq_err)}.")
+    sizes = {len(np.asarray(sq_err[k])) for k in ks}
+    if len(sizes) != 1 or min(sizes) < 2:
+        raise ValueError(f"drops: every k needs the same training sets, at least two; got sizes {sorted(sizes)}.")
+    rows = []
+    for a, b in zip(ks[:-1], ks[1:]):
+        diff = np.asarray(sq_err[a], dtype=float) - np.asarray(sq_err[b], dtype=float)
+        sd = diff.std(ddof=1)
+        z = diff.mean() / (sd / np.sqrt(diff.size)) if sd > 0 else (np.sign(diff.mean()) * np.inf
+                                                                     if diff.mean() != 0 else np.nan)
+        rows.append({"from k": a, "to k": b, "fell in": float(np.mean(diff > 0)), "mean drop": float(diff.mean()),
+                     "z": float(z)})
+    return pd.DataFrame(rows)
+
+
+def drop_findings(table: pd.DataFrame) -> dict:
+    """The glued summary of :func:`drops`' table: ``win_min_pct`` (the smallest percentage of training sets
+    in which the error fell, over the consecutive pairs) and ``win_min_z`` (the smallest ``z``)."""
+    if table.empty or table["z"].isna().any():
+        raise ValueError("drop_findings: every pair needs a z (a pair whose errors never moved has none).")
+    return dict(win_min_pct=100 * float(table["fell in"].min()), win_min_z=float(table["z"].min()))
 
 
 @dataclasses.dataclass(frozen=True)
