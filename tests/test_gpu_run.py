@@ -328,11 +328,7 @@ def test_a_staged_chapter_runs_instead_of_its_notebook_and_takes_its_own_smoke_e
 def test_a_batch_interrupted_at_its_deadline_keeps_what_finished(tmp_path, monkeypatch):
     """make gpu-run's GPU_DEADLINE sends SIGINT: the chapter running then is logged as interrupted, the
     chapters before it and the run records stay in OUT, and the batch reports failure."""
-    root = tmp_path / "root"
-    root.mkdir()
-    for name in ("_toc.yml", "_config.yml", "notebooks", "params"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
+    root = _book_copy(tmp_path / "root")
     (root / "notebooks" / "runs" / "padir" / "en-de" / "ar").mkdir(parents=True)
     (root / "notebooks" / "runs" / "padir" / "en-de" / "ar" / "run.json").write_text("{}")
     done = []
@@ -342,11 +338,8 @@ def test_a_batch_interrupted_at_its_deadline_keeps_what_finished(tmp_path, monke
             f.write(f"{time.time():.6f}\t1\tjit(step_{name})\t2.5\n")
         if done:
             raise KeyboardInterrupt
-        path = runner.output_path(root, name, profile)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("{}")
         done.append(name)
-        return dict(total_wall_time_s=1.0)
+        return _executed(root, name, profile)
 
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the batch keeps its compile log
@@ -374,11 +367,7 @@ def test_a_batch_interrupted_at_its_deadline_keeps_what_finished(tmp_path, monke
 def test_a_chapter_that_fails_does_not_stop_the_chapters_after_it(tmp_path, monkeypatch):
     """An error in one chapter (its last cells, say) is logged and its failed notebook kept, and the later
     chapters still run (they reuse or build the run folder): a one-shot GPU run keeps what it can."""
-    root = tmp_path / "root"
-    root.mkdir()
-    for name in ("_toc.yml", "_config.yml", "notebooks", "params"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
+    root = _book_copy(tmp_path / "root")
 
     def fake_run(name, profile, params, *, root, staged=None):
         if name == "padir":
@@ -386,10 +375,7 @@ def test_a_chapter_that_fails_does_not_stop_the_chapters_after_it(tmp_path, monk
             failed.parent.mkdir(parents=True, exist_ok=True)
             failed.write_text("{}")
             raise RuntimeError("a figure cell broke")
-        path = runner.output_path(root, name, profile)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("{}")
-        return dict(total_wall_time_s=1.0)
+        return _executed(root, name, profile)
 
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     out = tmp_path / "out"
@@ -418,10 +404,7 @@ def test_a_smoke_batch_shares_padirs_run_folder_with_the_chapters_after_it(tmp_p
             (folder / "spm.model").write_text("")
             if padir_finishes:
                 (folder / "distilled.de.gz").write_text("")
-        path = runner.output_path(root, name, profile)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("{}")
-        return dict(total_wall_time_s=1.0)
+        return _executed(root, name, profile)
 
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -439,6 +422,14 @@ def test_a_smoke_batch_shares_padirs_run_folder_with_the_chapters_after_it(tmp_p
     got.clear()
     assert runner.run_batch(["padir", "stutter"], "smoke", tmp_path / "out2", {"padir_run": "mine"}, root=root) == 0
     assert "run_root" not in got["padir"] and got["stutter"] == {"padir_run": "mine"}
+
+
+def _executed(root: Path, name: str, profile: str) -> dict:
+    """What a fake chapter run leaves: its executed notebook where the runner puts it, and its metadata."""
+    path = runner.output_path(root, name, profile)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{}")
+    return dict(total_wall_time_s=1.0)
 
 
 def _book_copy(root: Path) -> Path:
@@ -671,11 +662,7 @@ def test_a_compile_cache_archive_from_elsewhere_is_checked(tmp_path):
 
 
 def test_a_batch_restores_the_cache_first_and_packs_it_at_its_end(tmp_path, monkeypatch):
-    root = tmp_path / "root"
-    root.mkdir()
-    for name in ("_toc.yml", "_config.yml", "notebooks", "params"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
+    root = _book_copy(tmp_path / "root")
     earlier = tmp_path / "earlier"
     _fake_cache(earlier, {"jit_step-aa": 10})
     runner.pack_compile_cache(earlier, tmp_path / runner.CACHE_ARCHIVE)
@@ -685,10 +672,7 @@ def test_a_batch_restores_the_cache_first_and_packs_it_at_its_end(tmp_path, monk
     def fake_run(name, profile, params, *, root, staged=None):
         seen.append(sorted(p.name for p in cache.iterdir()))  # the restored program is there before any chapter
         _fake_cache(cache, {f"jit_{name}-ee": 20})  # and the chapter compiles one of its own
-        path = runner.output_path(root, name, profile)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("{}")
-        return dict(total_wall_time_s=1.0)
+        return _executed(root, name, profile)
 
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     out = tmp_path / "out"
