@@ -302,7 +302,7 @@ Params.__module__ = __name__  # make_dataclass's own argument for this needs Pyt
 Params.__doc__ = """The parameters of the PaDIR chapter (their meaning: its parameters cell), checked when built:
 ``preset``, one field a setting of :class:`gmlm_lib.mt.config.Experiment` (None: the preset's; their types
 and ranges are the experiment's checks, each error naming its parameter), and :data:`CHAPTER_FIELDS`.
-:meth:`~_Checks.resolved` fills in the Nones for a backend; :meth:`~_Checks.experiment` builds the run's
+``Params.resolved(backend)`` fills in the Nones for a backend; ``Params.experiment()`` builds the run's
 experiment."""
 
 

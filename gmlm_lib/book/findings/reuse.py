@@ -3,7 +3,7 @@ dependency-aware decoding, ablations): where the folder is, the preset that trai
 missing, the language pair and data, the smoke stand-in's and the test set's sizes, and the decoding
 buckets, whose ``None`` means the preset's for the backend the chapter runs on.
 
-:mod:`gmlm_lib.mt` is imported inside :meth:`ReuseParams.resolved` and the preset check only, so that
+``gmlm_lib.mt`` is imported inside :meth:`ReuseParams.resolved` and the preset check only, so that
 importing a findings module stays light.
 """
 
