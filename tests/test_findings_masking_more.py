@@ -107,3 +107,17 @@ def test_the_all_masks_gain_at_one_and_at_n_minus_one():
         theorem2.all_masks_gain(regimes, 6)
     with pytest.raises(ValueError, match="lacks the columns"):
         theorem2.all_masks_gain(regimes.drop(columns="one / all"), 4)
+
+
+def test_the_all_masks_order_exercise():
+    eig, ratio = "max gen. eig (Gamma_k+1, Gamma_k)", "tr Gamma_k / tr Gamma_MLE"
+    order = pd.DataFrame([dict(truth=t, k=k, **{eig: e, ratio: r}) for t, k, e, r in [
+        ("mild", 1, 0.9, 1.5), ("mild", 2, 1.0 + 1e-12, 1.0 + 1e-12), ("mild", 3, 0.99, 1.0),
+        ("peaky", 1, 1.02, 1.4), ("peaky", 2, 0.98, 1.0 + 1e-8), ("peaky", 3, 0.97, 1.0)]])
+    got = theorem2.all_masks_order(order)
+    assert got == dict(ex_order_worst=1.02, ex_order_worst_truth="peaky", ex_order_worst_k=1,
+                       ex_order_worst_k_next=2, ex_order_efficient="3")  # k = 2: the peaky truth is 1e-8 off
+    assert theorem2.all_masks_order(order, rtol=1e-7)["ex_order_efficient"] == "2 and 3"
+    assert theorem2.all_masks_order(order[order.k == 1])["ex_order_efficient"] == "none"
+    with pytest.raises(ValueError, match="not NaN"):
+        theorem2.all_masks_order(order.assign(**{eig: np.nan}))

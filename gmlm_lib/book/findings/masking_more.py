@@ -22,8 +22,8 @@ from gmlm_lib.book.findings.rules import grade
 from gmlm_lib.book.validate import ChapterParams
 from gmlm_lib.ising.fisher import MAX_EXACT_N
 
-__all__ = ["EQUALITY_BAR", "ORDER_SLACK", "EPS", "COLUMNS", "Params", "all_masks_gain", "envelopes", "findings",
-           "monte_carlo"]
+__all__ = ["EQUALITY_BAR", "ORDER_SLACK", "EPS", "COLUMNS", "Params", "all_masks_gain", "all_masks_order", "envelopes",
+           "findings", "monte_carlo"]
 
 EQUALITY_BAR = 1e-10
 """The largest entry of ``|H - Sigma|`` (and excess of a generalised eigenvalue over 1) that still counts as equal."""
@@ -158,3 +158,25 @@ def all_masks_gain(regimes: pd.DataFrame, n: int) -> dict:
         out[f"all_masks_gain_{truth}_k1"] = float(ratio.loc[1])
         out[f"all_masks_gain_{truth}_kn"] = float(ratio.loc[int(n) - 1])
     return out
+
+
+def all_masks_order(order: pd.DataFrame, rtol: float = 1e-9) -> dict:
+    """The exercise on Theorem 2's order in the all-masks regime. ``order``: one row per (``truth``, ``k``)
+    with ``max gen. eig (Gamma_k+1, Gamma_k)`` and ``tr Gamma_k / tr Gamma_MLE``. Returns the largest
+    generalised eigenvalue (``ex_order_worst``; above one by more than rounding, the Loewner order fails)
+    with its ``ex_order_worst_truth`` and step ``ex_order_worst_k`` -> ``ex_order_worst_k_next``, and
+    ``ex_order_efficient``: the k at which every truth's all-masks estimator is as efficient as the MLE
+    (trace ratio 1 within ``rtol``), listed ("none")."""
+    from gmlm_lib.book.findings.rules import listed
+
+    eig, ratio = "max gen. eig (Gamma_k+1, Gamma_k)", "tr Gamma_k / tr Gamma_MLE"
+    missing = [c for c in ("truth", "k", eig, ratio) if c not in order.columns]
+    if missing or order.empty or order[eig].isna().any():
+        raise ValueError(f"all_masks_order: the order table needs rows with truth, k, {eig!r} (not NaN) and "
+                         f"{ratio!r}; missing columns {missing}, {len(order)} rows.")
+    worst = order.loc[order[eig].idxmax()]
+    efficient = [int(k) for k, rows in order.groupby("k")
+                 if np.allclose(rows[ratio].to_numpy(dtype=float), 1.0, rtol=rtol, atol=0)]
+    return dict(ex_order_worst=float(worst[eig]), ex_order_worst_truth=str(worst["truth"]),
+                ex_order_worst_k=int(worst["k"]), ex_order_worst_k_next=int(worst["k"]) + 1,
+                ex_order_efficient=listed(efficient))
