@@ -183,7 +183,9 @@ class Params(ReuseParams):
         ``variant_steps`` (:data:`ACCELERATOR_STEPS` on a GPU or TPU, :data:`CPU_STEPS` on a CPU),
         ``train_seconds`` (:data:`ACCELERATOR_SECONDS`, or 0: no budget) and ``decode_buckets``
         (:meth:`~gmlm_lib.book.findings.reuse.ReuseParams.resolved`: the preset's)."""
-        accelerator = backend in ("gpu", "tpu")
+        from gmlm_lib.mt.config import ACCELERATORS
+
+        accelerator = backend in ACCELERATORS  # as "auto" resolves the preset
         steps = ACCELERATOR_STEPS if accelerator else CPU_STEPS
         seconds = ACCELERATOR_SECONDS if accelerator else 0.0
         return dataclasses.replace(

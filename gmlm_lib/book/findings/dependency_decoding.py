@@ -13,7 +13,7 @@ import math
 
 import pandas as pd
 
-from gmlm_lib.book.findings.reuse import ReuseParams
+from gmlm_lib.book.findings.reuse import PADIR_MODELS, ReuseParams
 from gmlm_lib.book.findings.rules import ALPHA, compare, grade, listed
 from gmlm_lib.book.validate import finite
 
@@ -40,7 +40,7 @@ class Params(ReuseParams):
         from gmlm_lib.mt.decoding import RULE_STRATEGIES
 
         self.check_reuse()
-        self.need(self.model_name in ("padir_distilled", "padir_raw"), "model_name", "'padir_distilled' or 'padir_raw'")
+        self.need(self.model_name in PADIR_MODELS, "model_name", f"one of {list(PADIR_MODELS)}")
         for name in ("passes", "rule_passes"):
             self.integers(name, 1)
             self.need(GRADED_T in getattr(self, name), name,

@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 from gmlm_lib.book.findings.bounds import SLACK as BOUND_SLACK
-from gmlm_lib.book.findings.rules import grade
+from gmlm_lib.book.findings.rules import grade, listed
 from gmlm_lib.book.validate import ChapterParams
 from gmlm_lib.ising.fisher import MAX_EXACT_N
 from gmlm_lib.ising.markov import MAX_DENSE_N
@@ -22,28 +22,20 @@ TIME_BAR = 60.0
 """Seconds: what "at scale" has to mean on a laptop-class CPU, for each exact computation graded."""
 
 
-def findings(max_tightness: float, scale_seconds: float, big_seconds) -> dict:
+def findings(max_tightness: float, scale_seconds: float, big: dict) -> dict:
     """``max_tightness``: the largest ratio of ``v' Gamma_k v`` to ``C_P(k) v' Gamma_MLE v`` over the
-    maps; ``scale_seconds``: the dense computation at the chapter's scale; ``big_seconds``: each
-    matrix-free computation. Returns ``bound_verdict``, ``time_bar``, ``scale_verdict`` and ``big_verdict``
-    (met when every one is within the bar)."""
-    big = [float(s) for s in big_seconds]
+    maps; ``scale_seconds``: the dense computation at the chapter's scale; ``big``: k -> (``C_P(k)``,
+    seconds) of each matrix-free computation at the chapter's largest ``n``. Returns ``bound_verdict``,
+    ``time_bar``, ``scale_verdict`` and ``big_verdict`` (met when every one is within the bar), and what the
+    box says of the matrix-free computations: ``big_ks`` (listed), ``big_cp_min``, ``big_cp_max`` and
+    ``big_s_max`` (the slowest)."""
     if not big:
-        raise ValueError("big_seconds must hold at least one timing: nothing to grade.")
+        raise ValueError("big must hold at least one matrix-free computation: nothing to grade.")
+    cps, seconds = [float(cp) for cp, _ in big.values()], [float(s) for _, s in big.values()]
     return dict(bound_slack=BOUND_SLACK, bound_verdict=grade(max_tightness, 1.0 + BOUND_SLACK, at_least=False),
                 time_bar=TIME_BAR, scale_verdict=grade(scale_seconds, TIME_BAR, at_least=False),
-                big_verdict=grade(max(big), TIME_BAR, at_least=False))
-
-
-def big_findings(big: dict) -> dict:
-    """The matrix-free computations at the chapter's largest ``n``: ``big`` maps k -> (``C_P(k)``, seconds).
-    Returns ``big_ks`` (the k, listed), ``big_cp_min``, ``big_cp_max`` and ``big_s_max`` (the slowest)."""
-    from gmlm_lib.book.findings.rules import listed
-
-    if not big:
-        raise ValueError("big_findings: no matrix-free computation to report.")
-    cps, seconds = [float(cp) for cp, _ in big.values()], [float(s) for _, s in big.values()]
-    return dict(big_ks=listed(sorted(big)), big_cp_min=min(cps), big_cp_max=max(cps), big_s_max=max(seconds))
+                big_verdict=grade(max(seconds), TIME_BAR, at_least=False), big_ks=listed(sorted(big)),
+                big_cp_min=min(cps), big_cp_max=max(cps), big_s_max=max(seconds))
 
 
 def tightness(maps, n: int) -> dict:

@@ -18,7 +18,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from gmlm_lib.book.findings.rules import grade
+from gmlm_lib.book.findings.rules import grade, listed
 from gmlm_lib.book.validate import ChapterParams
 from gmlm_lib.ising.fisher import MAX_EXACT_N
 
@@ -167,8 +167,6 @@ def all_masks_order(order: pd.DataFrame, rtol: float = 1e-9) -> dict:
     with its ``ex_order_worst_truth`` and step ``ex_order_worst_k`` -> ``ex_order_worst_k_next``, and
     ``ex_order_efficient``: the k at which every truth's all-masks estimator is as efficient as the MLE
     (trace ratio 1 within ``rtol``), listed ("none")."""
-    from gmlm_lib.book.findings.rules import listed
-
     eig, ratio = "max gen. eig (Gamma_k+1, Gamma_k)", "tr Gamma_k / tr Gamma_MLE"
     missing = [c for c in ("truth", "k", eig, ratio) if c not in order.columns]
     if missing or order.empty or order[eig].isna().any():

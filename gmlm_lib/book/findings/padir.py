@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from gmlm_lib.book.findings.reuse import preset_names
-from gmlm_lib.book.findings.rules import grade
+from gmlm_lib.book.findings.rules import grade, listed
 from gmlm_lib.book.validate import ChapterParams, require
 from gmlm_lib.mt import config
 
@@ -165,8 +165,6 @@ def selection_findings(table: pd.DataFrame | None, ar_updates: int) -> dict:
     "still improving", "missed" otherwise, "not measured" without a val split: ``table`` ``None``),
     ``still_improving`` (those that do not, listed; "none"), ``n_validated``, and the AR teacher's
     ``ar_selected_step`` of its ``ar_updates`` (the last one without a val split)."""
-    from gmlm_lib.book.findings.rules import listed
-
     out = dict(target_converged_gain=CONVERGED_GAIN, converged_tail=TAIL, ar_updates=int(ar_updates))
     if table is None or table.empty:
         return dict(out, converged_met="not measured", still_improving="not measured", n_validated=0,

@@ -13,7 +13,10 @@ import dataclasses
 
 from gmlm_lib.book.validate import ChapterParams, positive_ints
 
-__all__ = ["ReuseParams", "preset_names"]
+__all__ = ["PADIR_MODELS", "ReuseParams", "preset_names"]
+
+PADIR_MODELS = ("padir_distilled", "padir_raw")
+"""The PaDIR models of the run folder that a chapter can analyse."""
 
 
 def preset_names() -> tuple[str, ...]:

@@ -13,17 +13,15 @@ import dataclasses
 
 import pandas as pd
 
-from gmlm_lib.book.findings.reuse import ReuseParams
+from gmlm_lib.book.findings.reuse import PADIR_MODELS, ReuseParams
 
-__all__ = ["HYPOTHESES", "AGGREGATES", "MODELS", "Params", "hypothesis", "agreement", "findings"]
+__all__ = ["HYPOTHESES", "AGGREGATES", "Params", "hypothesis", "agreement", "findings"]
 
 HYPOTHESES = {"h1": ("self_fwd", "self_bwd"), "h2": ("tv", "cos")}
 """Hypothesis 1 (stutter pairs attend more to each other: self-attention i -> i+1 and back) and
 Hypothesis 2 (they read the same source: TV and cosine distance of their cross-attention)."""
 AGGREGATES = ("avg", "max")
 """The aggregates over layers and heads whose intervals decide a verdict."""
-MODELS = ("padir_distilled", "padir_raw")
-"""The PaDIR models of the run folder that the chapter can analyse."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +31,7 @@ class Params(ReuseParams):
 
     def check(self) -> None:
         self.check_reuse()
-        self.need(self.analysed in MODELS, "analysed", f"one of {list(MODELS)}")
+        self.need(self.analysed in PADIR_MODELS, "analysed", f"one of {list(PADIR_MODELS)}")
         for name, why in (("steps", "refinement passes T of the analysed outputs"), ("hyps", "length hypotheses"),
                           ("max_steps", "passes of the stutter-over-steps decode"),
                           ("batch_size", "sentences a decoding batch"), ("ar_beam", "beam width"),
