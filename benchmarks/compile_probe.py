@@ -27,9 +27,9 @@ AR baseline), and for each program of ``--programs`` (both by default):
   and ``busy_ms``/``busy_fraction``: the device's busy time in a translation of the first test
   sentence and its share of the wall time (:func:`gmlm_lib.core.devtrace.trace_calls`, ``--trace-calls``
   calls; ``None`` with ``trace_error`` where the profiler fails), and where the rest goes
-  (:func:`call_parts`: the whole call, the compiled decoder alone, an empty program with the same
-  arguments). A flag that cuts kernel launches or host round trips (CUDA graphs of whole loops)
-  shows as a higher busy fraction and a lower ``run_ms``.
+  (:func:`gmlm_lib.mt.decode_costs.call_parts`: the whole call, the compiled decoder alone, an
+  empty program with the same arguments). A flag that cuts kernel launches or host round trips
+  (CUDA graphs of whole loops) shows as a higher busy fraction and a lower ``run_ms``.
 
 A setting whose child fails (an XLA that does not know a flag aborts at start) or runs past
 ``--timeout`` is reported with the end of its error, and the others still run. With ``--choose
@@ -72,7 +72,7 @@ def measure(args) -> dict:
     import numpy as np
 
     from gmlm_lib.core import devtrace, timing
-    from gmlm_lib.mt import config, decoding, pipeline, seq2seq, sizing, translate
+    from gmlm_lib.mt import config, decode_costs, decoding, pipeline, seq2seq, sizing, translate
 
     start = time.perf_counter()
     timing.compile_clock()
@@ -114,50 +114,13 @@ def measure(args) -> dict:
         except Exception as err:  # a profiler that fails here costs the column, not the probe
             busy["trace_error"] = f"{type(err).__name__}: {err}"[:300]
         try:  # where the rest of a translation goes: a failure here costs these columns, not the probe
-            parts = call_parts(tr, method, data.test.src[0])
+            parts = {k: round(v, 3) for k, v in decode_costs.call_parts(tr, method, data.test.src[0]).items()}
         except Exception as err:
             parts = dict(parts_error=f"{type(err).__name__}: {err}"[:300])
         rows.append(dict(kind=kind, what="decode", bucket=None, batch=1, first_s=round(first, 3),
                          compile_s=spent["compile_s"], programs=spent["compilations"], cache_hits=spent["cache_hits"],
                          run_ms=round(1e3 * float(np.median(seconds)), 3), **busy, **parts))
     return dict(rows=rows, wall_s=round(time.perf_counter() - start, 2), machine=timing.machine())
-
-
-def call_parts(tr, method, text: str, min_time: float = 0.3) -> dict:
-    """Where a batch-1 translation of ``text`` spends its time outside the device's own work, in ms
-    (the fastest of calls interleaved over ``min_time`` seconds each, as the unit costs are timed:
-    :func:`gmlm_lib.core.timing.best_times`): ``translate_ms`` the whole call
-    (``Translator.translate_one``: tokenising, host-to-device copies of the source, the compiled
-    decoder, the copy of its output back, detokenising); ``program_ms`` the compiled decoder alone,
-    its inputs already on the device, waited for with ``block_until_ready``; ``empty_ms`` a compiled
-    program that takes the same arguments (every parameter array, the source and its mask) and does
-    nothing with them: what a call costs before any kernel runs. ``translate_ms - program_ms`` is the
-    host's side, ``program_ms`` minus the device's busy time (``busy_ms``) the waiting inside the
-    program (kernel launches, loop conditions read back to the host)."""
-    import jax
-    import numpy as np
-
-    from gmlm_lib.core import timing
-    from gmlm_lib.mt import batching, decoding
-
-    row = tr.vocab.encode([text])[0]
-    src, mask = batching.pad([row], tr.bucket(len(row)))
-    src, mask = jax.device_put(np.asarray(src, np.int32)), jax.device_put(np.asarray(mask, bool))
-    if method.kind == "greedy":
-        def program():
-            return decoding.ar_greedy(tr.graphdef, tr.flat, src, mask, max_len=tr.cfg.max_len)
-    elif method.kind == "padir":
-        def program():
-            return decoding.padir_ids(tr.graphdef, tr.flat, src, mask, tr.key, options=method.padir, widths=tr.widths)
-    else:
-        raise ValueError(f"call_parts times greedy and PaDIR decoding; got {method.kind!r}.")
-    empty = jax.jit(lambda leaves, s, m: s[0, 0])
-    fns = dict(translate_ms=lambda: tr.translate_one(text, method), program_ms=program,
-               empty_ms=lambda: empty(tr.flat.leaves, src, mask))
-    waited = {name: (lambda fn=fn: jax.block_until_ready(fn())) for name, fn in fns.items()}
-    for fn in waited.values():  # compiled and warm before anything is timed
-        fn()
-    return {name: round(1e3 * s, 3) for name, s in timing.best_times(waited, 3 * min_time).items()}
 
 
 def child(args, flags: str, workdir: Path, cache: Path | None = None) -> dict:

@@ -37,7 +37,8 @@ def test_a_p_value_outside_its_range_is_refused(p):
         findings.significant(p)
 
 
-def _tables(ar=30.0, dist=29.0, lc=39.0, greedy_ms=(10.0, 30.0), padir_ms=(5.0, 10.0), shallow_ms=None):
+def _tables(ar=30.0, dist=29.0, lc=39.0, greedy_ms=(10.0, 30.0), padir_ms=(5.0, 10.0), shallow_ms=None,
+            unrolled_ms=None):
     quality = pd.DataFrame([
         dict(model="AR", decoding="greedy", BLEU=ar, BLEU_lc=ar + 1, stutter=0.5),
         dict(model="AR", decoding="beam 4", BLEU=ar + 0.5, BLEU_lc=lc, stutter=0.4),
@@ -50,6 +51,8 @@ def _tables(ar=30.0, dist=29.0, lc=39.0, greedy_ms=(10.0, 30.0), padir_ms=(5.0, 
             "PaDIR T=4, #hyp=3": (6.0, 12.0)}
     if shallow_ms:
         rows["AR deep-shallow greedy"] = shallow_ms
+    if unrolled_ms:
+        rows["PaDIR T=4, #hyp=1, unrolled"] = unrolled_ms
     speed = pd.DataFrame([dict(system=k, median_ms=m, p99_ms=p) for k, (m, p) in rows.items()]).set_index("system")
     cost = pd.DataFrame([dict(run="AR", wall_min=2.0, fraction_of_peak=0.2),
                          dict(run="PaDIR raw", wall_min=1.0, fraction_of_peak=0.1)]).set_index("run")
@@ -87,6 +90,14 @@ def test_parity_is_called_parity():
     assert _padir(greedy_ms=(5.1, 10.0))["speed_word"] == "at parity with"
 
 
+def test_the_unrolled_row_is_reported_beside_the_graded_one_and_never_graded():
+    assert _padir()["unrolled_text"] == "not measured (no unrolled row in this run)"
+    f = _padir(unrolled_ms=(2.5, 5.0), padir_ms=(8.0, 20.0))
+    assert f["unrolled_text"] == "4.00x at the median and 6.00x at the 99th percentile"
+    # the graded speed-ups stay those of the looped decoder, which misses here
+    assert (f["median_speedup"], f["median_target_met"], f["p99_target_met"]) == (1.25, "missed", "missed")
+
+
 def test_deep_shallow_speedup_when_it_was_timed():
     f = _padir(shallow_ms=(7.5, 15.0))
     assert f["deep_shallow_speedup"] == pytest.approx(1.5) and f["deep_shallow_text"] == "1.50x its median latency"
@@ -120,6 +131,49 @@ def test_a_traced_decode_in_words():
     s = TraceSummary(calls=20, wall_ms=4.0, traced_wall_ms=3.9, busy_ms=1.2, ops=400.0, top=(), source="/device:GPU:0")
     assert padir.trace_texts(s) == ("1.2 of 4.0 ms (30%)", "mostly waited")  # against the untraced wall time
     assert padir.trace_texts(None) == ("not measured", "was not traced")
+
+
+def test_a_translations_time_split_four_ways_and_its_largest_share_named():
+    parts = dict(translate_ms=3.6, program_ms=3.0, empty_ms=0.1)
+    split = padir.time_split(parts, busy_ms=1.0)
+    assert split["host_ms"] == pytest.approx(0.6) and split["call_ms"] == 0.1 and split["busy_ms"] == 1.0
+    assert split["wait_ms"] == pytest.approx(1.9) and split["largest"] == "waiting inside the program"
+    assert padir.split_text(split) == "device 1.0, waiting 1.9, call 0.1, host 0.6 of 3.6 ms"
+    # each share can be the largest: the device's work, the call, the host
+    assert padir.time_split(parts, busy_ms=2.5)["largest"] == "the device's work"
+    assert padir.time_split(dict(translate_ms=2.5, program_ms=2.0, empty_ms=1.5), 0.2)["largest"] == "the call itself"
+    assert padir.time_split(dict(translate_ms=3.6, program_ms=1.0, empty_ms=0.1), 0.5)["largest"] == "the host's side"
+    for busy in (0.0, 1.0, 2.5, 9.0):  # the four shares add up to the translation
+        got = padir.time_split(parts, busy)
+        assert sum(got[k] for k in padir.SPLIT_PARTS) == pytest.approx(3.6)
+    # fastest calls against a mean busy time (an upper bound on a CPU): each share capped by what is left
+    noisy = padir.time_split(dict(translate_ms=2.9, program_ms=3.0, empty_ms=0.1), busy_ms=3.2)
+    assert noisy["host_ms"] == 0.0 and noisy["busy_ms"] == pytest.approx(2.8) and noisy["wait_ms"] == 0.0
+    assert noisy["largest"] == "the device's work"
+    assert padir.time_split(dict(translate_ms=1.0, program_ms=0.5, empty_ms=0.8), 0.3)["call_ms"] == 0.5
+    untraced = padir.time_split(parts, busy_ms=None)
+    assert untraced["busy_ms"] is None and untraced["wait_ms"] is None and untraced["largest"] == "not traced"
+    assert padir.split_text(untraced) == "program 3.0, host 0.6 of 3.6 ms"
+    assert padir.split_texts(split) == (padir.split_text(split), "waiting inside the program")
+    assert padir.split_texts(None) == ("not measured", "not measured")
+    table = padir.split_table({"PaDIR": split, "AR": untraced})
+    assert list(table.columns) == [*padir.SPLIT_COLUMNS.values(), "largest share"]
+    assert table.loc["PaDIR", "waiting in program"] == pytest.approx(1.9)
+    assert math.isnan(table.loc["AR", "device busy"]) and table.loc["AR", "largest share"] == "not traced"
+
+
+@pytest.mark.parametrize("parts, busy, words", [
+    (dict(translate_ms=3.6, program_ms=3.0), 1.0, "lacks \\['empty_ms'\\]"),
+    (dict(translate_ms=3.6, program_ms=-3.0, empty_ms=0.1), 1.0, "program_ms must be a finite number"),
+    (dict(translate_ms=float("nan"), program_ms=3.0, empty_ms=0.1), 1.0, "translate_ms must be a finite number"),
+    (dict(translate_ms=3.6, program_ms=3.0, empty_ms=0.1), float("inf"), "busy_ms must be a finite number"),
+    (dict(translate_ms=3.6, program_ms=3.0, empty_ms=True), 1.0, "empty_ms must be a finite number"),
+])
+def test_a_time_split_refuses_a_missing_or_impossible_time(parts, busy, words):
+    with pytest.raises(ValueError, match=words):
+        padir.time_split(parts, busy)
+    with pytest.raises(ValueError, match="no system"):
+        padir.split_table({})
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.2, float("nan")])

@@ -181,6 +181,51 @@ def test_one_program_padir_gives_the_two_call_ids(opts):
     assert used == set(widths), used
 
 
+def test_unrolled_passes_decode_as_the_loop_does_with_no_loop_in_the_program():
+    """``PadirOptions(unroll=True)``: the same ids as the device loop (early stop included: the passes
+    after it are computed and discarded), T a constant of the program instead of an argument, and no
+    loop left in the compiled program (with the [MASK] start: a random start draws its tokens with
+    threefry, which the CPU lowers to loops of known length)."""
+    widths = decoding.hypothesis_widths((8,), 16)
+    stopped = 0
+    for seed, opts in enumerate([decoding.PadirOptions(steps=4, hyps=3),
+                                 decoding.PadirOptions(steps=3, hyps=1, init="mask"),
+                                 decoding.PadirOptions(steps=6, hyps=2, remask_stutter=False),
+                                 decoding.PadirOptions(steps=3, hyps=2, early_stop=False)]):
+        m = tiny(False)
+        g, p = nnx.split(m)
+        src, sm = ids(60 + seed, (3, 8)), jnp.arange(8)[None, :] < jnp.array([[8], [4], [6]])
+        unrolled = dataclasses.replace(opts, unroll=True)
+        looped = decoding.padir_ids(g, p, src, sm, jax.random.key(seed), options=opts, widths=widths)
+        np.testing.assert_array_equal(
+            decoding.padir_ids(g, p, src, sm, jax.random.key(seed), options=unrolled, widths=widths), looped)
+        a = decoding.padir(g, p, src, sm, jax.random.key(seed), options=opts, max_len=16, buckets=widths)
+        b = decoding.padir(g, p, src, sm, jax.random.key(seed), options=unrolled, max_len=16, buckets=widths)
+        assert int(a["steps"]) == int(b["steps"])
+        stopped += int(a["steps"]) < opts.steps
+        for k in ("ids", "history", "pass_best"):
+            np.testing.assert_array_equal(a[k], b[k])
+    assert stopped > 0  # an early stop was among the cases, so the discarded passes were exercised
+    masked = decoding.PadirOptions(steps=5, hyps=2, init="mask")  # not the default T, so a constant T shows
+    m = tiny(False)
+    g, p = nnx.split(m)
+    src, sm = ids(3, (1, 8)), jnp.ones((1, 8), bool)
+    text = {}
+    for unroll in (False, True):
+        structure, numbers = decoding._dynamic(dataclasses.replace(masked, unroll=unroll))
+        fn = decoding.jitted(decoding._padir_ids, g, options=structure, widths=widths)
+        text[unroll] = fn._plain.lower(p, src, sm, jax.random.key(0), numbers).as_text()
+        assert ("steps" in numbers) != unroll and (structure.steps == 5) == unroll  # T: argument or constant
+    # the loop: one in each width's branch; unrolled: none
+    assert text[False].count("stablehlo.while") == len(widths) and text[True].count("stablehlo.while") == 0
+    assert translate.Method("padir", padir=dataclasses.replace(masked, unroll=True)).label == \
+        "PaDIR T=5, #hyp=2, unrolled"
+    with pytest.raises(TypeError, match="PadirOptions.unroll must be True or False"):
+        decoding.PadirOptions(unroll=1)
+    with pytest.raises(TypeError, match="PadirOptions.early_stop must be True or False"):
+        decoding.PadirOptions(early_stop="no")
+
+
 def _refine_by_definition(model, enc, enc_mask, lengths, key, opts, width):
     """PaDIR's refinement written from its definition [App. L.1.1], for comparison: every pass
     decodes from the encoder states, takes log_softmax over the allowed ids and its jnp.argmax."""
@@ -210,7 +255,9 @@ def _refine_by_definition(model, enc, enc_mask, lengths, key, opts, width):
 
 
 @pytest.mark.parametrize("opts", [decoding.PadirOptions(steps=6, hyps=3), decoding.PadirOptions(steps=3, hyps=2, init="mask"),
-                                  decoding.PadirOptions(steps=5, hyps=1, remask_stutter=False, early_stop=False)])
+                                  decoding.PadirOptions(steps=5, hyps=1, remask_stutter=False, early_stop=False),
+                                  decoding.PadirOptions(steps=6, hyps=3, unroll=True),
+                                  decoding.PadirOptions(steps=5, hyps=1, remask_stutter=False, unroll=True)])
 def test_padir_refinement_follows_its_definition(opts):
     """The jitted loop (cross-attention projected once, the two-pass argmax, the score without the
     log-softmax array) gives the ids, history, pass count and scores of the definition."""
@@ -804,6 +851,37 @@ def test_latencies_time_every_system_on_every_sentence_in_rotating_order():
     assert set(times) == set("abc") and all(v.shape == (4,) and (v > 0).all() for v in times.values())
     with pytest.raises(ValueError, match="systems is empty"):
         translate.latencies({}, ["s0"])
+
+
+def test_call_parts_time_a_translation_its_program_and_an_empty_call_with_the_same_arguments(monkeypatch):
+    texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras"] * 20
+    v = V.train(texts, 60)
+    timed = {}
+    best_times = timing.best_times
+
+    def spy(fns, min_time):
+        out = best_times(fns, min_time)
+        timed[tuple(fns)] = min_time
+        return out
+
+    monkeypatch.setattr(timing, "best_times", spy)
+    for causal, method in ((True, translate.Method("greedy")), (True, translate.Method("beam", beam=2)),
+                           (False, translate.Method("padir", padir=decoding.PadirOptions(steps=2, hyps=2)))):
+        cfg = seq2seq.ModelConfig(vocab=v.size, causal=causal, d_model=32, heads=4, enc_layers=1, dec_layers=1,
+                                  d_ff=64, max_len=16)
+        tr = translate.Translator(seq2seq.build(cfg), v, buckets=(16,))
+        parts = decode_costs.call_parts(tr, method, texts[0][:12], min_time=0.02)
+        assert set(parts) == {"translate_ms", "program_ms", "empty_ms"}
+        assert all(0 < ms < float("inf") for ms in parts.values())
+        # the decoder's program runs its loop; the empty call with its arguments runs none of it
+        assert parts["empty_ms"] < parts["program_ms"], (method.label, parts)
+    assert list(timed) == [("translate_ms", "program_ms", "empty_ms")] and timed[list(timed)[0]] == pytest.approx(0.06)
+    with pytest.raises(ValueError, match="does not fit"):
+        decode_costs.call_parts(tr, translate.Method("greedy"), texts[0])
+    with pytest.raises(ValueError, match="text must be a non-empty sentence"):
+        decode_costs.call_parts(tr, method, " ")
+    with pytest.raises(ValueError, match="min_time must be a positive number"):
+        decode_costs.call_parts(tr, method, texts[0], min_time=0)
 
 
 def test_translator_rejects_a_mismatched_method_and_long_sources():

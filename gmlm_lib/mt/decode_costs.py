@@ -10,13 +10,15 @@ the batch-1 speed-up the units allow, whatever the overheads around them.
 
 A standalone call includes one dispatch from Python, which the decoders' loops do not pay per
 step, so these are upper bounds on the in-loop costs (:func:`dispatch_floor` measures that
-dispatch).
+dispatch). :func:`call_parts` measures what a whole translation costs around the decoder's
+program: the host's side and a call that runs no kernel.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from gmlm_lib.core import timing
@@ -69,6 +71,60 @@ def _noop(x):
 def dispatch_floor(min_time: float = 0.3) -> float:
     """Milliseconds of the fastest call of a trivial jitted function (the per-call overhead of dispatch)."""
     return _fastest_ms([(jax.jit(_noop), (jnp.int32(0),))], min_time=min_time)[0]
+
+
+def _empty_call(leaves, src, *rest):
+    """A program that takes a decoder's arguments and does nothing with them but read one entry of the
+    source (an output that is an input as it is would be forwarded by JAX without running anything)."""
+    return src[0, 0]
+
+
+_EMPTY = jax.jit(_empty_call)
+
+
+def call_parts(translator, method, text: str, *, min_time: float = 0.3) -> dict:
+    """Where a batch-1 translation of ``text`` spends its time around the device's own work, in ms,
+    each the fastest of calls interleaved over ``min_time`` seconds (:func:`gmlm_lib.core.timing.best_times`,
+    as :func:`unit_costs` times the units): ``translate_ms`` the whole call
+    (:meth:`gmlm_lib.mt.translate.Translator.translate_one`: tokenising, padding, the copies of the
+    source to the device, the compiled decoder, the copy of its output back, detokenising);
+    ``program_ms`` the compiled decoder alone, its inputs already on the device, waited for with
+    ``block_until_ready``; ``empty_ms`` a compiled program that takes the same arguments (every parameter
+    array, the source and its mask, PaDIR's key and numeric settings) and only reads one entry of the
+    source: what a call costs before the decoder's kernels run. ``translate_ms - program_ms`` is the
+    host's side of a translation; ``program_ms`` less ``empty_ms`` and the device's busy time
+    (:func:`gmlm_lib.core.devtrace.trace_calls`) is the waiting inside the program (kernel launches, a
+    loop's condition read back to the host).
+    ``translator``: a :class:`~gmlm_lib.mt.translate.Translator`; ``method``: its
+    :class:`~gmlm_lib.mt.translate.Method` (greedy, beam or PaDIR)."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"call_parts: text must be a non-empty sentence; got {text!r}.")
+    if not (isinstance(min_time, (int, float)) and 0 < min_time < float("inf")):
+        raise ValueError(f"call_parts: min_time must be a positive number of seconds; got {min_time!r}.")
+    tr = translator
+    tr._check(method)
+    row = tr.vocab.encode([text])[0]
+    src, mask = batching.pad([row], tr.bucket(len(row)))
+    src, mask = jax.device_put(np.asarray(src, np.int32)), jax.device_put(np.asarray(mask, bool))
+    extra: tuple = ()
+    if method.kind == "greedy":
+        def program():
+            return decoding.ar_greedy(tr.graphdef, tr.flat, src, mask, max_len=tr.cfg.max_len)
+    elif method.kind == "beam":
+        def program():
+            return decoding.ar_beam(tr.graphdef, tr.flat, src, mask, max_len=tr.cfg.max_len, beam=method.beam,
+                                    alpha=method.alpha)[0]
+    else:
+        extra = (tr.key, decoding._dynamic(method.padir)[1])  # the numeric settings the program takes
+
+        def program():
+            return decoding.padir_ids(tr.graphdef, tr.flat, src, mask, tr.key, options=method.padir, widths=tr.widths)
+    fns = dict(translate_ms=lambda: tr.translate_one(text, method), program_ms=program,
+               empty_ms=lambda: _EMPTY(tr.flat.leaves, src, mask, *extra))
+    waited = {name: (lambda fn=fn: jax.block_until_ready(fn())) for name, fn in fns.items()}
+    for fn in waited.values():  # compiled and warm before anything is timed
+        fn()
+    return {name: 1e3 * s for name, s in timing.best_times(waited, 3 * min_time).items()}
 
 
 def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), min_time: float = 0.5) -> list[dict]:

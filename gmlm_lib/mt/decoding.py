@@ -266,19 +266,30 @@ def _ar_beam(graphdef, params, src, src_mask, alpha, *, max_len: int, beam: int)
 class PadirOptions:
     """Inference settings of PaDIR [App. L.1.1]: ``steps`` T, ``hyps`` top-l lengths, initial
     hypothesis ``init`` ("random" tokens or "mask"), stutter re-masking between steps, early
-    stop when the prediction stops changing."""
+    stop when the prediction stops changing.
+
+    ``unroll``: compile the T passes as straight-line code instead of a device loop whose number of
+    iterations depends on the data (the early stop). The outputs are the same: after an early stop the
+    remaining passes are computed and their results discarded. Why: on a GPU, XLA can run such a loop
+    from the host, reading its condition back after every iteration (unless it captures the loop in a
+    CUDA graph), while a fixed sequence of passes is launched at once; the price is the discarded passes
+    and one program per T (T is then a constant of the program, not an argument)."""
 
     steps: int = 4
     hyps: int = 3
     init: str = "random"
     remask_stutter: bool = True
     early_stop: bool = True
+    unroll: bool = False
 
     def __post_init__(self):
         checks.integer(self.steps, "PadirOptions.steps", low=1)
         checks.integer(self.hyps, "PadirOptions.hyps", low=1)
         if self.init not in ("random", "mask"):
             raise ValueError(f"PadirOptions.init must be 'random' or 'mask'; got {self.init!r}.")
+        for name in ("remask_stutter", "early_stop", "unroll"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"PadirOptions.{name} must be True or False; got {getattr(self, name)!r}.")
 
 
 STRATEGIES = ("mask_predict", "dependency", "threshold", "factor", "entropy", "dilated", "dependency_entropy")
@@ -365,7 +376,8 @@ def _dynamic(options):
     options (uncommitted, so they follow the other arguments to their device)."""
     split = _SPLITS.get(options)
     if split is None:  # once per options: a batch-1 decode pays a dictionary lookup, not a validation
-        kind, numeric = type(options), _NUMERIC[type(options)]
+        kind = type(options)
+        numeric = () if getattr(options, "unroll", False) else _NUMERIC[kind]  # unrolled: T shapes the program
         kept = {f.name: getattr(options, f.name) for f in dataclasses.fields(kind) if f.name not in numeric}
         numbers = {name: jnp.asarray(getattr(options, name), jnp.int32 if name == "steps" else jnp.float32)
                    for name in numeric}
@@ -602,6 +614,8 @@ def _refine(model, enc, enc_mask, lengths, key, options: PadirOptions, width: in
     of passes may be ``steps``, a traced int32 (``_dynamic``), instead of ``options.steps``."""
     if steps is not None and history:
         raise ValueError("_refine: a traced number of passes needs history=False (the records have a row a pass).")
+    if steps is not None and options.unroll:
+        raise ValueError("_refine: unrolled passes need a constant T (options.steps), not a traced one.")
     T = options.steps if steps is None else steps
     b, l = lengths.shape
     lengths = lengths.reshape(-1)
@@ -628,7 +642,14 @@ def _refine(model, enc, enc_mask, lengths, key, options: PadirOptions, width: in
     hist_score = jnp.zeros((rows, b * l), jnp.float32)
     init = (jnp.int32(0), hyp, jnp.full_like(hyp, -1), jnp.zeros((b * l,), jnp.float32), jnp.bool_(False), hist,
             hist_score, hyp if return_attention else jnp.zeros((), jnp.int32))
-    steps, _, pred, score, _, hist, hist_score, last_in = jax.lax.while_loop(cond, body, init)
+    if options.unroll:  # T passes in a row, each kept only while the loop would have run it
+        c = init
+        for _ in range(options.steps):
+            go, nxt = cond(c), body(c)
+            c = jax.tree.map(lambda new, old: jnp.where(go, new, old), nxt, c)
+        steps, _, pred, score, _, hist, hist_score, last_in = c
+    else:
+        steps, _, pred, score, _, hist, hist_score, last_in = jax.lax.while_loop(cond, body, init)
     pick = jnp.arange(b) * l + jnp.argmax(score.reshape(b, l), -1)
     out = dict(ids=pred[pick], length=lengths[pick], score=score[pick], steps=steps)
     if not history:
@@ -672,7 +693,8 @@ def padir_ids(graphdef, params, src, src_mask, key, *, options: PadirOptions | S
 def _padir_ids(graphdef, params, src, src_mask, key, numbers, *, options, widths: tuple[int, ...]):
     model = nnx.merge(graphdef, params)
     enc, enc_mask, lengths = _encode_lengths(model, src, src_mask, options.hyps)
-    index = jnp.searchsorted(jnp.asarray(widths), jnp.max(lengths))  # the smallest width >= the longest length
+    # the smallest width >= the longest length; compare_all: no loop in the program (a handful of widths)
+    index = jnp.searchsorted(jnp.asarray(widths), jnp.max(lengths), method="compare_all")
 
     def branch(width):
         def run(_):
@@ -680,7 +702,7 @@ def _padir_ids(graphdef, params, src, src_mask, key, numbers, *, options, widths
                 ids = _strategy_refine(model, enc, enc_mask, lengths, options, width, numbers)["ids"]
             else:
                 ids = _refine(model, enc, enc_mask, lengths, key, options, width, history=False,
-                              steps=numbers["steps"])["ids"]
+                              steps=numbers.get("steps"))["ids"]  # none for unrolled passes: T is constant
             return jnp.pad(ids, ((0, 0), (0, widths[-1] - width)), constant_values=V.PAD)
         return run
 

@@ -55,7 +55,7 @@ class Method:
         if isinstance(self.padir, decoding.StrategyOptions):
             name = "Mask-Predict" if self.padir.name == "mask_predict" else "dependency-aware"
             return f"{name} T={self.padir.steps}, #hyp={self.padir.hyps}"
-        return f"PaDIR T={self.padir.steps}, #hyp={self.padir.hyps}"
+        return f"PaDIR T={self.padir.steps}, #hyp={self.padir.hyps}" + (", unrolled" if self.padir.unroll else "")
 
 
 class Translator:

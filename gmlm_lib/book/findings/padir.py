@@ -81,6 +81,77 @@ def trace_texts(summary) -> tuple[str, str]:
             trace_reading(summary.busy_fraction))
 
 
+SPLIT_PARTS = {"busy_ms": "the device's work", "wait_ms": "waiting inside the program",
+               "call_ms": "the call itself", "host_ms": "the host's side"}
+"""The shares of a batch-1 translation's time that :func:`time_split` separates, and their words."""
+
+
+def time_split(parts: dict, busy_ms: float | None) -> dict:
+    """Where one batch-1 translation's milliseconds go, from :func:`gmlm_lib.mt.decode_costs.call_parts`
+    (``parts``: ``translate_ms``, ``program_ms``, ``empty_ms``) and the device's busy time of the same
+    translation (``busy_ms``, :class:`gmlm_lib.core.devtrace.TraceSummary`; ``None`` when it was not
+    traced). Returns ``translate_ms`` and the four shares of :data:`SPLIT_PARTS`, which add up to it:
+    ``host_ms`` = translate - program (tokenising, copies, detokenising); of the rest (the program),
+    ``call_ms`` the empty call (a call with the decoder's arguments that runs none of its kernels),
+    ``busy_ms`` the device's work and ``wait_ms`` what remains (kernel launches, a loop's condition read
+    back to the host). Each share is capped by what the ones before it leave, so none is below 0: the
+    call times are fastest calls and the busy time a mean over traced calls, so their differences carry
+    noise, and on a CPU the busy time is an upper bound (the profiler slows the operations there).
+    ``busy_ms`` and ``wait_ms`` are ``None`` when not traced (then ``call_ms`` and the rest of the
+    program are not told apart); ``largest``: the words of the largest share ("not traced" without a
+    busy time)."""
+    need = ("translate_ms", "program_ms", "empty_ms")
+    missing = [k for k in need if k not in parts]
+    if missing:
+        raise ValueError(f"time_split: parts lacks {missing}; pass what decode_costs.call_parts returns.")
+    for name, value in [(k, parts[k]) for k in need] + ([("busy_ms", busy_ms)] if busy_ms is not None else []):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            raise ValueError(f"time_split: {name} must be a finite number of ms >= 0; got {value!r}.")
+    translate, program, empty = (float(parts[k]) for k in need)
+    rest = min(program, translate)
+    call = min(empty, rest)
+    out = dict(translate_ms=translate, host_ms=translate - rest, call_ms=call, busy_ms=None, wait_ms=None,
+               largest="not traced")
+    if busy_ms is not None:
+        busy = min(float(busy_ms), rest - call)
+        out.update(busy_ms=busy, wait_ms=rest - call - busy)
+        out["largest"] = SPLIT_PARTS[max(SPLIT_PARTS, key=lambda k: out[k])]
+    return out
+
+
+def split_text(split: dict) -> str:
+    """A :func:`time_split` in a short text for a sentence: "device 1.0, waiting 1.9, call 0.1, host 0.6
+    of 3.6 ms" (one decimal), or without a busy time "program 3.0, host 0.6 of 3.6 ms"."""
+    if split["busy_ms"] is None:
+        return (f"program {split['translate_ms'] - split['host_ms']:.1f}, host {split['host_ms']:.1f} "
+                f"of {split['translate_ms']:.1f} ms")
+    return (f"device {split['busy_ms']:.1f}, waiting {split['wait_ms']:.1f}, call {split['call_ms']:.1f}, "
+            f"host {split['host_ms']:.1f} of {split['translate_ms']:.1f} ms")
+
+
+def split_texts(split: dict | None) -> tuple[str, str]:
+    """A :func:`time_split` (``None`` when the system was not measured) as the chapter glues it: its
+    :func:`split_text` and the words of its largest share; ``("not measured", "not measured")`` for ``None``."""
+    if split is None:
+        return "not measured", "not measured"
+    return split_text(split), split["largest"]
+
+
+SPLIT_COLUMNS = {"translate_ms": "translation", "busy_ms": "device busy", "wait_ms": "waiting in program",
+                 "call_ms": "empty call", "host_ms": "host side"}
+"""The columns of :func:`split_table`, in order, each in milliseconds."""
+
+
+def split_table(splits: dict) -> pd.DataFrame:
+    """One row per system (``splits``: label -> :func:`time_split`), the :data:`SPLIT_COLUMNS` in ms
+    (NaN where not traced) and the largest share in words."""
+    if not splits:
+        raise ValueError("split_table: no system to show; pass {label: time_split(...)}.")
+    rows = {label: {**{title: (math.nan if s[k] is None else s[k]) for k, title in SPLIT_COLUMNS.items()},
+                    "largest share": s["largest"]} for label, s in splits.items()}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
 def speed_word(speedup: float) -> str:
     """How a batch-1 speed-up reads in a sentence: "faster than", "slower than" or "at parity with"
     (within :data:`PARITY` of 1)."""
@@ -182,7 +253,9 @@ def findings(quality: pd.DataFrame, speed: pd.DataFrame, cost: pd.DataFrame, *, 
     ``quality``: one row a (``model``, ``decoding``) with ``BLEU``, ``BLEU_lc`` and ``stutter``; the
     models "AR", "PaDIR raw", "PaDIR distilled" (and optionally "AR deep-shallow"), the PaDIR settings
     named ``"T=<t>, #hyp=<eval_hyps>"``. ``speed``: indexed by system label ("AR greedy",
-    "PaDIR T=4, #hyp=1", optionally "AR deep-shallow greedy") with ``median_ms`` and ``p99_ms``.
+    "PaDIR T=4, #hyp=1", optionally "AR deep-shallow greedy" and the graded PaDIR row with its passes
+    unrolled, "PaDIR T=4, #hyp=1, unrolled", reported beside it as ``unrolled_text``, ungraded) with
+    ``median_ms`` and ``p99_ms``.
     ``cost``: indexed by run with ``wall_min`` and ``fraction_of_peak``. The PaDIR row graded is T = 4
     (else the first of ``eval_steps``); its speed, T = 4 with one hypothesis (else the smallest T timed)."""
     t = 4 if 4 in eval_steps else eval_steps[0]
@@ -204,6 +277,10 @@ def findings(quality: pd.DataFrame, speed: pd.DataFrame, cost: pd.DataFrame, *, 
     shallow = "AR deep-shallow greedy" in speed.index
     deep_shallow_speedup = (float(speed.loc["AR deep-shallow greedy", "median_ms"] / speed.loc[fast, "median_ms"])
                             if shallow else float("nan"))
+    unrolled = f"{fast}, unrolled"
+    unrolled_text = (f"{float(greedy['median_ms'] / speed.loc[unrolled, 'median_ms']):.2f}x at the median and "
+                     f"{float(greedy['p99_ms'] / speed.loc[unrolled, 'p99_ms']):.2f}x at the 99th percentile"
+                     if unrolled in speed.index else "not measured (no unrolled row in this run)")
     total_min = float(cost["wall_min"].sum()) + distill_s / 60.0
     gap_greedy = float(ar["BLEU"] - dist["BLEU"])
     out = dict(
@@ -213,7 +290,7 @@ def findings(quality: pd.DataFrame, speed: pd.DataFrame, cost: pd.DataFrame, *, 
         gap_greedy=gap_greedy, gap_beam=float(ar_beam["BLEU"] - dist["BLEU"]),
         fast_label=fast, median_speedup=median_speedup, p99_speedup=p99_speedup,
         speed_word=speed_word(median_speedup),
-        deep_shallow_speedup=deep_shallow_speedup,
+        deep_shallow_speedup=deep_shallow_speedup, unrolled_text=unrolled_text,
         deep_shallow_text=(f"{deep_shallow_speedup:.2f}x its median latency" if shallow
                            else "not measured (no deep-shallow model in this run)"),
         ar_stutter=float(ar["stutter"]), padir_stutter=float(dist["stutter"]),
