@@ -135,6 +135,31 @@ def test_a_namespace_without_a_parameter_is_named_and_params_are_frozen():
         params.pairs = 4
 
 
+@dataclasses.dataclass(frozen=True)
+class _Ranged(ChapterParams):
+    x: float = 0.5
+    xs: tuple = (0.0, 1.0)
+
+    def check(self):
+        self.number("x", 0.0, "a share", high=1.0)
+        self.numbers("xs", high=1.0)
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(x=1.0001),
+     "parameter x = 1.0001 is out of range: it must be a finite number in \\[0.0, 1.0\\] \\(a share\\)"),
+    (dict(x=-0.0001), "must be a finite number in \\[0.0, 1.0\\]"),
+    (dict(x=float("nan")), "parameter x = nan"),
+    (dict(xs=(0.5, 1.0001)),
+     "xs = \\(0.5, 1.0001\\) is out of range: it must be a non-empty list of finite numbers <= 1.0"),
+    (dict(xs=()), "parameter xs = \\(\\) is out of range: it must be a non-empty list"),
+])
+def test_the_range_helpers_check_both_ends_and_say_the_range(changes, words):
+    _Ranged(seed=0, install_ref="main", x=1.0, xs=(-5.0, 1.0))  # each end itself is in range; no lower end for xs
+    with pytest.raises(ValueError, match=words):
+        _Ranged(seed=0, install_ref="main", **changes)
+
+
 def test_a_params_class_without_checks_is_refused():
     @dataclasses.dataclass(frozen=True)
     class Unchecked(ChapterParams):

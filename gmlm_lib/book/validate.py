@@ -47,6 +47,13 @@ def numbers(values, minimum: float | None = None) -> bool:
             and (minimum is None or all(v >= minimum for v in values)))
 
 
+def _range(low: float | None, high: float | None) -> str:
+    """How a range reads after "a finite number": " in [0, 1]", " >= 0", " <= 1" or nothing."""
+    if low is not None and high is not None:
+        return f" in [{low}, {high}]"
+    return f" >= {low}" if low is not None else (f" <= {high}" if high is not None else "")
+
+
 @dataclasses.dataclass(frozen=True)
 class ChapterParams:
     """Base of a chapter's ``Params``: a frozen dataclass with one field per name of the chapter's
@@ -82,16 +89,18 @@ class ChapterParams:
         what = f"an integer in [{low}, {high}]" if high is not None else f"an integer >= {low}"
         self.need(count(value, low) and (high is None or value <= high), name, what + (f" ({why})" if why else ""))
 
-    def number(self, name: str, low: float | None = None, why: str = "") -> None:
-        """Field ``name`` is a finite number, at least ``low`` if given."""
+    def number(self, name: str, low: float | None = None, why: str = "", high: float | None = None) -> None:
+        """Field ``name`` is a finite number, at least ``low`` and at most ``high`` where given."""
         value = getattr(self, name)
-        what = "a finite number" + (f" >= {low}" if low is not None else "")
-        self.need(finite(value) and (low is None or value >= low), name, what + (f" ({why})" if why else ""))
+        self.need(finite(value) and (low is None or value >= low) and (high is None or value <= high), name,
+                  "a finite number" + _range(low, high) + (f" ({why})" if why else ""))
 
-    def numbers(self, name: str, low: float | None = None, why: str = "") -> None:
-        """Field ``name`` is a non-empty list of finite numbers, each at least ``low`` if given."""
-        what = "a non-empty list of finite numbers" + (f" >= {low}" if low is not None else "")
-        self.need(numbers(getattr(self, name), low), name, what + (f" ({why})" if why else ""))
+    def numbers(self, name: str, low: float | None = None, why: str = "", high: float | None = None) -> None:
+        """Field ``name`` is a non-empty list of finite numbers, each at least ``low`` and at most ``high``
+        where given."""
+        values = getattr(self, name)
+        self.need(numbers(values, low) and (high is None or max(values) <= high), name,
+                  "a non-empty list of finite numbers" + _range(low, high) + (f" ({why})" if why else ""))
 
     def integers(self, name: str, low: int = 1, high: int | None = None, why: str = "") -> None:
         """Field ``name`` is a non-empty list of integers in ``[low, high]`` (``high`` None: no upper end)."""

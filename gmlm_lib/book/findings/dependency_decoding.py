@@ -46,13 +46,12 @@ class Params(ReuseParams):
             self.need(GRADED_T in getattr(self, name), name,
                       f"a list that includes {GRADED_T} (the T the chapter grades)")
         for name in ("confidence", "dependency"):
-            self.numbers(name, 0.0, why="thresholds in [0, 1]; several: the best pair on the val split is used")
-            self.need(max(getattr(self, name)) <= 1.0, name, "a non-empty list of thresholds in [0, 1]")
+            self.numbers(name, 0.0, high=1.0, why="thresholds; several: the best pair on the val split is used")
         self.need(self.refill in ("prediction", "mask"), "refill", "'prediction' or 'mask'")
         self.integer("tune_sentences", 0, why="val sentences of the threshold tuning")
         self.need(self.tune_sentences > 0 or len(self.confidence) * len(self.dependency) == 1, "tune_sentences",
                   "an integer >= 1 when confidence or dependency lists several values (tuned on the val split)")
-        self.need(finite(self.similarity) and 0 <= self.similarity <= 1, "similarity", "a cosine similarity in [0, 1]")
+        self.number("similarity", 0.0, "a cosine similarity", high=1.0)
         self.need(isinstance(self.rule_grid, dict) and set(self.rule_grid) == set(RULE_STRATEGIES)
                   and all(isinstance(v, list) and len(v) > 0 and finite(v) for v in self.rule_grid.values()),
                   "rule_grid", f"a dict with one non-empty list of numbers for each of {RULE_STRATEGIES}")
