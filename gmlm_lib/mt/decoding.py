@@ -690,11 +690,17 @@ def padir_ids(graphdef, params, src, src_mask, key, *, options: PadirOptions | S
     return jitted(_padir_ids, graphdef, options=structure, widths=widths)(params, src, src_mask, key, numbers)
 
 
+def _width_index(widths: tuple[int, ...], lengths):
+    """On the device: the index in ``widths`` (sorted) of the smallest width that holds the longest of
+    ``lengths``, the last where none does (the branch :func:`jax.lax.switch` takes). ``compare_all``:
+    no loop in the program for a handful of widths."""
+    index = jnp.searchsorted(jnp.asarray(widths), jnp.max(lengths), method="compare_all")
+    return jnp.minimum(index, len(widths) - 1)
+
+
 def _padir_ids(graphdef, params, src, src_mask, key, numbers, *, options, widths: tuple[int, ...]):
     model = nnx.merge(graphdef, params)
     enc, enc_mask, lengths = _encode_lengths(model, src, src_mask, options.hyps)
-    # the smallest width >= the longest length; compare_all: no loop in the program (a handful of widths)
-    index = jnp.searchsorted(jnp.asarray(widths), jnp.max(lengths), method="compare_all")
 
     def branch(width):
         def run(_):
@@ -706,7 +712,7 @@ def _padir_ids(graphdef, params, src, src_mask, key, numbers, *, options, widths
             return jnp.pad(ids, ((0, 0), (0, widths[-1] - width)), constant_values=V.PAD)
         return run
 
-    return jax.lax.switch(jnp.minimum(index, len(widths) - 1), [branch(w) for w in widths], None)
+    return jax.lax.switch(_width_index(widths, lengths), [branch(w) for w in widths], None)
 
 
 def strategy_passes(graphdef, params, src, src_mask, *, options: StrategyOptions, widths: tuple[int, ...]):
@@ -724,10 +730,9 @@ def strategy_passes(graphdef, params, src, src_mask, *, options: StrategyOptions
 def _strategy_passes(graphdef, params, src, src_mask, numbers, *, options, widths: tuple[int, ...]):
     model = nnx.merge(graphdef, params)
     enc, enc_mask, lengths = _encode_lengths(model, src, src_mask, options.hyps)
-    index = jnp.searchsorted(jnp.asarray(widths), jnp.max(lengths))
     branches = [lambda _, w=w: _strategy_refine(model, enc, enc_mask, lengths, options, w, numbers)["passes"]
                 for w in widths]
-    return jax.lax.switch(jnp.minimum(index, len(widths) - 1), branches, None)
+    return jax.lax.switch(_width_index(widths, lengths), branches, None)
 
 
 def padir(graphdef, params, src, src_mask, key, *, options: PadirOptions, max_len: int, buckets=(),

@@ -15,7 +15,7 @@ import pandas as pd
 
 from gmlm_lib.book.findings.reuse import preset_names
 from gmlm_lib.book.findings.rules import grade, listed
-from gmlm_lib.book.validate import ChapterParams, require
+from gmlm_lib.book.validate import ChapterParams, finite, require
 from gmlm_lib.mt import config
 
 TARGETS = dict(
@@ -105,7 +105,7 @@ def time_split(parts: dict, busy_ms: float | None) -> dict:
     if missing:
         raise ValueError(f"time_split: parts lacks {missing}; pass what decode_costs.call_parts returns.")
     for name, value in [(k, parts[k]) for k in need] + ([("busy_ms", busy_ms)] if busy_ms is not None else []):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        if not finite(value) or value < 0:
             raise ValueError(f"time_split: {name} must be a finite number of ms >= 0; got {value!r}.")
     translate, program, empty = (float(parts[k]) for k in need)
     rest = min(program, translate)
