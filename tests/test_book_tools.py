@@ -4,6 +4,7 @@ and the sync/freshness check (an edited, unrerun notebook must fail it)."""
 import json
 import re
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -759,7 +760,18 @@ def test_full_run_pins_the_colab_install_to_its_commit(monkeypatch, tmp_path):
     assert runner.run_notebook("tiny", "smoke", root=tmp_path)["provenance"]["parameters"]["install_ref"] == "main"
 
 
-def test_an_interrupted_run_keeps_the_cells_that_finished(tmp_path):
+@pytest.fixture
+def sigint_raises():
+    """SIGINT raises KeyboardInterrupt in this process during the test, as it does in the batch under
+    make gpu-run's deadline (`timeout` gives its child SIGINT's default action: tests/test_gpu_run.py).
+    Needed because a pytest started as a background job of a non-interactive shell (``nohup make
+    test &``) inherits SIGINT ignored (POSIX), and a Python started so ignores it too."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupted_run_keeps_the_cells_that_finished(tmp_path, sigint_raises):
     """SIGINT during a chapter (make gpu-run's deadline) stops the run with KeyboardInterrupt, and the
     cells that finished, their outputs and papermill's timings, stay in _build/failed/ (run_batch
     brings them back with the log): what an interrupted GPU run cost, step by step."""

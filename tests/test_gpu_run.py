@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -592,6 +593,34 @@ def test_gpu_deadline_wraps_the_batch_in_a_sigint_timeout(tmp_path):
     dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(tree), "gpu-run", "OUT=o",
                           f"COMMIT={COMMIT}", f"DATA={tree}"], capture_output=True, text=True)
     assert "timeout --signal" not in dry.stdout
+
+
+def test_the_deadline_interrupts_a_batch_started_in_the_background():
+    """gpu-start runs gpu-run as a background job of a non-interactive shell (``setsid sh -c ... &``),
+    which starts with SIGINT ignored (POSIX), and a Python started so ignores SIGINT: the deadline's
+    signal would be lost. It is not, because ``timeout`` gives its child SIGINT's default action.
+    Both checked here with gpu-run's own timeout command round a Python that sleeps."""
+    sleeper = ("import os, signal, sys, time\n"
+               "print('default' if signal.getsignal(signal.SIGINT) is signal.default_int_handler else 'ignored')\n"
+               "try:\n"
+               "    if sys.argv[1] == 'self':\n"
+               "        os.kill(os.getpid(), signal.SIGINT)\n"
+               "    time.sleep(float(sys.argv[2]))\n"
+               "    print('not interrupted')\n"
+               "except KeyboardInterrupt:\n"
+               "    print('interrupted')\n")
+    python = f"{shlex.quote(sys.executable)} -u -c {shlex.quote(sleeper)}"
+
+    def in_background(command: str) -> list[str]:
+        proc = subprocess.run(["sh", "-c", f"setsid sh -c {shlex.quote(command)} & wait"], capture_output=True,
+                              text=True, timeout=50)
+        return proc.stdout.splitlines() + [proc.stderr]
+
+    assert in_background(f"{python} self 0.5") == ["ignored", "not interrupted", ""]
+    t0 = time.perf_counter()
+    deadline = "timeout --signal=INT --kill-after=30 1"  # gpu-run's, with 1 s left
+    assert in_background(f"{deadline} {python} deadline 60") == ["default", "interrupted", ""]
+    assert time.perf_counter() - t0 < 20  # by the SIGINT, not the KILL 30 s later
 
 
 def test_gpu_probe_writes_its_table_and_record_in_a_copy_without_git(tmp_path):
