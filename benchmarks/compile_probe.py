@@ -27,7 +27,8 @@ AR baseline), and for each program of ``--programs`` (both by default):
   and ``busy_ms``/``busy_fraction``: the device's busy time in a translation of the first test
   sentence and its share of the wall time (:func:`gmlm_lib.core.devtrace.trace_calls`, ``--trace-calls``
   calls; ``None`` with ``trace_error`` where the profiler fails), and where the rest goes
-  (:func:`gmlm_lib.mt.decode_costs.call_parts`: the whole call, the compiled decoder alone, an
+  (:func:`gmlm_lib.mt.decode_costs.call_parts`: the whole call, the compiled decoder on the source
+  handed over from the host as a translation hands it, the same on inputs already on the device, an
   empty program with the same arguments). A flag that cuts kernel launches or host round trips
   (CUDA graphs of whole loops) shows as a higher busy fraction and a lower ``run_ms``.
 
@@ -188,7 +189,7 @@ def choose(settings: list[dict], slack: float = SLACK) -> tuple[str, str]:
 
 def table(settings: list[dict]) -> str:
     lines = ["| XLA_FLAGS | model | program | first call (s) | compiling (s) | programs | run (ms) | device busy | "
-             "translate / program / empty call (ms) |",
+             "translate / new inputs / program / empty call (ms) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in settings:
         name = s["flags"] or "(defaults)"
@@ -199,8 +200,8 @@ def table(settings: list[dict]) -> str:
         for r in s["rows"]:
             what = "update" if r["what"] == "update" else f"batch-1 {DECODE[r['kind']]}"
             busy = "" if r.get("busy_fraction") is None else f"{r['busy_ms']:.2f} ms ({r['busy_fraction']:.0%})"
-            parts = (f"{r['translate_ms']:.2f} / {r['program_ms']:.2f} / {r['empty_ms']:.3f}"
-                     if r.get("program_ms") is not None else "")
+            parts = ("" if r.get("program_ms") is None else
+                     f"{r['translate_ms']:.2f} / {r['fresh_ms']:.2f} / {r['program_ms']:.2f} / {r['empty_ms']:.3f}")
             lines.append(f"| {name} | {r['kind']} | {what} | {r['first_s']:.1f} | {r['compile_s']:.1f} | "
                          f"{r['programs']} | {r['run_ms']:.2f} | {busy} | {parts} |")
         lines.append(f"| {name} | all | process wall time | {s['process_s']:.1f} | | | | | |")

@@ -143,9 +143,10 @@ def test_a_translations_time_split_four_ways_and_its_largest_share_named():
     assert padir.time_split(parts, busy_ms=2.5)["largest"] == "the device's work"
     assert padir.time_split(dict(translate_ms=2.5, program_ms=2.0, empty_ms=1.5), 0.2)["largest"] == "the call itself"
     assert padir.time_split(dict(translate_ms=3.6, program_ms=1.0, empty_ms=0.1), 0.5)["largest"] == "the host's side"
+    assert split["inputs_ms"] is None  # call_parts of an earlier version: no fresh_ms, no inputs share
     for busy in (0.0, 1.0, 2.5, 9.0):  # the four shares add up to the translation
         got = padir.time_split(parts, busy)
-        assert sum(got[k] for k in padir.SPLIT_PARTS) == pytest.approx(3.6)
+        assert sum(got[k] for k in padir.SPLIT_PARTS if k != "inputs_ms") == pytest.approx(3.6)
     # fastest calls against a mean busy time (an upper bound on a CPU): each share capped by what is left
     noisy = padir.time_split(dict(translate_ms=2.9, program_ms=3.0, empty_ms=0.1), busy_ms=3.2)
     assert noisy["host_ms"] == 0.0 and noisy["busy_ms"] == pytest.approx(2.8) and noisy["wait_ms"] == 0.0
@@ -160,6 +161,30 @@ def test_a_translations_time_split_four_ways_and_its_largest_share_named():
     assert list(table.columns) == [*padir.SPLIT_COLUMNS.values(), "largest share"]
     assert table.loc["PaDIR", "waiting in program"] == pytest.approx(1.9)
     assert math.isnan(table.loc["AR", "device busy"]) and table.loc["AR", "largest share"] == "not traced"
+
+
+def test_new_input_buffers_are_a_share_of_their_own():
+    """fresh_ms (the decoder on new input buffers, as translate_one calls it) splits the host's side:
+    what new buffers cost (on a GPU: their copy and any CUDA graph re-recorded) apart from Python's part."""
+    parts = dict(translate_ms=3.6, fresh_ms=3.3, program_ms=1.3, empty_ms=0.1)
+    split = padir.time_split(parts, busy_ms=1.0)
+    assert split["host_ms"] == pytest.approx(0.3) and split["inputs_ms"] == pytest.approx(2.0)
+    assert split["wait_ms"] == pytest.approx(0.2) and split["largest"] == "new input buffers"
+    assert padir.split_text(split) == "device 1.0, waiting 0.2, call 0.1, inputs 2.0, host 0.3 of 3.6 ms"
+    for busy in (0.0, 1.0, 9.0):  # the five shares add up to the translation
+        got = padir.time_split(parts, busy)
+        assert sum(got[k] or 0.0 for k in padir.SPLIT_PARTS) == pytest.approx(3.6)
+    assert padir.split_text(padir.time_split(parts, None)) == "program 1.3, inputs 2.0, host 0.3 of 3.6 ms"
+    # noise: new buffers measured faster than the same ones, or slower than the whole translation
+    same = padir.time_split(dict(parts, fresh_ms=1.25), busy_ms=1.0)
+    assert same["inputs_ms"] == 0.0 and same["host_ms"] == pytest.approx(2.35)
+    over = padir.time_split(dict(parts, fresh_ms=3.7), busy_ms=1.0)
+    assert over["host_ms"] == 0.0 and over["inputs_ms"] == pytest.approx(2.3)
+    earlier = padir.time_split({k: v for k, v in parts.items() if k != "fresh_ms"}, 1.0)
+    table = padir.split_table({"PaDIR": split, "earlier": earlier})
+    assert table.loc["PaDIR", "new inputs"] == pytest.approx(2.0) and math.isnan(table.loc["earlier", "new inputs"])
+    with pytest.raises(ValueError, match="fresh_ms must be a finite number"):
+        padir.time_split(dict(parts, fresh_ms=-1.0), 1.0)
 
 
 @pytest.mark.parametrize("parts, busy, words", [

@@ -856,12 +856,13 @@ def test_latencies_time_every_system_on_every_sentence_in_rotating_order():
 def test_call_parts_time_a_translation_its_program_and_an_empty_call_with_the_same_arguments(monkeypatch):
     texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras"] * 20
     v = V.train(texts, 60)
-    timed = {}
+    timed, calls = {}, {}
     best_times = timing.best_times
 
     def spy(fns, min_time):
         out = best_times(fns, min_time)
         timed[tuple(fns)] = min_time
+        calls.update(fns)
         return out
 
     monkeypatch.setattr(timing, "best_times", spy)
@@ -871,11 +872,21 @@ def test_call_parts_time_a_translation_its_program_and_an_empty_call_with_the_sa
                                   d_ff=64, max_len=16)
         tr = translate.Translator(seq2seq.build(cfg), v, buckets=(16,))
         parts = decode_costs.call_parts(tr, method, texts[0][:12], min_time=0.02)
-        assert set(parts) == {"translate_ms", "program_ms", "empty_ms"}
+        assert set(parts) == {"translate_ms", "fresh_ms", "program_ms", "empty_ms"}
         assert all(0 < ms < float("inf") for ms in parts.values())
         # the decoder's program runs its loop; the empty call with its arguments runs none of it
         assert parts["empty_ms"] < parts["program_ms"], (method.label, parts)
-    assert list(timed) == [("translate_ms", "program_ms", "empty_ms")] and timed[list(timed)[0]] == pytest.approx(0.06)
+        # fresh: the source handed over from the host each call, as translate_one does (new device buffers);
+        # program: the same device buffers every call
+        decoder = {"greedy": "ar_greedy", "beam": "ar_beam"}.get(method.kind, "padir_ids")
+        real, seen = getattr(decoding, decoder), []
+        monkeypatch.setattr(decoding, decoder, lambda g, p, src, *a, **k: seen.append(src) or real(g, p, src, *a, **k))
+        calls["fresh_ms"](), calls["fresh_ms"](), calls["program_ms"](), calls["program_ms"]()
+        monkeypatch.setattr(decoding, decoder, real)
+        assert [type(a) for a in seen[:2]] == [np.ndarray] * 2, method.label
+        assert isinstance(seen[2], jax.Array) and seen[2] is seen[3], method.label
+    assert list(timed) == [("translate_ms", "fresh_ms", "program_ms", "empty_ms")]
+    assert timed[list(timed)[0]] == pytest.approx(0.06)
     with pytest.raises(ValueError, match="does not fit"):
         decode_costs.call_parts(tr, translate.Method("greedy"), texts[0])
     with pytest.raises(ValueError, match="text must be a non-empty sentence"):

@@ -11,7 +11,7 @@ the batch-1 speed-up the units allow, whatever the overheads around them.
 A standalone call includes one dispatch from Python, which the decoders' loops do not pay per
 step, so these are upper bounds on the in-loop costs (:func:`dispatch_floor` measures that
 dispatch). :func:`call_parts` measures what a whole translation costs around the decoder's
-program: the host's side and a call that runs no kernel.
+program: the host's side, new input buffers and a call that runs no kernel.
 """
 
 from __future__ import annotations
@@ -88,13 +88,16 @@ def call_parts(translator, method, text: str, *, min_time: float = 0.3) -> dict:
     as :func:`unit_costs` times the units): ``translate_ms`` the whole call
     (:meth:`gmlm_lib.mt.translate.Translator.translate_one`: tokenising, padding, the copies of the
     source to the device, the compiled decoder, the copy of its output back, detokenising);
-    ``program_ms`` the compiled decoder alone, its inputs already on the device, waited for with
-    ``block_until_ready``; ``empty_ms`` a compiled program that takes the same arguments (every parameter
-    array, the source and its mask, PaDIR's key and numeric settings) and only reads one entry of the
-    source: what a call costs before the decoder's kernels run. ``translate_ms - program_ms`` is the
-    host's side of a translation; ``program_ms`` less ``empty_ms`` and the device's busy time
-    (:func:`gmlm_lib.core.devtrace.trace_calls`) is the waiting inside the program (kernel launches, a
-    loop's condition read back to the host).
+    ``fresh_ms`` the compiled decoder given the padded source as NumPy arrays, as ``translate_one`` gives
+    it, so each call copies it into new device buffers, waited for with ``block_until_ready``;
+    ``program_ms`` the same on inputs already on the device, the same buffers every call; ``empty_ms`` a
+    compiled program that takes the same arguments (every parameter array, the source and its mask,
+    PaDIR's key and numeric settings) and only reads one entry of the source: what a call costs before the
+    decoder's kernels run. ``translate_ms - fresh_ms`` is the host's side of a translation;
+    ``fresh_ms - program_ms`` what new input buffers cost (their copy, and on a GPU whatever XLA redoes for
+    buffers that moved, such as re-recording the CUDA graphs it runs kernels in); ``program_ms`` less
+    ``empty_ms`` and the device's busy time (:func:`gmlm_lib.core.devtrace.trace_calls`) is the waiting
+    inside the program (kernel launches, a loop's condition read back to the host).
     ``translator``: a :class:`~gmlm_lib.mt.translate.Translator`; ``method``: its
     :class:`~gmlm_lib.mt.translate.Method` (greedy, beam or PaDIR)."""
     if not isinstance(text, str) or not text.strip():
@@ -104,23 +107,23 @@ def call_parts(translator, method, text: str, *, min_time: float = 0.3) -> dict:
     tr = translator
     tr._check(method)
     row = tr.vocab.encode([text])[0]
-    src, mask = batching.pad([row], tr.bucket(len(row)))
-    src, mask = jax.device_put(np.asarray(src, np.int32)), jax.device_put(np.asarray(mask, bool))
+    host = tuple(np.asarray(a, dtype) for a, dtype in zip(batching.pad([row], tr.bucket(len(row))), (np.int32, bool)))
+    src, mask = (jax.device_put(a) for a in host)
     extra: tuple = ()
     if method.kind == "greedy":
-        def program():
+        def program(src, mask):
             return decoding.ar_greedy(tr.graphdef, tr.flat, src, mask, max_len=tr.cfg.max_len)
     elif method.kind == "beam":
-        def program():
+        def program(src, mask):
             return decoding.ar_beam(tr.graphdef, tr.flat, src, mask, max_len=tr.cfg.max_len, beam=method.beam,
                                     alpha=method.alpha)[0]
     else:
         extra = (tr.key, decoding._dynamic(method.padir)[1])  # the numeric settings the program takes
 
-        def program():
+        def program(src, mask):
             return decoding.padir_ids(tr.graphdef, tr.flat, src, mask, tr.key, options=method.padir, widths=tr.widths)
-    fns = dict(translate_ms=lambda: tr.translate_one(text, method), program_ms=program,
-               empty_ms=lambda: _EMPTY(tr.flat.leaves, src, mask, *extra))
+    fns = dict(translate_ms=lambda: tr.translate_one(text, method), fresh_ms=lambda: program(*host),
+               program_ms=lambda: program(src, mask), empty_ms=lambda: _EMPTY(tr.flat.leaves, src, mask, *extra))
     waited = {name: (lambda fn=fn: jax.block_until_ready(fn())) for name, fn in fns.items()}
     for fn in waited.values():  # compiled and warm before anything is timed
         fn()

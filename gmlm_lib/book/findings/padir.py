@@ -82,51 +82,59 @@ def trace_texts(summary) -> tuple[str, str]:
 
 
 SPLIT_PARTS = {"busy_ms": "the device's work", "wait_ms": "waiting inside the program",
-               "call_ms": "the call itself", "host_ms": "the host's side"}
+               "call_ms": "the call itself", "inputs_ms": "new input buffers", "host_ms": "the host's side"}
 """The shares of a batch-1 translation's time that :func:`time_split` separates, and their words."""
 
 
 def time_split(parts: dict, busy_ms: float | None) -> dict:
     """Where one batch-1 translation's milliseconds go, from :func:`gmlm_lib.mt.decode_costs.call_parts`
-    (``parts``: ``translate_ms``, ``program_ms``, ``empty_ms``) and the device's busy time of the same
-    translation (``busy_ms``, :class:`gmlm_lib.core.devtrace.TraceSummary`; ``None`` when it was not
-    traced). Returns ``translate_ms`` and the four shares of :data:`SPLIT_PARTS`, which add up to it:
-    ``host_ms`` = translate - program (tokenising, copies, detokenising); of the rest (the program),
-    ``call_ms`` the empty call (a call with the decoder's arguments that runs none of its kernels),
-    ``busy_ms`` the device's work and ``wait_ms`` what remains (kernel launches, a loop's condition read
-    back to the host). Each share is capped by what the ones before it leave, so none is below 0: the
-    call times are fastest calls and the busy time a mean over traced calls, so their differences carry
-    noise, and on a CPU the busy time is an upper bound (the profiler slows the operations there).
-    ``busy_ms`` and ``wait_ms`` are ``None`` when not traced (then ``call_ms`` and the rest of the
-    program are not told apart); ``largest``: the words of the largest share ("not traced" without a
-    busy time)."""
+    (``parts``: ``translate_ms``, ``program_ms``, ``empty_ms``, and ``fresh_ms`` when measured) and the
+    device's busy time of the same translation (``busy_ms``, :class:`gmlm_lib.core.devtrace.TraceSummary`;
+    ``None`` when it was not traced). Returns ``translate_ms`` and the shares of :data:`SPLIT_PARTS`, which
+    add up to it: ``host_ms`` = translate - fresh (tokenising, detokenising, the copy of the output back);
+    ``inputs_ms`` = fresh - program, what the decoder's call costs more on new input buffers than on the
+    same ones (their copy to the device, and what the compiler redoes for buffers that moved); of the rest
+    (the program on inputs already on the device), ``call_ms`` the empty call (a call with the decoder's
+    arguments that runs none of its kernels), ``busy_ms`` the device's work and ``wait_ms`` what remains
+    (kernel launches, a loop's condition read back to the host). Without ``fresh_ms``, ``inputs_ms`` is
+    ``None`` and the host's side is translate - program. Each share is capped by what the ones before it
+    leave, so none is below 0: the call times are fastest calls and the busy time a mean over traced
+    calls, so their differences carry noise, and on a CPU the busy time is an upper bound (the profiler
+    slows the operations there). ``busy_ms`` and ``wait_ms`` are ``None`` when not traced (then
+    ``call_ms`` and the rest of the program are not told apart); ``largest``: the words of the largest
+    share ("not traced" without a busy time)."""
     need = ("translate_ms", "program_ms", "empty_ms")
     missing = [k for k in need if k not in parts]
     if missing:
         raise ValueError(f"time_split: parts lacks {missing}; pass what decode_costs.call_parts returns.")
-    for name, value in [(k, parts[k]) for k in need] + ([("busy_ms", busy_ms)] if busy_ms is not None else []):
+    given = [(k, parts[k]) for k in (*need, "fresh_ms") if k in parts]
+    for name, value in given + ([("busy_ms", busy_ms)] if busy_ms is not None else []):
         if not finite(value) or value < 0:
             raise ValueError(f"time_split: {name} must be a finite number of ms >= 0; got {value!r}.")
     translate, program, empty = (float(parts[k]) for k in need)
-    rest = min(program, translate)
+    fresh = min(float(parts.get("fresh_ms", program)), translate)
+    rest = min(program, fresh)
     call = min(empty, rest)
-    out = dict(translate_ms=translate, host_ms=translate - rest, call_ms=call, busy_ms=None, wait_ms=None,
-               largest="not traced")
+    inputs = fresh - rest if "fresh_ms" in parts else None
+    out = dict(translate_ms=translate, host_ms=translate - fresh, inputs_ms=inputs, call_ms=call, busy_ms=None,
+               wait_ms=None, largest="not traced")
     if busy_ms is not None:
         busy = min(float(busy_ms), rest - call)
         out.update(busy_ms=busy, wait_ms=rest - call - busy)
-        out["largest"] = SPLIT_PARTS[max(SPLIT_PARTS, key=lambda k: out[k])]
+        out["largest"] = SPLIT_PARTS[max((k for k in SPLIT_PARTS if out[k] is not None), key=lambda k: out[k])]
     return out
 
 
 def split_text(split: dict) -> str:
-    """A :func:`time_split` in a short text for a sentence: "device 1.0, waiting 1.9, call 0.1, host 0.6
-    of 3.6 ms" (one decimal), or without a busy time "program 3.0, host 0.6 of 3.6 ms"."""
+    """A :func:`time_split` in a short text for a sentence: "device 1.0, waiting 1.9, call 0.1, inputs 0.2,
+    host 0.4 of 3.6 ms" (one decimal; no inputs share when it was not measured), or without a busy time
+    "program 3.0, inputs 0.2, host 0.4 of 3.6 ms"."""
+    inputs = "" if split.get("inputs_ms") is None else f"inputs {split['inputs_ms']:.1f}, "
     if split["busy_ms"] is None:
-        return (f"program {split['translate_ms'] - split['host_ms']:.1f}, host {split['host_ms']:.1f} "
-                f"of {split['translate_ms']:.1f} ms")
+        program = split["translate_ms"] - split["host_ms"] - (split.get("inputs_ms") or 0.0)
+        return f"program {program:.1f}, {inputs}host {split['host_ms']:.1f} of {split['translate_ms']:.1f} ms"
     return (f"device {split['busy_ms']:.1f}, waiting {split['wait_ms']:.1f}, call {split['call_ms']:.1f}, "
-            f"host {split['host_ms']:.1f} of {split['translate_ms']:.1f} ms")
+            f"{inputs}host {split['host_ms']:.1f} of {split['translate_ms']:.1f} ms")
 
 
 def split_texts(split: dict | None) -> tuple[str, str]:
@@ -138,7 +146,7 @@ def split_texts(split: dict | None) -> tuple[str, str]:
 
 
 SPLIT_COLUMNS = {"translate_ms": "translation", "busy_ms": "device busy", "wait_ms": "waiting in program",
-                 "call_ms": "empty call", "host_ms": "host side"}
+                 "call_ms": "empty call", "inputs_ms": "new inputs", "host_ms": "host side"}
 """The columns of :func:`split_table`, in order, each in milliseconds."""
 
 
@@ -147,7 +155,7 @@ def split_table(splits: dict) -> pd.DataFrame:
     (NaN where not traced) and the largest share in words."""
     if not splits:
         raise ValueError("split_table: no system to show; pass {label: time_split(...)}.")
-    rows = {label: {**{title: (math.nan if s[k] is None else s[k]) for k, title in SPLIT_COLUMNS.items()},
+    rows = {label: {**{title: (math.nan if s.get(k) is None else s[k]) for k, title in SPLIT_COLUMNS.items()},
                     "largest share": s["largest"]} for label, s in splits.items()}
     return pd.DataFrame.from_dict(rows, orient="index")
 
