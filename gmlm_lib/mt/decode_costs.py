@@ -88,8 +88,9 @@ def call_parts(translator, method, text: str, *, min_time: float = 0.3) -> dict:
     as :func:`unit_costs` times the units): ``translate_ms`` the whole call
     (:meth:`gmlm_lib.mt.translate.Translator.translate_one`: tokenising, padding, the copies of the
     source to the device, the compiled decoder, the copy of its output back, detokenising);
-    ``fresh_ms`` the compiled decoder given the padded source as NumPy arrays, as ``translate_one`` gives
-    it, so each call copies it into new device buffers, waited for with ``block_until_ready``;
+    ``fresh_ms`` the compiled decoder (:meth:`~gmlm_lib.mt.translate.Translator.device_ids`) given the
+    padded source as NumPy arrays, as ``translate_one`` gives it, so each call copies it into new device
+    buffers, waited for with ``block_until_ready``;
     ``program_ms`` the same on inputs already on the device, the same buffers every call; ``empty_ms`` a
     compiled program that takes the same arguments (every parameter array, the source and its mask,
     PaDIR's key and numeric settings) and only reads one entry of the source: what a call costs before the
@@ -109,21 +110,11 @@ def call_parts(translator, method, text: str, *, min_time: float = 0.3) -> dict:
     row = tr.vocab.encode([text])[0]
     host = tuple(np.asarray(a, dtype) for a, dtype in zip(batching.pad([row], tr.bucket(len(row))), (np.int32, bool)))
     src, mask = (jax.device_put(a) for a in host)
-    extra: tuple = ()
-    if method.kind == "greedy":
-        def program(src, mask):
-            return decoding.ar_greedy(tr.graphdef, tr.flat, src, mask, max_len=tr.cfg.max_len)
-    elif method.kind == "beam":
-        def program(src, mask):
-            return decoding.ar_beam(tr.graphdef, tr.flat, src, mask, max_len=tr.cfg.max_len, beam=method.beam,
-                                    alpha=method.alpha)[0]
-    else:
-        extra = (tr.key, decoding._dynamic(method.padir)[1])  # the numeric settings the program takes
-
-        def program(src, mask):
-            return decoding.padir_ids(tr.graphdef, tr.flat, src, mask, tr.key, options=method.padir, widths=tr.widths)
-    fns = dict(translate_ms=lambda: tr.translate_one(text, method), fresh_ms=lambda: program(*host),
-               program_ms=lambda: program(src, mask), empty_ms=lambda: _EMPTY(tr.flat.leaves, src, mask, *extra))
+    # PaDIR's empty call also takes the decoder's key and numeric settings
+    extra = (tr.key, decoding._dynamic(method.padir)[1]) if method.kind == "padir" else ()
+    fns = dict(translate_ms=lambda: tr.translate_one(text, method),
+               fresh_ms=lambda: tr.device_ids(*host, method), program_ms=lambda: tr.device_ids(src, mask, method),
+               empty_ms=lambda: _EMPTY(tr.flat.leaves, src, mask, *extra))
     waited = {name: (lambda fn=fn: jax.block_until_ready(fn())) for name, fn in fns.items()}
     for fn in waited.values():  # compiled and warm before anything is timed
         fn()

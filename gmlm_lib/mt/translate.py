@@ -95,18 +95,23 @@ class Translator:
 
     def decode_ids(self, src: np.ndarray, src_mask: np.ndarray, method: Method, key=None) -> np.ndarray:
         """Padded sources (B, S) -> output ids (B, width) as a NumPy array."""
-        self._check(method)
         # NumPy in: the compiled decoder takes them on its C++ path (jnp.asarray first costs a dispatch each)
-        src, src_mask = np.asarray(src, np.int32), np.asarray(src_mask, bool)
-        if method.kind == "greedy":
-            out = decoding.ar_greedy(self.graphdef, self.flat, src, src_mask, max_len=self.cfg.max_len)
-        elif method.kind == "beam":
-            out = decoding.ar_beam(self.graphdef, self.flat, src, src_mask, max_len=self.cfg.max_len,
-                                   beam=method.beam, alpha=method.alpha)[0]
-        else:
-            out = decoding.padir_ids(self.graphdef, self.flat, src, src_mask, self.key if key is None else key,
-                                     options=method.padir, widths=self.widths)
+        out = self.device_ids(np.asarray(src, np.int32), np.asarray(src_mask, bool), method, key)
         return np.asarray(jax.device_get(out))
+
+    def device_ids(self, src, src_mask, method: Method, key=None) -> jax.Array:
+        """The compiled decoder of ``method`` on ``src``/``src_mask`` as given (int32 and bool, on the host
+        or already on the device): output ids (B, width), left on the device and not waited for. What
+        :meth:`decode_ids` runs, for timing the decoder alone
+        (:func:`gmlm_lib.mt.decode_costs.call_parts`)."""
+        self._check(method)
+        if method.kind == "greedy":
+            return decoding.ar_greedy(self.graphdef, self.flat, src, src_mask, max_len=self.cfg.max_len)
+        if method.kind == "beam":
+            return decoding.ar_beam(self.graphdef, self.flat, src, src_mask, max_len=self.cfg.max_len,
+                                    beam=method.beam, alpha=method.alpha)[0]
+        return decoding.padir_ids(self.graphdef, self.flat, src, src_mask, self.key if key is None else key,
+                                  options=method.padir, widths=self.widths)
 
     def _strip(self, ids, method: Method):
         return decoding.strip(ids, drop_repeats=method.kind == "padir" and method.drop_repeats)
