@@ -94,13 +94,17 @@ def _edge(chapter, **changes):
     ("kgibbs_vs_parallel", dict(n=5, cliques=[5], figure_clique=5), dict(n=5, cliques=[6], figure_clique=5), "cliques"),
     ("kgibbs_vs_parallel", dict(bench_ks=[64]), dict(bench_ks=[65]), "bench_ks"),
     ("kgibbs_vs_parallel", dict(field=1e-9), dict(field=0.0), "field"),
+    ("kgibbs_vs_parallel", dict(bench_min_time=1e-3), dict(bench_min_time=0.0), "bench_min_time"),
     ("adaptive_masking", dict(lemma2_bias=0.999), dict(lemma2_bias=1.0), "lemma2_bias"),
+    ("adaptive_masking", dict(lemma2_bias=0.001), dict(lemma2_bias=0.0), "lemma2_bias"),
     ("adaptive_masking", dict(n=4), dict(n=5), "n"),
     ("adaptive_masking", dict(n=12), dict(n=14), "n"),
     ("one_parallel_step", dict(ca_rule=255), dict(ca_rule=256), "ca_rule"),
     ("one_parallel_step", dict(pairs=3), dict(pairs=4), "pairs"),
     ("one_parallel_step", dict(ca_length=3), dict(ca_length=2), "ca_length"),
     ("parallel_rules", dict(taus=[1.0]), dict(taus=[1.001]), "taus"),
+    ("parallel_rules", dict(taus=[0.5, 1.0]), dict(taus=[0.5, 1.001]), "taus"),
+    ("parallel_rules", dict(budgets=[1e-3, 5]), dict(budgets=[0.0, 5]), "budgets"),
     ("parallel_rules", dict(blocks=[2, 16]), dict(blocks=[2, 6]), "blocks"),
     ("parallel_rules", dict(mc_samples=100), dict(mc_samples=99), "mc_samples"),
     ("parallel_rules", dict(n=12, schedules=[12]), dict(n=12, schedules=[13]), "schedules"),
@@ -194,6 +198,7 @@ def test_decode_buckets_none_is_the_presets_for_the_backend(chapter, backend, bu
 
 
 @pytest.mark.parametrize("name, bad", [("variants", {"baseline": {"stages": 1}}), ("variants", {"x": {}}),
+                                       ("variants", {}), ("train_seconds", 1e9),
                                        ("tgt_lang", "en"), ("train_seconds", -1.0), ("variant_steps", -1),
                                        ("decode_buckets", []), ("preset", "multi30k"), ("run_root", None)])
 def test_the_ablations_ranges(name, bad):
@@ -203,6 +208,7 @@ def test_the_ablations_ranges(name, bad):
 
 @pytest.mark.parametrize("chapter, good, bad, name", [
     ("stutter", dict(analysed="padir_raw"), dict(analysed="ar"), "analysed"),
+    ("ablations", dict(variants={"1 training stage": {"stages": 1}}), dict(variants={}), "variants"),
     ("stutter", dict(test_sentences=0, train_sentences=1), dict(train_sentences=0), "train_sentences"),
     ("dependency_decoding", dict(passes=[4]), dict(passes=[3, 5]), "passes"),
     ("dependency_decoding", dict(confidence=[0.0, 1.0]), dict(confidence=[1.001]), "confidence"),
@@ -210,10 +216,17 @@ def test_the_ablations_ranges(name, bad):
     ("dependency_decoding", dict(clique=2), dict(clique=1), "clique"),
     ("dependency_decoding", dict(confidence=[0.5], dependency=[0.9], tune_sentences=0),
      dict(tune_sentences=0), "tune_sentences"),
+    ("dependency_decoding", dict(confidence=[0.5, 0.9], tune_sentences=1),
+     dict(confidence=[0.5, 0.9], tune_sentences=0), "tune_sentences"),
     ("dependency_decoding", dict(similarity=1.0), dict(similarity=1.01), "similarity"),
+    ("dependency_decoding", dict(random_scale=1e-3), dict(random_scale=0.0), "random_scale"),
     ("dependency_decoding", dict(rule_grid={"threshold": [0.5], "factor": [1.0], "entropy": [0.1], "dilated": [4],
                                             "dependency_entropy": [0.1]}),
      dict(rule_grid={"threshold": [0.5]}), "rule_grid"),
+    ("dependency_decoding", dict(rule_grid={"threshold": [0.5], "factor": [1.0], "entropy": [0.1], "dilated": [4],
+                                            "dependency_entropy": [0.1]}),
+     dict(rule_grid={"threshold": [], "factor": [1.0], "entropy": [0.1], "dilated": [4], "dependency_entropy": [0.1]}),
+     "rule_grid"),
     ("padir", dict(unit_widths=[1, 64]), dict(unit_widths=[65]), "unit_widths"),
     ("padir", dict(latency_hyps=[1]), dict(latency_hyps=[3]), "latency_hyps"),
     ("padir", dict(base_unit_seconds=1e-3), dict(base_unit_seconds=0.0), "base_unit_seconds"),

@@ -37,6 +37,12 @@ def test_a_p_value_outside_its_range_is_refused(p):
         findings.significant(p)
 
 
+@pytest.mark.parametrize("alpha", [0.0, 1.0, 1.5])
+def test_a_significance_level_outside_zero_to_one_is_refused(alpha):
+    with pytest.raises(ValueError, match="alpha in \\(0, 1\\)"):
+        findings.significant(0.01, alpha)
+
+
 def _tables(ar=30.0, dist=29.0, lc=39.0, greedy_ms=(10.0, 30.0), padir_ms=(5.0, 10.0), shallow_ms=None,
             unrolled_ms=None):
     quality = pd.DataFrame([
@@ -68,6 +74,7 @@ def test_padir_findings_on_a_hand_made_run():
     f = _padir()
     assert (f["ar_bleu"], f["dist_bleu"], f["dist_bleu_long"], f["raw_bleu"]) == (30.0, 29.0, 29.2, 27.0)
     assert f["gap_greedy"] == pytest.approx(1.0) and f["gap_greedy_met"] == "met"  # exactly at the ceiling
+    assert f["gap_beam"] == pytest.approx(1.5)
     assert f["ar_beam_bleu_lc"] == 39.0 and f["beam_lc_met"] == "met"
     assert f["fast_label"] == "PaDIR T=4, #hyp=1"
     assert (f["median_speedup"], f["p99_speedup"]) == (2.0, 3.0)
@@ -96,6 +103,16 @@ def test_the_unrolled_row_is_reported_beside_the_graded_one_and_never_graded():
     assert f["unrolled_text"] == "4.00x median, 6.00x p99"
     # the graded speed-ups stay those of the looped decoder, which misses here
     assert (f["median_speedup"], f["median_target_met"], f["p99_target_met"]) == (1.25, "missed", "missed")
+
+
+def test_stutter_compared_with_ar_equal_included():
+    q, s, c = _tables()
+    kw = dict(eval_steps=(4, 10), eval_hyps=3, beam=4, distill_s=0.0, latency_vs_bound=1.0)
+    words = []
+    for padir_stutter in (0.49, 0.5, 0.51):  # AR greedy stutters 0.5 words per 100
+        q.loc[(q.model == "PaDIR distilled") & (q.decoding == "T=4, #hyp=3"), "stutter"] = padir_stutter
+        words.append(padir.findings(q, s, c, **kw)["stutter_compare"])
+    assert words == ["less", "no more", "more"]
 
 
 def test_deep_shallow_speedup_when_it_was_timed():
@@ -211,6 +228,22 @@ def test_a_busy_fraction_is_between_zero_and_one(bad):
 def test_a_pass_cost_must_be_positive(bad):
     with pytest.raises(ValueError, match="positive number"):
         padir.pass_reading(bad)
+    with pytest.raises(ValueError, match="positive number"):
+        padir.speed_word(bad)
+    assert padir.pass_reading(0.5) == "about what a step costs"  # a pass cheaper than a step is a cost too
+
+
+def test_the_box_grades_t4_wherever_it_is_in_the_steps_and_else_the_first():
+    q, s, c = _tables()
+    f = padir.findings(q, s, c, eval_steps=(10, 4), eval_hyps=3, beam=4, distill_s=0.0, latency_vs_bound=1.0)
+    assert (f["dist_bleu"], f["dist_bleu_long"]) == (29.0, 29.2)
+    # without T = 4: the first T evaluated is graded, and the speed row of the fewest passes timed
+    q = q.assign(decoding=q.decoding.str.replace("T=4,", "T=5,"))
+    s = s.rename(index={"PaDIR T=4, #hyp=1": "PaDIR T=5, #hyp=1", "PaDIR T=4, #hyp=3": "PaDIR T=9, #hyp=1"})
+    s = s.loc[["AR greedy", "PaDIR T=9, #hyp=1", "PaDIR T=5, #hyp=1"]]
+    f = padir.findings(q, s, c, eval_steps=(5, 10), eval_hyps=3, beam=4, distill_s=0.0, latency_vs_bound=1.0)
+    assert (f["dist_bleu"], f["raw_bleu"], f["fast_label"], f["median_speedup"]) == (29.0, 27.0, "PaDIR T=5, #hyp=1",
+                                                                                      2.0)
 
 
 def test_the_training_table_shows_each_record_and_leaves_a_missing_field_missing():

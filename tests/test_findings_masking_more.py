@@ -52,6 +52,12 @@ def test_the_order_bar_scales_with_the_rounding_of_each_row():
     table[theorem2.COLUMNS["trace"]] = [0.0, 2.0, 2.0]
     with pytest.raises(ValueError, match="tr Gamma_k > 0"):
         theorem2.findings(table)
+    # the edges: cond(H_k) = 1 (a perfectly conditioned Hessian) and a trace below 1 are valid; cond < 1 is not
+    table[theorem2.COLUMNS["cond"]], table[theorem2.COLUMNS["trace"]] = [1.0] * 3, [0.5] * 3
+    assert theorem2.findings(table)["min_envelopes"] == pytest.approx(-5e-11 / (theorem2.EPS * 1.0 * 0.5))
+    table[theorem2.COLUMNS["cond"]] = [0.99, 1.0, 1.0]
+    with pytest.raises(ValueError, match="must be >= 1"):
+        theorem2.findings(table)
 
 
 def test_nothing_is_graded_from_a_missing_column_or_an_empty_one():
@@ -94,6 +100,13 @@ def test_the_monte_carlo_findings_refuse_what_they_cannot_count():
         theorem2.monte_carlo(_mc(), 5)  # a cell with 10 converged of 5 fits
     with pytest.raises(ValueError, match="lacks"):
         theorem2.monte_carlo(_mc().drop(columns="MSE"), 10)
+    with pytest.raises(ValueError, match="non-empty table"):
+        theorem2.monte_carlo(_mc().iloc[:0], 10)
+    for bad in (0, 10.0, True):  # not an integer >= 1 (True is a bool, not a count)
+        with pytest.raises(ValueError, match="must be an integer >= 1"):
+            theorem2.monte_carlo(_mc().assign(converged=0), bad)
+    one = _mc().assign(converged=1)  # a single fit per cell is a valid (if small) sweep
+    assert theorem2.monte_carlo(one, 1)["fits_total"] == 12
 
 
 def test_the_all_masks_gain_at_one_and_at_n_minus_one():

@@ -54,6 +54,13 @@ def test_li_cai_violation_is_counted_and_named():
     assert broken["li_cai_violations"] == 1 and broken["li_cai_verdict"] == "fails on strong"
 
 
+def test_a_vanishing_bound_with_a_positive_kl_is_an_infinite_ratio():
+    table = pd.DataFrame([("strong", 2, 0.0, 0.0), ("strong", 4, 0.01, 0.0), ("strong", 6, 0.05, 0.1)],
+                         columns=["family", "T", "kl", "bound"])
+    checked = F.li_cai_check(table)
+    assert checked.ratio.tolist() == [0.0, math.inf, 0.5] and checked.holds.tolist() == [True, False, True]
+
+
 def test_best_rule_by_budget_text():
     out = F.findings(frontier(0.1), li_cai(0.1), [3, 8], ["strong"])
     # at 3 passes dependency and threshold tie at 0.1; at 8 dilated is exact; weak is not a strong family
@@ -62,7 +69,8 @@ def test_best_rule_by_budget_text():
 
 @pytest.mark.parametrize("table,match", [
     (frontier(0.1).drop(columns="kl"), "lacks the columns"),
-    (frontier(0.1).assign(kl=float("nan")), "missing"),
+    (frontier(0.1).assign(kl=float("nan")), "has a missing passes/kl/bound value"),
+    (frontier(0.1).assign(passes=[float("nan")] + [3.0] * 8), "has a missing passes/kl/bound value"),
     (frontier(0.1).iloc[:0], "empty"),
 ])
 def test_bad_tables_are_refused(table, match):
@@ -71,8 +79,9 @@ def test_bad_tables_are_refused(table, match):
 
 
 def test_bad_budgets_and_families_are_refused():
-    with pytest.raises(ValueError, match="budgets"):
-        F.ours_vs_best(frontier(0.1), [], ["strong"])
+    for bad in ([], [0], [2, -1], [True], ["3"]):
+        with pytest.raises(ValueError, match="budgets"):
+            F.ours_vs_best(frontier(0.1), bad, ["strong"])
     with pytest.raises(ValueError, match="no rows for family"):
         F.ours_vs_best(frontier(0.1), [3], ["clique"])
 
@@ -108,6 +117,11 @@ def test_translation_better_is_never_worse_and_best_by_T_names_ours():
 def test_translation_inputs_are_checked():
     with pytest.raises(ValueError, match="one p-value for each T"):
         F.translation(translation_table(33.0), {4: 0.5})
+    with pytest.raises(ValueError, match="needs ours"):
+        F.translation(translation_table(33.0), {2: 0.5, 4: 0.5}, at_T=3)
+    without_ours = translation_table(33.0).query("not (T == 4 and rule == 'dependency_entropy')")
+    with pytest.raises(ValueError, match="needs ours"):
+        F.translation(without_ours, {2: 0.5, 4: 0.5})
     with pytest.raises(ValueError, match="no 2025 rule"):
         F.best_2025_by_T(pd.DataFrame([(4, "dependency_entropy", 30.0)], columns=["T", "rule", "BLEU"]))
 

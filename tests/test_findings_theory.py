@@ -30,6 +30,14 @@ def test_the_sampler_check_refuses_what_has_no_standard_error():
         testbed.sampler(np.ones(3) / 3, np.ones(4) / 4, 10)
     with pytest.raises(ValueError, match=r"\(0, 1\)"):
         testbed.sampler(np.array([1.0, 0.0]), np.array([1.0, 0.0]), 10)
+    with pytest.raises(ValueError, match="shape"):
+        testbed.sampler(np.full((2, 2), 0.25), np.full((2, 2), 0.25), 10)
+    for prob in ([0.0, 0.5, 0.5], [1.0, 0.5]):  # one state of probability 0, or 1
+        with pytest.raises(ValueError, match=r"\(0, 1\)"):
+            testbed.sampler(np.full(len(prob), 0.5), np.array(prob), 10)
+    with pytest.raises(ValueError, match="draws must be >= 1"):
+        testbed.sampler(*_z_case(1.0), 0)
+    assert testbed.sampler(np.array([1.0, 0.0]), np.array([0.5, 0.5]), 1)["sampler_max_z"] == 1.0  # one draw
 
 
 @pytest.mark.parametrize("errors, want", [([3.0, 2.0, 1.0], "yes"), ([3.0, 3.0, 1.0], "no"), ([1.0, 2.0], "no")])
@@ -84,6 +92,16 @@ def test_the_ceiling_word_by_a_hair(loop, ceiling, want):
     assert kgibbs.benchmark(_speed(ip_loop=loop, ip_ceiling=ceiling))["bench_ip_ceiling"] == want
 
 
+def test_the_float64_and_float32_rows_are_graded_apart():
+    speed = _speed()
+    speed.loc[speed.dtype == "float32", "speedup_vs_loop"] = 5.0  # every float32 row below the bar
+    got = kgibbs.benchmark(speed)
+    assert (got["bench_meets"], got["bench_meets32"]) == ("3 of 4", "0 of 4")
+    assert (got["bench_min_loop"], got["bench_max_loop"]) == (10.0, 50.0)  # float64 only
+    with pytest.raises(ValueError, match="no float64 rows"):
+        kgibbs.benchmark(speed[speed.dtype == "float32"])
+
+
 def test_the_throughput_verdicts_need_their_columns():
     with pytest.raises(ValueError, match="lacks the columns"):
         kgibbs.benchmark(_speed().drop(columns="ceiling_vs_loop"))
@@ -132,8 +150,29 @@ def test_figure3_each_sentence_missed_by_one_setting(change, claim, where):
     assert [name for name in kgibbs.FIGURE3_CLAIMS if got[name] == "missed"] == [claim]
 
 
+def test_the_coupling_claim_reads_the_runs_below_the_clique_size_only():
+    # k = c may get faster with J (it is past the clique): only k < c is claimed to slow down
+    assert kgibbs.hitting(_hits(gibbs={(2, 2.0, 2): 2.0}), n=4, field=0.5)["fig3_coupling"] == "met"
+
+
+@pytest.mark.parametrize("n, field", [(0, 0.5), (True, 0.5), (4.0, 0.5), (4, float("nan")), (4, True), (4, "0.5")])
+def test_the_hitting_findings_refuse_a_bad_size_or_field(n, field):
+    with pytest.raises(ValueError, match="hitting\\((n|field)=...\\)"):
+        kgibbs.hitting(_hits(), n=n, field=field)
+
+
+def test_the_strongest_coupling_is_read_apart():
+    """The largest J's k >= c ratios and its k < c runs past the budget are those of J = 2 only."""
+    got = kgibbs.hitting(_hits(gibbs={(3, 2.0, 3): 8.0, (3, 2.0, 1): np.inf}), n=4, field=0.5)
+    strong = [m / kgibbs.gibbs_scale(4, k, c) for c, k, m in ((2, 2, 3), (2, 3, 2), (2, 4, 1), (3, 3, 8), (3, 4, 1))]
+    assert (got["kg_strong_lo"], got["kg_strong_hi"]) == pytest.approx((min(strong), max(strong)))
+    assert got["small_k_stuck"] == "1 of 3"  # k = 1 of c = 2 and k = 1, 2 of c = 3, at J = 2
+    assert kgibbs.hitting(_hits(), n=4, field=0.5)["kg_strong_hi"] < got["kg_strong_hi"]
+
+
 def test_the_independent_parallel_table_and_its_first_flip():
     ip = kgibbs.parallel_table(_hits(), field=0.5)
+    assert (ip["median / first flip"] == ip["median"] / ip["first flip"]).iloc[:3].all()
     q = 1 / (1 + np.exp(2 * (2.0 * 2 - 0.5)))  # c = 3, J = 2: each clique site's chance to flip per step
     assert list(ip.c) == [2, 2, 3, 3] and ip["first flip"].iloc[-1] == pytest.approx(1 / (1 - (1 - q) ** 3))
     assert kgibbs.first_flip(0.0, 1, 0.0) == pytest.approx(2.0)  # a fair coin: two steps on average
@@ -145,6 +184,7 @@ def test_the_independent_parallel_table_and_its_first_flip():
     (lambda h: h.assign(median=h["median"].where(h.k != 2, np.nan)), "NaN"),
     (lambda h: h[h.sampler != kgibbs.IP], "nothing to grade"),
     (lambda h: h[(h.sampler == kgibbs.IP) | (h.k < h.c)], "k >= c"),
+    (lambda h: h[h.sampler == kgibbs.IP], "nothing to grade"),
 ])
 def test_figure3_is_never_graded_from_a_missing_median(hits, match):
     with pytest.raises(ValueError, match=match):
@@ -163,7 +203,7 @@ def test_a_chapter_parameter_count(value, minimum, want):
 # --- bounds (adaptive masking, conditionals to the joint) ----------------------------------------------
 
 @pytest.mark.parametrize("smaller, larger, want", [(1.0 + 0.5e-9, 1.0, True), (1.0 + 2e-9, 1.0, False),
-                                                   (np.nan, 1.0, False), (0.5, np.nan, False)])
+                                                   (np.nan, 1.0, False), (0.5, np.nan, False), (0.0, 0.0, True)])
 def test_an_inequality_up_to_rounding(smaller, larger, want):
     assert bool(bounds.holds(smaller, larger)) is want
 
@@ -189,7 +229,7 @@ def _cat(lower=(2.0, 3.0), upper=(4.0, 5.0), cp=(2.0, 1.5), exact=(2.0, np.nan))
 
 
 @pytest.mark.parametrize("kw, want", [({}, "yes"), (dict(cp=(2.0 * (1 + 2e-9), 1.5)), "no"),
-                                      (dict(upper=(1.999, 5.0)), "no")])
+                                      (dict(upper=(1.999, 5.0)), "no"), (dict(upper=(2.0, 5.0)), "yes")])
 def test_the_sandwich(kw, want):
     assert bounds.sandwich(_cat(**kw))["sandwich_ok"] == want
 
@@ -200,9 +240,9 @@ def test_the_sandwich_numbers():
 
 
 def test_theorem4_counts_the_fits_where_the_key_step_holds():
-    fits = pd.DataFrame({"KL": [1.0, 2.0, 3.001], "gap": [1.0, 1.0, 1.0], "C_AT_upper": [1.0, 2.5, 3.0]})
-    got = bounds.theorem4(fits)
-    assert got["thm4_holds"] == "2 of 3" and got["ratio_max"] == 3.001
+    fits = pd.DataFrame({"KL": [1.0, 2.0, 3.001], "gap": [0.5, 2.0, 1.0], "C_AT_upper": [2.0, 1.25, 3.0]})
+    got = bounds.theorem4(fits)  # 1 <= 2 x 0.5 exactly, 2 <= 1.25 x 2, 3.001 > 3 x 1
+    assert got["thm4_holds"] == "2 of 3" and got["ratio_max"] == 3.001  # KL / gap: 2, 1, 3.001
 
 
 def _sweep(**at_top):
@@ -266,6 +306,9 @@ def test_the_efficiency_tightness_refuses_a_failed_cell():
         efficiency.tightness(_maps().assign(tightness=[1.0, np.nan, 0.5, 0.5]), 6)
     with pytest.raises(ValueError, match="lacks"):
         efficiency.tightness(_maps().drop(columns="family"), 6)
+    with pytest.raises(ValueError, match="non-empty table"):
+        efficiency.tightness(_maps().iloc[:0], 6)
+    assert efficiency.tightness(_maps().iloc[:1], 6)["cp_min"] == _maps()["C_P"].iloc[0]  # one cell is enough
 
 
 def test_the_error_drops_from_each_k_to_the_next():
@@ -281,8 +324,10 @@ def test_the_error_drops_from_each_k_to_the_next():
 
 
 def test_drops_refuse_what_they_cannot_compare():
-    with pytest.raises(ValueError, match="increasing mask sizes"):
-        testbed.drops({1: [1.0, 2.0], 2: [1.0, 2.0]}, [2, 1])
+    for ks in ([2, 1], [1, 1], [1]):
+        with pytest.raises(ValueError, match="increasing mask sizes"):
+            testbed.drops({1: [1.0, 2.0], 2: [1.0, 2.0]}, ks)
+    assert testbed.drops({1: [1.0, 2.0, 3.0], 2: [1.0, 1.0, 3.5]}, [1, 2]).loc[0, "fell in"] == pytest.approx(1 / 3)
     with pytest.raises(ValueError, match="same training sets"):
         testbed.drops({1: [1.0, 2.0], 2: [1.0, 2.0, 3.0]}, [1, 2])
     still = testbed.drops({1: [1.0, 2.0], 2: [1.0, 2.0]}, [1, 2])

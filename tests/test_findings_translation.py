@@ -61,7 +61,12 @@ def test_the_frontier_verdicts_name_each_T():
                                                     p_mp=(0.01, 0.3)))
     assert (got["dep_better_at"], got["dep_worse_at"]) == ("4", "no T")
     assert (got["mp_better_at"], got["mp_worse_at"]) == ("no T", "2")
-    assert got["vs_maskpredict"] == "not worse than" and got["ms_dep"] == 12.0
+    assert got["vs_maskpredict"] == "not below" and got["ms_dep"] == 12.0
+    assert dependency_decoding.translation(_frontier(dep=(30.0, 29.9)))["vs_maskpredict"] == "below"
+    assert dependency_decoding.translation(_frontier(dep=(30.0, 30.0)))["vs_maskpredict"] == "not below"  # a tie
+    for broken in (_frontier().drop(columns="median ms"), _frontier().reset_index().set_index(["strategy", "T"])):
+        with pytest.raises(ValueError, match="indexed by \\(T, strategy\\)"):
+            dependency_decoding.translation(broken)
 
 
 def test_the_testbed_ratio_measured_and_censored():
@@ -72,8 +77,11 @@ def test_the_testbed_ratio_measured_and_censored():
     assert got["ising_ratio_met"] == "met" and got["ising_ratio_kind"] == "measured"
     censored = dependency_decoding.ising(pd.Series({"independent parallel": np.inf, "dependency-aware": 50.0}), 1000)
     assert censored["ising_ratio_kind"] == "a lower bound" and censored["ising_pass_ratio"] == 20.0
-    with pytest.raises(ValueError, match="median passes"):
-        dependency_decoding.ising(pd.Series({"independent parallel": 5.0, "dependency-aware": np.nan}), 1000)
+    for bad in (np.nan, 0.0):
+        with pytest.raises(ValueError, match="median passes"):
+            dependency_decoding.ising(pd.Series({"independent parallel": 5.0, "dependency-aware": bad}), 1000)
+    half = dependency_decoding.ising(pd.Series({"independent parallel": 5.0, "dependency-aware": 0.5}), 1000)
+    assert half["ising_pass_ratio"] == 10.0  # fewer than one pass at the median is a measurement, not an error
 
 
 # --- ablations ----------------------------------------------------------------------------------------
@@ -120,6 +128,8 @@ def test_findings_grade_the_budget_and_count_supported_choices():
     kw = dict(base_rate=0.1, variant_rates={"u3": 0.3})
     got = ablations.findings(table, cells, train_min=100.0, eval_min=20.0, **kw)
     assert got["budget_met"] == "met" and got["remask_verdict"] == "not run" and math.isnan(got["remask_bleu"])
+    assert (got["total_min"], got["total_train_min"], got["eval_min"]) == (120.0, 100.0, 20.0)
+    assert got["dist_stutter"] == 1.0 and math.isnan(got["remask_stutter"]) and "stage_stutter" not in got
     assert got["choices_supported"] == 3  # stage, distillation, and the masking rule; not positional attention
     assert (got["grid_best_T"], got["grid_best_hyps"], got["grid_t1_bleu"]) == (4, 3, 15.0)
     assert ablations.findings(table, cells, train_min=100.0, eval_min=20.001, **kw)["budget_met"] == "missed"
@@ -145,6 +155,18 @@ def test_a_hypothesis_from_its_intervals(cis, want):
     if want == "contradicted":
         tables["cos"] = _summary((0.1, 0.2), (0.1, 0.2))
     assert stutter.hypothesis(tables, ("tv", "cos")) == want
+
+
+@pytest.mark.parametrize("cis", [((0.5, 0.7), (0.51, 0.8)), ((0.3, 0.5), (0.2, 0.45))])
+def test_an_interval_touching_chance_does_not_exclude_it(cis):
+    assert stutter.hypothesis({"tv": _summary(*cis)}, ("tv",)) == "not supported"
+
+
+def test_a_summary_without_its_row_or_interval_is_named():
+    for broken in (_summary((0.6, 0.7), (0.6, 0.7)).drop(columns="AUROC 95% CI"),
+                   _summary((0.6, 0.7), (0.6, 0.7)).iloc[:1]):
+        with pytest.raises(KeyError, match="'AUROC 95% CI' column"):
+            stutter.hypothesis({"tv": broken}, ("tv",))
 
 
 def test_stutter_findings_read_the_steps_and_refuse_a_missing_model():

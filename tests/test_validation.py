@@ -163,6 +163,12 @@ def test_convergence_reads_the_fall_over_the_last_quarter():
         padir_findings.convergence([(1000, 1.0)], 1000)
     with pytest.raises(ValueError, match="not finite"):
         padir_findings.convergence([(500, float("nan")), (1000, 1.0)], 1000)
+    # the fall to the lowest loss after the cut, not to the last one (the trainer keeps the lowest)
+    dip = padir_findings.convergence([(500, 2.0), (800, 1.5), (1000, 2.1)], 1000)
+    assert dip["tail_gain"] == pytest.approx(0.25) and dip["verdict"] == "still improving"
+    for bad in (dict(gain=0.0), dict(tail=1.0), dict(tail=0.0)):
+        with pytest.raises(ValueError, match="tail must be in"):
+            padir_findings.convergence([(500, 2.0), (1000, 1.0)], 1000, **bad)
 
 
 def test_selection_findings_grade_every_model():
@@ -178,6 +184,8 @@ def test_selection_findings_grade_every_model():
     assert found["converged_met"] == "met" and found["still_improving"] == "none"
     none = padir_findings.selection_findings(None, 300)
     assert none["converged_met"] == "not measured" and none["ar_selected_step"] == 300
+    early = padir_findings.selection({"AR": ([(500, 1.9), (1000, 1.99)], 1000)})  # the teacher kept at 500
+    assert padir_findings.selection_findings(early, 1000)["ar_selected_step"] == 500
 
 
 # --- the pipeline ------------------------------------------------------------------------------------

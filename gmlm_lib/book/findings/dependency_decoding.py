@@ -141,9 +141,10 @@ def translation(frontier: pd.DataFrame, *, at_T: int = 4) -> dict:
     """The translation verdicts. ``frontier``: indexed by (``T``, ``strategy``) over :data:`STRATEGIES`,
     with ``BLEU``, ``p vs plain`` (NaN for plain PaDIR) and ``median ms``. Returns the BLEU and latency of
     each strategy at ``at_T``, ``dep_gain_bleu`` and ``dep_p_value`` (dependency-aware against plain),
-    ``gain_met`` (:data:`GAIN_BAR` reached and significantly better), ``vs_maskpredict`` ("not worse
-    than" or "worse than" in BLEU), and for each other strategy the T where it is significantly better or
-    worse than plain PaDIR (``dep_better_at``, ``dep_worse_at``, ``mp_better_at``, ``mp_worse_at``; "no T")."""
+    ``gain_met`` (:data:`GAIN_BAR` reached and significantly better), ``vs_maskpredict`` ("not below"
+    or "below": the two BLEU at ``at_T`` compared as numbers, no test), and for each other strategy the T
+    where it is significantly better or worse than plain PaDIR (``dep_better_at``, ``dep_worse_at``,
+    ``mp_better_at``, ``mp_worse_at``; "no T")."""
     missing = [c for c in ("BLEU", "p vs plain", "median ms") if c not in frontier.columns]
     if missing or list(frontier.index.names) != ["T", "strategy"]:
         raise ValueError(f"frontier must be indexed by (T, strategy) with columns BLEU, p vs plain, median ms; "
@@ -154,7 +155,7 @@ def translation(frontier: pd.DataFrame, *, at_T: int = 4) -> dict:
     met = grade(gain, GAIN_BAR, at_least=True) == "met" and compare(gain, p) > 0
     out = dict(plain_bleu=bleu["plain PaDIR"], maskpredict_bleu=bleu["Mask-Predict"], dep_bleu=bleu["dependency-aware"],
                dep_gain_bleu=gain, dep_p_value=p, gain_met="met" if met else "missed", bar_gain=GAIN_BAR, bar_p=ALPHA,
-               vs_maskpredict="not worse than" if bleu["dependency-aware"] >= bleu["Mask-Predict"] else "worse than",
+               vs_maskpredict="not below" if bleu["dependency-aware"] >= bleu["Mask-Predict"] else "below",
                ms_plain=float(at.loc["plain PaDIR", "median ms"]), ms_mp=float(at.loc["Mask-Predict", "median ms"]),
                ms_dep=float(at.loc["dependency-aware", "median ms"]))
     for key, name in (("dep", "dependency-aware"), ("mp", "Mask-Predict")):

@@ -94,7 +94,8 @@ def monte_carlo(mc: pd.DataFrame, repeats: int) -> dict:
     missing = [c for c in needed if c not in mc.columns]
     if missing or len(mc) == 0:
         raise ValueError(f"mc must be a non-empty table with the columns {list(needed)}; it lacks {missing}.")
-    if not (isinstance(repeats, int) and repeats >= 1) or not mc.converged.between(0, repeats).all():
+    if isinstance(repeats, bool) or not (isinstance(repeats, int) and repeats >= 1) or \
+            not mc.converged.between(0, repeats).all():
         raise ValueError(f"repeats = {repeats!r} must be an integer >= 1 and at least every cell's converged count.")
     found = {}
     for truth, rows in mc.groupby("truth", sort=False):

@@ -302,7 +302,8 @@ def findings(quality: pd.DataFrame, speed: pd.DataFrame, cost: pd.DataFrame, *, 
         deep_shallow_text=(f"{deep_shallow_speedup:.2f}x its median latency" if shallow
                            else "not measured (no deep-shallow model in this run)"),
         ar_stutter=float(ar["stutter"]), padir_stutter=float(dist["stutter"]),
-        stutter_compare="less" if dist["stutter"] < ar["stutter"] else "more",
+        stutter_compare=("less" if dist["stutter"] < ar["stutter"] else
+                         "more" if dist["stutter"] > ar["stutter"] else "no more"),  # "stutters ... than AR"
         total_min=total_min, mfu=float(cost["fraction_of_peak"].mean()), latency_vs_bound=float(latency_vs_bound),
     )
     out.update(
