@@ -43,10 +43,52 @@ def test_speedup_rows_grade_the_papers_floor(speedup, want):
     assert row.verdict(dict(median_speedup=speedup)) == want
 
 
-def test_stutter_row_grades_the_papers_ratio():
+@pytest.mark.parametrize("padir, ar, want", [(2.0, 1.0, "met"), (1.99, 1.0, "missed"), (1.0, 0.5, "met"),
+                                             (0.99, 0.5, "missed"), (0.1, 0.0, "met"), (0.0, 0.0, "missed")])
+def test_stutter_row_grades_the_papers_ratio(padir, ar, want):
+    """PaDIR at least twice AR greedy's stutter; an AR greedy that never stutters is graded, not divided by."""
     row = next(r for r in overview.ROWS if r.claim == "Stutter, PaDIR against AR")
-    assert row.verdict(dict(padir_stutter=2.0, ar_stutter=1.0)) == "met"
-    assert row.verdict(dict(padir_stutter=1.99, ar_stutter=1.0)) == "missed"
+    assert row.verdict(dict(padir_stutter=padir, ar_stutter=ar)) == want
+
+
+@pytest.mark.parametrize("claim, key, word, want", [
+    ("Stutter and self-attention (Tables 4-5)", "h1", "not supported", "met"),
+    ("Stutter and self-attention (Tables 4-5)", "h1", "contradicted", "met"),  # less attention: still "unlikely"
+    ("Stutter and self-attention (Tables 4-5)", "h1", "supported", "missed"),
+    ("Stutter and cross-attention (Tables 4-5)", "h2", "supported", "met"),
+    ("Stutter and cross-attention (Tables 4-5)", "h2", "not supported", "missed"),
+    ("Stutter and cross-attention (Tables 4-5)", "h2", "contradicted", "missed"),
+    ("Li and Cai's bound on parallel unmasking (2025)", "li_cai_violations", 0, "met"),
+    ("Li and Cai's bound on parallel unmasking (2025)", "li_cai_violations", 1, "missed"),
+])
+def test_the_word_rows_follow_the_papers_direction(claim, key, word, want):
+    row = next(r for r in overview.ROWS if r.claim == claim)
+    assert row.verdict({key: word}) == want
+
+
+@pytest.mark.parametrize("unmask, want", [("our numbers agree", 4), ("our numbers partly agree", 3),
+                                          ("the test set cannot tell the rates apart", 3),
+                                          ("our numbers disagree: masking less ...", 3)])
+def test_the_ablations_row_counts_choices_as_the_chapter_does(unmask, want):
+    row = next(r for r in overview.ROWS if r.chapter == "ablations")
+    better = "the baseline's choice is better (baseline 14.5 against 13.9 BLEU, p = 0.021)"
+    old_run = dict(stage_verdict=better, pos_verdict=better, dist_verdict=better, unmask_verdict=unmask,
+                   variant_steps_used=120)
+    assert row.ours(old_run).startswith(f"{want} of 4 choices") and row.verdict(old_run) == "not comparable"
+    assert row.ours(dict(old_run, choices_supported=1)).startswith("1 of 4 choices")  # glued by a newer run
+
+
+def test_the_pages_are_written_and_a_missing_one_is_reported(tmp_path, monkeypatch):
+    (tmp_path / "book").mkdir()
+    pair = ("parallel_rules", "dependency_decoding")  # in the book, not run: no notebook in tmp_path
+    monkeypatch.setattr(overview.sources, "toc_notebooks", lambda root: list(pair))
+    assert overview.write_page(tmp_path) == tmp_path / overview.PAGE and overview.problems(tmp_path) == [
+        f"{overview.PAGE}: row {row.claim!r} of {row.chapter} has no result (not run); rerun the chapter or update "
+        "gmlm_lib/book/overview.py." for row in overview.ROWS if row.chapter in pair]
+    assert "not compared (a chapter of the two has not run)" in (tmp_path / overview.AGREEMENT).read_text()
+    for page in (overview.PAGE, overview.AGREEMENT):
+        (tmp_path / page).unlink()
+        assert any(p.startswith(f"{page} does not match") for p in overview.problems(tmp_path))
 
 
 def test_a_run_without_a_needed_value_is_shown_and_reported(monkeypatch):

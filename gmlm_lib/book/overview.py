@@ -66,9 +66,17 @@ def _graded(g: dict) -> str:
 def _agree(g: dict) -> int:
     if "choices_supported" in g:  # glued by gmlm_lib.book.findings.ablations
         return int(g["choices_supported"])
+    # a run from before that glue: the same count as findings.ablations (the masking rule only when it agrees)
     better = "the baseline's choice is better"
     return sum(str(g.get(k, "")).startswith(better) for k in ("stage_verdict", "pos_verdict", "dist_verdict")) + \
-        (not str(g.get("unmask_verdict", "")).startswith("our numbers disagree"))
+        str(g.get("unmask_verdict", "")).startswith("our numbers agree")
+
+
+def _stutter_verdict(g: dict) -> str:
+    """[Section 3.2] PaDIR stutters at least twice as often as AR greedy: ``padir >= 2 x ar``, compared
+    without dividing, so an AR greedy that never stutters is graded (met when PaDIR stutters at all)."""
+    padir, ar = float(g["padir_stutter"]), float(g["ar_stutter"])
+    return "missed" if padir == 0.0 else grade(padir, 2.0 * ar, at_least=True)
 
 
 ROWS: tuple[Row, ...] = (
@@ -104,11 +112,12 @@ ROWS: tuple[Row, ...] = (
     Row("Stutter, PaDIR against AR", "padir",
         "2 or more times as frequent for PaDIR (Section 3.2)",
         lambda g: f"PaDIR {g['padir_stutter']:.2f}, AR greedy {g['ar_stutter']:.2f} stuttered words per 100",
-        lambda g: grade(g["padir_stutter"] / g["ar_stutter"], 2.0, at_least=True)),
+        _stutter_verdict),
     Row("Stutter and self-attention (Tables 4-5)", "stutter",
         "hypothesis 1 unlikely: no larger self-attention between stutter pairs",
         lambda g: f"hypothesis 1 {g['h1']} (AUROC {g['auc_self']:.3f})",
-        lambda g: "met" if g["h1"] == "not supported" else "missed"),
+        # stutter pairs attending significantly *less* to each other (contradicted) also agrees with "unlikely"
+        lambda g: "met" if g["h1"] in ("not supported", "contradicted") else "missed"),
     Row("Stutter and cross-attention (Tables 4-5)", "stutter",
         "hypothesis 2 promising: stutter pairs read more similar sources",
         lambda g: f"hypothesis 2 {g['h2']} (TV AUROC {g['auc_tv']:.3f})",
