@@ -155,15 +155,18 @@ def test_compile_probe_leaves_the_chosen_settings_programs_in_the_runs_cache(tmp
     import os
 
     cache, chosen, out = tmp_path / "cache", tmp_path / "chosen", tmp_path / "probe.json"
-    env = {**os.environ, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.2"}
+    # every program cached, however fast it compiled: the tiny model's PaDIR decoder compiles in about 0.2 s on
+    # 2 cores, so a threshold near that (make gpu-run's GPU_CACHE_MIN_S) would make the reuse depend on load
+    env = {**os.environ, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
     probe = [sys.executable, str(BENCHMARKS / "compile_probe.py"), "--preset", "multi30k_tiny", "--kinds", "padir",
              "--sentences", "2", "--repeats", "1", "--choose", str(chosen), "--cache", str(cache)]
     done = subprocess.run([*probe, "--flags=", "--flags=--xla_gpu_autotune_level=0", "--json", str(out)],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rec = json.loads(out.read_text())
-    for s in rec["settings"]:  # each setting compiled cold, the second too
-        assert s["ok"] and [r["cache_hits"] for r in s["rows"]] == [0, 0] and s["rows"][0]["programs"] >= 1
+    for s in rec["settings"]:  # each setting starts cold in a fresh cache, the second too (its decode row may
+        # read a small program its own sizing row wrote)
+        assert s["ok"] and len(s["rows"]) == 2 and s["rows"][0]["cache_hits"] == 0 and s["rows"][0]["programs"] >= 1
     assert rec["chosen"]["cache"] == str(cache) and "starts with the chosen setting's" in done.stderr
     kept = sorted(p.name for p in cache.iterdir())
     assert any(name.startswith("jit_step-") for name in kept), kept
