@@ -172,7 +172,7 @@ def test_the_strongest_coupling_is_read_apart():
 
 def test_the_independent_parallel_table_and_its_first_flip():
     ip = kgibbs.parallel_table(_hits(), field=0.5)
-    assert (ip["median / first flip"] == ip["median"] / ip["first flip"]).iloc[:3].all()
+    assert (ip["median / first flip"] == ip["median"] / ip["first flip"]).all()  # inf / x stays inf
     q = 1 / (1 + np.exp(2 * (2.0 * 2 - 0.5)))  # c = 3, J = 2: each clique site's chance to flip per step
     assert list(ip.c) == [2, 2, 3, 3] and ip["first flip"].iloc[-1] == pytest.approx(1 / (1 - (1 - q) ** 3))
     assert kgibbs.first_flip(0.0, 1, 0.0) == pytest.approx(2.0)  # a fair coin: two steps on average

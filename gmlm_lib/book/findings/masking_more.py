@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from gmlm_lib.book.findings.rules import grade, listed
-from gmlm_lib.book.validate import ChapterParams
+from gmlm_lib.book.validate import ChapterParams, count
 from gmlm_lib.ising.fisher import MAX_EXACT_N
 
 __all__ = ["EQUALITY_BAR", "ORDER_SLACK", "EPS", "COLUMNS", "Params", "all_masks_gain", "all_masks_order", "envelopes",
@@ -94,8 +94,7 @@ def monte_carlo(mc: pd.DataFrame, repeats: int) -> dict:
     missing = [c for c in needed if c not in mc.columns]
     if missing or len(mc) == 0:
         raise ValueError(f"mc must be a non-empty table with the columns {list(needed)}; it lacks {missing}.")
-    if isinstance(repeats, bool) or not (isinstance(repeats, int) and repeats >= 1) or \
-            not mc.converged.between(0, repeats).all():
+    if not count(repeats, 1) or not mc.converged.between(0, repeats).all():
         raise ValueError(f"repeats = {repeats!r} must be an integer >= 1 and at least every cell's converged count.")
     found = {}
     for truth, rows in mc.groupby("truth", sort=False):
