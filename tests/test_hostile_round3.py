@@ -170,6 +170,10 @@ SRC, TGT = [[7, 8, 9], [10, 11]], [[7, 8], [9, 10, 11]]
     (lambda: metrics.paired_bootstrap([("base", ["a b"])], ["a b"]), ValueError,
      "at least two (name, hypotheses) pairs"),
     (lambda: metrics.paired_bootstrap([("a", ["x"]), ("a", ["y"])], ["x"]), ValueError, "names must differ"),
+    (lambda: metrics.paired_bootstrap([("a", ["x"]), ("b", ["y"], "extra")], ["x"]), ValueError,
+     "at least two (name, hypotheses) pairs"),
+    (lambda: metrics.paired_bootstrap([("a", ["x"]), (2, ["y"])], ["x"]), ValueError,
+     "at least two (name, hypotheses) pairs"),
 ])
 def test_translation_values_are_refused_not_guessed(call, error, words):
     with pytest.raises(error) as err:

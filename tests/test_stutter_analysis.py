@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from flax import nnx
 
-from gmlm_lib.mt import decoding, experiment, seq2seq, training
+from gmlm_lib.mt import decoding, experiment, seq2seq, training, translate
 from gmlm_lib.mt import stutter_analysis as sa
 from gmlm_lib.mt import vocab as V
 
@@ -100,6 +100,11 @@ def test_auroc_equals_brute_force(seed):
     assert sa.auroc(cont, labels) == pytest.approx(brute_auroc(cont, labels), abs=1e-12)
     assert sa.auroc(-cont, labels) == pytest.approx(1 - brute_auroc(cont, labels), abs=1e-12)
     assert np.isnan(sa.auroc(scores, np.zeros(60, bool)))
+    assert np.isnan(sa.auroc(scores, np.ones(60, bool)))
+    # one pair of a class is enough: its rank among the others
+    assert sa.auroc([0.1, 0.9, 0.5], [False, True, False]) == 1.0
+    assert sa.auroc([0.1, 0.9, 0.5], [True, False, True]) == 0.0
+    assert sa.auroc([0.2, 0.9, 0.5, 0.5], [False, False, True, False]) == pytest.approx(1.5 / 3)  # a tie counts 1/2
     with pytest.raises(ValueError, match="same length"):
         sa.auroc(scores, labels[:5])
 
@@ -150,6 +155,56 @@ def test_summary_table_and_cluster_bootstrap():
         assert lo <= row["stutter mean"] <= hi
         assert row["stutter mean"] < row["other mean"]
         assert 0.6 < row["AUROC"] <= 1.0 and row["AUROC 95% CI"][0] > 0.5
+
+
+def test_a_cluster_bootstrap_resample_is_whole_sentences_drawn_with_replacement():
+    """Each resample draws as many sentences as there are, with replacement, and keeps all the pairs of
+    each sentence it draws together (sentences of 3, 1 and 2 pairs, in any order of rows)."""
+    clusters = np.array([7, 5, 7, 9, 9, 7])
+    members = {c: np.flatnonzero(clusters == c) for c in (5, 7, 9)}
+    seen = set()
+    for idx in sa.bootstrap_indices(clusters, jax.random.key(3), 50):
+        drawn, at = [], 0
+        while at < len(idx):  # read the resample back as a sequence of whole sentences
+            c = int(clusters[idx[at]])
+            np.testing.assert_array_equal(idx[at:at + len(members[c])], members[c])
+            drawn.append(c)
+            at += len(members[c])
+        assert len(drawn) == 3
+        seen.update(drawn)
+    assert seen == {5, 7, 9}
+
+
+def test_analyse_describes_every_adjacent_pair_of_every_output():
+    """[Tables 4-5] on an untrained PaDIR model over two buckets and a partial last batch: one row per
+    adjacent pair of each sentence's raw output, labelled by the stutter rule against its reference; the
+    last pass's best hypothesis is the output; the progress bar counts every sentence once."""
+    texts = ["a dog runs", "two men sit on a bench", "a cat", "the the girl", "a red red car"]
+    v = V.train(texts * 8, 40)
+    cfg = seq2seq.ModelConfig(vocab=v.size, causal=False, d_model=32, heads=4, enc_layers=1, dec_layers=2,
+                              d_ff=64, max_len=32, dropout=0.0)
+    tr = translate.Translator(seq2seq.build(cfg, 2), v, buckets=(8, 32))
+    opts = decoding.PadirOptions(steps=3, hyps=2)
+
+    class Bar:
+        n = 0
+
+        def update(self, k):
+            self.n += k
+
+    bar = Bar()
+    pairs, per_layer, outputs, per_pass = sa.analyse(tr, texts, texts[::-1], opts, batch_size=2, progress=bar)
+    assert bar.n == len(texts) and per_pass.shape == (3, len(texts), 32)
+    refs = v.encode(texts[::-1])
+    for i, out in enumerate(outputs):
+        rows = pairs[pairs["sentence"] == i]
+        assert list(rows["position"]) == list(range(max(len(out) - 1, 0)))
+        assert list(rows["token"]) == out[:-1]
+        assert list(rows["stutter"]) == list(sa.token_stutter_labels(out, refs[i]))
+        np.testing.assert_array_equal(per_pass[-1, i, :len(out)], out)
+    assert sorted(pairs["sentence"].unique()) == [i for i, o in enumerate(outputs) if len(o) > 1]
+    assert all(v_.shape == (len(pairs), 2) for v_ in per_layer.values()) and set(per_layer) == set(sa.STATISTICS)
+    assert sa.analyse(tr, texts, texts[::-1], opts, batch_size=2)[2] == outputs  # no bar: the same outputs
 
 
 def test_trainconfig_replace_routes_model_fields():

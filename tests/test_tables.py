@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gmlm_lib.core.tables import present
+from gmlm_lib.core.tables import FORMATS, column_format, present
 
 
 def _cells(styler):
@@ -72,3 +72,43 @@ def test_a_transposed_table_and_an_object_index_still_get_the_rule():
     mixed = pd.DataFrame({"J": [2.0, 2.0, 0.5], "s": ["x", "y", "x"], "v": [1.0, 2.0, 3.0]}).astype({"J": object})
     cells = _cells(present(mixed.set_index(["J", "s"])))
     assert "2.0" in cells and "0.5" in cells and "2.000000" not in cells
+
+
+def test_the_rules_at_their_edges():
+    """Each rule at the value where it switches: a p-value of exactly 0.001 is shown, not "< 0.001";
+    a column whose smallest value is 1e-3 keeps decimals and one at 1e6 turns scientific; a value of
+    exactly half the last decimal is rounded, not written in scientific notation; zeros and NaN do not
+    set a column's decimals; 0 and 4 decimals are allowed, and a format with 4."""
+    assert [FORMATS["p"](v) for v in (0.000999, 0.001, 0.0012)] == ["&lt; 0.001", "0.001", "0.001"]
+    df = pd.DataFrame({"at 1e-3": [0.001, 0.5], "above": [0.0015, 0.5], "at 1e6": [1e6, 2e6], "above 1e6": [1.5e6, 2e6],
+                       "zero": [0.0, 0.25]})
+    assert _cells(present(df))[len(df.columns):] == ["0.0010", "0.0015", "1.00e+06", "1.50e+06", "0.000",
+                                                     "0.5000", "0.5000", "2.00e+06", "2.00e+06", "0.250"]
+    assert _cells(present(pd.DataFrame({"x": [0.0, 0.25, np.nan]})))[1:] == ["0.000", "0.250", "—"]
+    fmt = column_format([0.5, 0.0007], digits=3)
+    assert [fmt(v) for v in (0.0007, 0.0005, 0.00049)] == ["0.001", "0.001", "4.9e-04"]
+    one = pd.DataFrame({"x": [1.23456]})
+    assert _cells(present(one, digits=0))[1:] == ["1"] and _cells(present(one, digits=4))[1:] == ["1.2346"]
+    assert _cells(present(one, formats={"x": "{:.4f}"}))[1:] == ["1.2346"]
+
+
+def test_float_labels_get_their_decimals_whatever_their_dtype():
+    """Float column labels of a table with a hidden index, float labels held as objects (one or
+    several), and an index level that needs three decimals."""
+    assert _cells(present(pd.DataFrame([[1.0, 2.0]], columns=pd.Index([0.8, 0.95]))))[:2] == ["0.80", "0.95"]
+    as_objects = pd.Index([0.8, 0.95], dtype=object)
+    assert _cells(present(pd.DataFrame([[1.0, 2.0]], columns=as_objects)))[:2] == ["0.80", "0.95"]
+    assert _cells(present(pd.DataFrame([[1.0]], columns=pd.Index([0.8], dtype=object))))[0] == "0.8"
+    cells = _cells(present(pd.DataFrame({"x": [1.0, 2.0]}, index=pd.Index([0.125, 2.0], name="J"))))
+    assert "0.125" in cells and "2.000" in cells and "0.1250" not in cells
+
+
+def test_an_object_column_of_floats_follows_the_column_rule_not_the_default_precision():
+    cost = pd.DataFrame({"a": dict(loss=0.0327, commit="abc"), "b": dict(loss=0.5, commit="d")}).T  # object dtype
+    cells = _cells(present(cost))
+    assert "0.0327" in cells and "0.5000" in cells and "0.033" not in cells
+
+
+def test_a_column_of_words_and_numbers_shows_its_numbers_with_three_decimals():
+    cells = _cells(present(pd.DataFrame({"x": ["not reached", 0.1234567]})))
+    assert cells[1:] == ["not reached", "0.123"]
