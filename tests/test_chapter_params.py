@@ -143,10 +143,16 @@ def test_a_namespace_without_a_parameter_is_named_and_params_are_frozen():
 class _Ranged(ChapterParams):
     x: float = 0.5
     xs: tuple = (0.0, 1.0)
+    n: int = 2
+    ns: tuple = (1, 2)
+    m: int = 3
 
     def check(self):
         self.number("x", 0.0, "a share", high=1.0)
         self.numbers("xs", high=1.0)
+        self.integer("n", 1, 4)
+        self.integers("ns", 1, 4)
+        self.integer("m", 1)
 
 
 @pytest.mark.parametrize("changes, words", [
@@ -157,11 +163,20 @@ class _Ranged(ChapterParams):
     (dict(xs=(0.5, 1.0001)),
      "xs = \\(0.5, 1.0001\\) is out of range: it must be a non-empty list of finite numbers <= 1.0"),
     (dict(xs=()), "parameter xs = \\(\\) is out of range: it must be a non-empty list"),
+    (dict(n=5), "parameter n = 5 is out of range: it must be an integer in \\[1, 4\\]"),
+    (dict(n=0), "parameter n = 0 is out of range: it must be an integer in \\[1, 4\\]"),
+    (dict(ns=(1, 5)),
+     "parameter ns = \\(1, 5\\) is out of range: it must be a non-empty list of integers in \\[1, 4\\]"),
+    (dict(ns=(0, 2)), "parameter ns = \\(0, 2\\) is out of range"),
+    (dict(m=0), "parameter m = 0 is out of range: it must be an integer >= 1"),
+    (dict(seed=None), "parameter seed = None is out of range: it must be an integer >= 0"),  # None means nothing here
 ])
 def test_the_range_helpers_check_both_ends_and_say_the_range(changes, words):
-    _Ranged(seed=0, install_ref="main", x=1.0, xs=(-5.0, 1.0))  # each end itself is in range; no lower end for xs
+    # each end itself is in range; no lower end for xs, no upper end for m
+    _Ranged(seed=0, install_ref="main", x=1.0, xs=(-5.0, 1.0), n=4, ns=(4, 1), m=10**9)
+    _Ranged(seed=0, install_ref="main", x=0.0, n=1, ns=(1,), m=1)
     with pytest.raises(ValueError, match=words):
-        _Ranged(seed=0, install_ref="main", **changes)
+        _Ranged(**{"seed": 0, "install_ref": "main", **changes})
 
 
 def test_a_params_class_without_checks_is_refused():

@@ -59,6 +59,38 @@ def test_an_open_end_of_a_range_is_refused(kw, words):
         checks.real(0.0, "rate", **kw)
 
 
+def test_each_end_of_a_range_is_in_it_unless_it_is_open():
+    assert [checks.integer(v, "n", low=1, high=4) for v in (1, 4)] == [1, 4]
+    for v in (0, 5):
+        with pytest.raises(ValueError, match=rf"n must be an integer in \[1, 4\]; got {v}"):
+            checks.integer(v, "n", low=1, high=4)
+    with pytest.raises(ValueError, match="n must be an integer <= 4; got 5"):
+        checks.integer(5, "n", high=4)
+    assert checks.real(0.0, "x", low=0.0, high=1.0) == 0.0 and checks.real(1.0, "x", low=0.0, high=1.0) == 1.0
+    assert checks.real(1e-12, "x", low=0.0, low_open=True) == 1e-12
+    assert checks.real(1.0 - 1e-12, "x", high=1.0, high_open=True) == 1.0 - 1e-12
+    with pytest.raises(ValueError, match=r"x must be a finite number < 1; got 1.0"):
+        checks.real(1.0, "x", high=1.0, high_open=True)
+    with pytest.raises(ValueError, match=r"x must be a finite number in \[0, 1\); got 1.0"):
+        checks.real(1.0, "x", low=0.0, high=1.0, high_open=True)
+
+
+def test_a_number_in_a_0d_array_is_a_number_and_a_longer_array_is_not():
+    assert checks.real(np.array(0.5), "x") == 0.5 and type(checks.real(jnp.array(0.25), "x")) is float
+    assert checks.integer(jnp.array(3), "n") == 3
+    for value in (np.array([0.5]), np.zeros((1, 1))):
+        with pytest.raises(TypeError, match="x must be a number"):
+            checks.real(value, "x")
+    with pytest.raises(TypeError, match="n must be an integer"):
+        checks.integer(np.array([3]), "n")
+
+
+@pytest.mark.parametrize("value", [None, "1 0 1"])
+def test_a_mask_is_an_array_not_nothing_or_words(value):
+    with pytest.raises(TypeError, match=rf"m must be a boolean array; got {type(value).__name__}"):
+        checks.mask(value, "m")
+
+
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), "0.5", True])
 def test_a_number_is_finite_and_a_number(value):
     with pytest.raises((TypeError, ValueError), match="rate must be"):

@@ -450,9 +450,29 @@ def test_unit_costs_and_the_speedup_bound(monkeypatch):
         assert timing.compiles_since(clock)["compilations"] == 0
         return best
 
+    timed_units, fastest_ms = [], decode_costs._fastest_ms
+
+    def units_spy(units, *, min_time):
+        timed_units.extend(units)
+        return fastest_ms(units, min_time=min_time)
+
+    best_seen = []
+
+    def timed_and_seen(calls, min_time):
+        best_seen.append(timed(calls, min_time))
+        return best_seen[-1]
+
     monkeypatch.setattr(timing, "compile_in_parallel", spy)
-    monkeypatch.setattr(timing, "best_times", timed)
+    monkeypatch.setattr(timing, "best_times", timed_and_seen)
+    monkeypatch.setattr(decode_costs, "_fastest_ms", units_spy)
     rows = decode_costs.unit_costs(ar, pd_, widths=(8, 16), hyps=(1, 2), min_time=0.02)
+    # milliseconds: 1e3 x the fastest call's seconds, row by row in the order the units were timed
+    assert [r["ms"] for r in rows] == pytest.approx([1e3 * best_seen[-1][i] for i in range(len(rows))])
+    # a PaDIR encoder is timed with the cross-attention of the most hypotheses its row names
+    graphdef = nnx.split(pd_)[0]
+    for r, (fn, _) in zip(rows, timed_units):
+        if r["unit"] == "PaDIR encoder":
+            assert fn is decoding.jitted(decode_costs._padir_encode, graphdef, hyps=2)
     # side by side: first the encoders whose outputs the units take (2 widths + 2 hypothesis counts), then every unit
     assert batches == [4, len(rows)] and len(rows) == 10
     assert sorted({(r["unit"], r["width"], r["hyps"]) for r in rows}) == sorted(
@@ -462,10 +482,13 @@ def test_unit_costs_and_the_speedup_bound(monkeypatch):
     fake = [dict(unit="AR encoder", width=16, hyps=1, ms=2.0), dict(unit="AR step", width=16, hyps=1, ms=1.0),
             dict(unit="PaDIR encoder", width=16, hyps=3, ms=2.0), dict(unit="PaDIR pass", width=16, hyps=1, ms=3.0)]
     assert decode_costs.speedup_bound(fake, ar_steps=16, padir_passes=2, width=16) == pytest.approx(18 / 8)
+    fake[1]["ms"] = 0.5  # (AR encoder + steps x AR step) / (PaDIR encoder + passes x PaDIR pass)
+    assert decode_costs.speedup_bound(fake, ar_steps=16, padir_passes=2, width=16) == pytest.approx(10 / 8)
     with pytest.raises(ValueError, match="no 'AR encoder' cost for {'width': 32}"):
         decode_costs.speedup_bound(fake, ar_steps=16, padir_passes=2, width=32)
-    with pytest.raises(ValueError, match="AR model first"):
-        decode_costs.unit_costs(pd_, ar)
+    for pair in ((pd_, ar), (ar, ar), (pd_, pd_)):
+        with pytest.raises(ValueError, match="AR model first"):
+            decode_costs.unit_costs(*pair)
     with pytest.raises(ValueError, match="max_len = 16"):
         decode_costs.unit_costs(ar, pd_, widths=(32,))
 
@@ -878,6 +901,11 @@ def test_call_parts_time_a_translation_its_program_and_an_empty_call_with_the_sa
         assert parts["empty_ms"] < parts["program_ms"], (method.label, parts)
         # fresh: the source handed over from the host each call, as translate_one does (new device buffers);
         # program: the same device buffers every call
+        empty, given = decode_costs._EMPTY, []
+        monkeypatch.setattr(decode_costs, "_EMPTY", lambda *a: given.append(len(a)) or empty(*a))
+        calls["empty_ms"]()
+        monkeypatch.setattr(decode_costs, "_EMPTY", empty)
+        assert given == [5 if method.kind == "padir" else 3], method.label  # leaves, src, mask (+ key, settings)
         decoder = {"greedy": "ar_greedy", "beam": "ar_beam"}.get(method.kind, "padir_ids")
         real, seen = getattr(decoding, decoder), []
         monkeypatch.setattr(decoding, decoder, lambda g, p, src, *a, **k: seen.append(src) or real(g, p, src, *a, **k))
@@ -891,8 +919,9 @@ def test_call_parts_time_a_translation_its_program_and_an_empty_call_with_the_sa
         decode_costs.call_parts(tr, translate.Method("greedy"), texts[0])
     with pytest.raises(ValueError, match="text must be a non-empty sentence"):
         decode_costs.call_parts(tr, method, " ")
-    with pytest.raises(ValueError, match="min_time must be a positive number"):
-        decode_costs.call_parts(tr, method, texts[0], min_time=0)
+    for bad in (0, float("inf")):
+        with pytest.raises(ValueError, match="min_time must be a positive number"):
+            decode_costs.call_parts(tr, method, texts[0], min_time=bad)
 
 
 def test_translator_rejects_a_mismatched_method_and_long_sources():
