@@ -19,7 +19,7 @@ LIBRARY_COMMIT = provenance.short_commit(provenance.git_commit())
 def run_script(name: str, *args: str, cwd: Path) -> str:
     done = subprocess.run([sys.executable, str(BENCHMARKS / name), *args], capture_output=True, text=True, cwd=cwd,
                           timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
 
 
@@ -116,7 +116,7 @@ def test_compile_probe_times_decoding_alone_when_asked(tmp_path):
                            "--kinds", "padir", "--programs", "decode", "--train-sentences", "200", "--sentences", "2",
                            f"--flags={flag}", "--json", str(out)], capture_output=True, text=True, cwd=tmp_path,
                           timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rec = json.loads(out.read_text())
     (s,) = rec["settings"]
     assert rec["programs"] == ["decode"] and s["flags"] == flag and s["ok"]
@@ -162,7 +162,7 @@ def test_compile_probe_leaves_the_chosen_settings_programs_in_the_runs_cache(tmp
              "--sentences", "2", "--repeats", "1", "--choose", str(chosen), "--cache", str(cache)]
     done = subprocess.run([*probe, "--flags=", "--flags=--xla_gpu_autotune_level=0", "--json", str(out)],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rec = json.loads(out.read_text())
     for s in rec["settings"]:  # each setting starts cold in a fresh cache, the second too (its decode row may
         # read a small program its own sizing row wrote)
@@ -173,7 +173,7 @@ def test_compile_probe_leaves_the_chosen_settings_programs_in_the_runs_cache(tmp
     flags = " ".join(f for f in (os.environ.get("XLA_FLAGS", ""), chosen.read_text().strip()) if f)
     ran = subprocess.run([sys.executable, "-c", _CHAPTER_PATH], capture_output=True, text=True, cwd=tmp_path,
                          env={**env, "JAX_COMPILATION_CACHE_DIR": str(cache), "XLA_FLAGS": flags}, timeout=600)
-    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     got = json.loads(ran.stdout.strip().splitlines()[-1])
     assert got["sizing"]["cache_hits"] >= 1 and got["decode"]["cache_hits"] >= 1, got
     before = sorted(p.name for p in cache.iterdir())

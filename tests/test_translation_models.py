@@ -526,6 +526,51 @@ def _cfg(kind, **kw):
                                 log_every=1, buckets=(8, 16), **kw)
 
 
+def test_the_label_smoothed_cross_entropy_is_its_formula():
+    """(1 - eps) x NLL + eps x the mean over the vocabulary of -log p, summed over the mask, with the
+    number of tokens it covers; eps = 0 is the NLL."""
+    logits = np.asarray(jax.random.normal(jax.random.key(0), (2, 3, 5)), np.float64)
+    labels = np.array([[0, 4, 2], [1, 1, 3]])
+    mask = np.array([[True, True, False], [True, False, True]])
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    nll = -np.take_along_axis(logp, labels[..., None], -1)[..., 0]
+    for eps in (0.0, 0.1):
+        total, count = objectives.cross_entropy(jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(mask), eps)
+        want = ((1 - eps) * nll + eps * (-logp).mean(-1))[mask].sum()
+        assert float(total) == pytest.approx(want, rel=1e-5) and int(count) == 4
+
+
+@pytest.mark.parametrize("kind", ["ar", "padir"])
+def test_the_loss_is_a_mean_per_token_and_dropout_is_for_training_only(kind):
+    """A batch and the same batch twice have the same loss (a mean, not a sum); rows marked as counted
+    change nothing; without dropout the loss does not depend on the key, with it it does."""
+    cfg = _cfg(kind, **(dict(fill="mask", unmasking_rate=0.0) if kind == "padir" else {}))  # no random corruption
+    cfg = cfg.replace(dropout=0.3)
+    model = seq2seq.build(cfg.model, 0)
+    bucket, ix = next(iter(_toy_batcher().epoch(0)))
+    batch = {k: jnp.asarray(v) for k, v in _toy_batcher().make(bucket, ix).arrays().items()}
+    twice = {k: jnp.concatenate([v, v]) for k, v in batch.items()}
+    rows = dict(batch, rows=jnp.ones(batch["src"].shape[0], bool))
+
+    def loss(b, key, dropout=False):
+        return objectives.loss_fn(model, cfg, b, jax.random.key(key), dropout=dropout)
+
+    one, parts = loss(batch, 0)
+    assert float(loss(twice, 0)[0]) == pytest.approx(float(one), rel=1e-5)
+    counted, counted_parts = loss(rows, 0)
+    assert float(counted) == pytest.approx(float(one), rel=1e-5)
+    if kind == "padir":  # the mean over stages of each stage's mean, plus the weighted length loss
+        assert float(counted_parts["length_loss"]) == pytest.approx(float(parts["length_loss"]), rel=1e-5)
+        assert float(one) == pytest.approx(float(parts["token_loss"]) + 0.1 * float(parts["length_loss"]), rel=1e-5)
+        assert cfg.stages == 2 and cfg.length_loss_weight == 0.1
+        first = float(objectives.loss_fn(model, cfg.replace(stages=1), batch, jax.random.key(0), dropout=False)[1]
+                      ["token_loss"])
+        assert float(parts["token_loss"]) != pytest.approx(first, rel=1e-3)  # stage 2 counts
+        assert 0.5 * first < float(parts["token_loss"]) < 2 * first  # a mean of two per-token means, not a sum
+    assert float(loss(batch, 1)[0]) == float(one)  # no dropout: the key changes nothing
+    assert float(loss(batch, 0, True)[0]) != float(loss(batch, 1, True)[0])
+
+
 @pytest.mark.parametrize("kind", ["ar", "padir"])
 def test_killed_run_resumes_to_the_same_final_loss(kind, tmp_path):
     cfg, batcher = _cfg(kind), _toy_batcher()

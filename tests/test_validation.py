@@ -8,6 +8,7 @@ import dataclasses
 import json
 import pathlib
 import time
+import types
 
 import jax
 import numpy as np
@@ -221,6 +222,35 @@ def test_factor_fits_every_model_in_the_budget_and_never_stretches():
     assert sizing.scaled(3000, 400, 500, 1.0) == dict(steps=3000, warmup=400, checkpoint_every=500)
     tiny = sizing.scaled(10, 4, 5, 0.01)
     assert tiny["steps"] == 2 and 0 < tiny["warmup"] < 2 and tiny["checkpoint_every"] == 1
+    # a warm-up of one update stays one (at least 1 while there is one); none stays none
+    assert sizing.scaled(3000, 1, 500, 0.5)["warmup"] == 1 and sizing.scaled(3000, 0, 500, 0.5)["warmup"] == 0
+
+
+class _Epochs:  # a batcher as _common_bucket reads it: the buckets of its first epoch's batches
+    def __init__(self, buckets):
+        self.buckets = buckets
+
+    def epoch(self, seed):
+        return [(b, None) for b in self.buckets]
+
+
+def test_the_update_is_timed_on_the_bucket_the_epochs_use_most_the_longer_on_a_tie():
+    from gmlm_lib.mt import sizing
+
+    assert sizing._common_bucket(_Epochs([8, 16, 8, 32, 8, 16])) == 8
+    assert sizing._common_bucket(_Epochs([16, 8, 32, 32, 16])) == 32  # 16 and 32 tie: the longer
+    assert sizing._common_bucket(_Epochs([8])) == 8
+
+
+def test_a_budget_for_no_models_and_no_repeats_is_refused():
+    from gmlm_lib.mt import sizing
+
+    with pytest.raises(ValueError, match="fit_config\\(models=...\\) must be >= 1; got 0"):
+        sizing.fit_config(_cfg(), _batcher(24, 1), 0, 0)
+    cfg, record = sizing.fit_config(_cfg(), _batcher(24, 1), 1, 0)  # one model, no budget: nothing timed
+    assert cfg == _cfg() and record["update_s"] is None and record["factor"] == 1.0
+    with pytest.raises(ValueError, match="updates_seconds\\(repeats=...\\) must be >= 1; got 0"):
+        sizing.update_seconds(_cfg(), _batcher(24, 1), repeats=0)
 
 
 def test_update_seconds_times_a_compiled_update(monkeypatch):
@@ -252,6 +282,7 @@ def test_update_seconds_times_a_compiled_update(monkeypatch):
     both = sizing.updates_seconds({"ar": (_cfg(), _batcher(24, 1)), "padir": (_cfg("padir"), _batcher(24, 1))},
                                   repeats=2)
     assert set(both) == {"ar", "padir"} and all(r["update_s"] > 0 for r in both.values())
+    assert sizing.update_seconds(_cfg(), _batcher(24, 1), repeats=1)["update_s"] > 0  # one repeat is a timing
     assert both["ar"]["compile_s"] == both["padir"]["compile_s"] > 0  # compiled together, side by side
 
 
@@ -319,6 +350,35 @@ def test_fit_shrinks_the_updates_once_and_every_chapter_reuses_the_decision(tmp_
     none, record = sizing.fit(dataclasses.replace(exp, train_seconds=0.0), 40, data, tmp_path / "c")
     assert none.ar_steps == 1000 and "no wall-time budget" in padir_findings.sizing_text(record)
     assert not (tmp_path / "c" / sizing.SIZING_FILE).exists()
+
+
+def test_fit_plans_padir_twice_and_keeps_the_schedule_inside_the_shorter_run(tmp_path, monkeypatch):
+    """The planned time counts each kind's own updates (PaDIR trained twice, raw and distilled), and the
+    one warm-up and checkpoint interval the experiment holds are the smaller of the two kinds' (here
+    PaDIR's, whose 50 updates clamp them)."""
+    from gmlm_lib.mt import sizing
+
+    monkeypatch.setattr(sizing, "updates_seconds", lambda models, repeats=5: {
+        name: dict(update_s=0.01 if cfg.kind == "ar" else 0.02, compile_s=1.0, bucket=16, batch=8)
+        for name, (cfg, _) in models.items()})
+    exp = config.get("multi30k_cpu", dict(ar_steps=1000, padir_steps=101, warmup=100, checkpoint_every=200,
+                                          train_seconds=7.02))
+    fitted, record = sizing.fit(exp, 40, {"ar": _batcher(8, 1), "padir": _batcher(8, 1)}, tmp_path)
+    assert record["planned_s"] == pytest.approx(1000 * 0.01 + 2 * 101 * 0.02) and record["factor"] == pytest.approx(0.5)
+    assert (fitted.ar_steps, fitted.padir_steps, fitted.warmup, fitted.checkpoint_every) == (500, 50, 49, 50)
+    assert record["chosen"] == dict(ar_steps=500, padir_steps=50, warmup=49, checkpoint_every=50)
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="scaled: the factor must be in \\(0, 1\\]"):
+            sizing.scaled(1000, 100, 200, bad)
+    assert sizing.factor(10, {"ar": (0, 0.01)}) == 1.0  # a model with no updates to run
+
+
+def test_an_update_costs_the_loops_wall_time_over_the_repeats(monkeypatch):
+    from gmlm_lib.mt import sizing
+
+    ticks = iter(range(0, 1000, 3))  # each reading of the clock 3 s after the last: the repeats take 3 s
+    monkeypatch.setattr(sizing, "time", types.SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    assert sizing.update_seconds(_cfg(), _batcher(24, 1), repeats=4)["update_s"] == pytest.approx(3 / 4)
 
 
 def test_the_ablations_say_how_their_updates_were_fitted():
