@@ -73,6 +73,45 @@ def test_a_passed_commit_must_be_a_commit(monkeypatch):
     assert records.passed_commit() == COMMIT
     monkeypatch.delenv(records.ENV_COMMIT)
     assert records.passed_commit() is None
+    for bad in ("abc123", "g" * 40, COMMIT.upper(), COMMIT + "0"):  # hex but short; 40 but not hex; ...
+        monkeypatch.setenv(records.ENV_COMMIT, bad)
+        with pytest.raises(ValueError, match="is not a commit"):
+            records.passed_commit()
+
+
+def test_without_git_or_a_passed_commit_the_record_names_what_pip_installed(monkeypatch):
+    """On Colab (a pip install from git, no .git beside the code, no $GMLM_COMMIT) the commit is the one
+    pip wrote in direct_url.json; with none there, "unknown"."""
+    monkeypatch.delenv(records.ENV_COMMIT, raising=False)
+    monkeypatch.setattr(records.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(OSError("no git")))
+
+    class Dist:
+        def __init__(self, text):
+            self.text = text
+
+        def read_text(self, name):
+            assert name == "direct_url.json"
+            return self.text
+
+    for text, want in ((json.dumps({"url": "https://github.com/x/y", "vcs_info": {"commit_id": COMMIT}}), COMMIT),
+                       (None, "unknown"), ('{"url": "file:///src"}', "unknown")):
+        monkeypatch.setattr(records._metadata, "distribution", lambda name, text=text: Dist(text))
+        assert records.git_commit() == want
+
+
+def test_the_cpu_model_falls_back_to_the_platform_without_proc_cpuinfo(monkeypatch):
+    def no_file(*a, **k):
+        raise OSError("no /proc/cpuinfo")
+
+    monkeypatch.setattr(records, "open", no_file, raising=False)  # the module's name shadows the builtin
+    monkeypatch.setattr(records.platform, "processor", lambda: "")
+    monkeypatch.setattr(records.platform, "machine", lambda: "aarch64")
+    assert records.cpu_model() == "aarch64"
+    monkeypatch.setattr(records.platform, "processor", lambda: "arm")
+    assert records.cpu_model() == "arm"
+    monkeypatch.setattr(records.platform, "processor", lambda: "")
+    monkeypatch.setattr(records.platform, "machine", lambda: "")
+    assert records.cpu_model() == "unknown"
 
 
 def test_batch_refuses_unknown_chapters_and_parameters_before_running(tmp_path):

@@ -220,6 +220,7 @@ def test_factor_fits_every_model_in_the_budget_and_never_stretches():
         sizing.factor(90, {"ar": (10, 0.0)})
     assert sizing.scaled(3000, 400, 500, 0.5) == dict(steps=1500, warmup=200, checkpoint_every=250)
     assert sizing.scaled(3000, 400, 500, 1.0) == dict(steps=3000, warmup=400, checkpoint_every=500)
+    assert sizing.scaled(100, 10, 500, 1.0) == dict(steps=100, warmup=10, checkpoint_every=500)  # as asked
     tiny = sizing.scaled(10, 4, 5, 0.01)
     assert tiny["steps"] == 2 and 0 < tiny["warmup"] < 2 and tiny["checkpoint_every"] == 1
     # a warm-up of one update stays one (at least 1 while there is one); none stays none
