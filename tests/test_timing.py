@@ -66,3 +66,11 @@ def test_a_summary_of_one_program_says_program(tmp_path):
     assert timing.compile_summary(log, since=100.0) == "1 program, 2.5 s summed: jit(step) 1 x 2.5 s"
     assert timing.compile_summary(log, since=100.0005).startswith("1 program,")  # times are written rounded
     assert timing.compile_summary(log, since=100.01) == "no compilation logged"
+
+
+def test_compiling_in_parallel_reports_the_wall_seconds_from_its_start(monkeypatch):
+    ticks = iter([100.0, 103.5])
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
+    done = []
+    assert timing.compile_in_parallel([lambda: done.append(1), lambda: done.append(2)], threads=2) == 3.5
+    assert sorted(done) == [1, 2]

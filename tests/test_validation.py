@@ -346,6 +346,7 @@ def test_fit_shrinks_the_updates_once_and_every_chapter_reuses_the_decision(tmp_
     with pytest.raises(ValueError, match="was decided for other settings"):
         sizing.fit(dataclasses.replace(exp, train_seconds=20.0), 40, data, tmp_path)
     roomy, record = sizing.fit(dataclasses.replace(exp, train_seconds=60.0), 40, data, tmp_path / "b")
+    assert record["chosen"] == {}  # nothing shrunk: nothing chosen
     assert roomy.ar_steps == 1000 and record["factor"] == 1.0 and "within the 60 s budget" in \
         padir_findings.sizing_text(record)
     none, record = sizing.fit(dataclasses.replace(exp, train_seconds=0.0), 40, data, tmp_path / "c")
@@ -377,7 +378,7 @@ def test_fit_plans_padir_twice_and_keeps_the_schedule_inside_the_shorter_run(tmp
 def test_an_update_costs_the_loops_wall_time_over_the_repeats(monkeypatch):
     from gmlm_lib.mt import sizing
 
-    ticks = iter(range(0, 1000, 3))  # each reading of the clock 3 s after the last: the repeats take 3 s
+    ticks = iter(range(100, 1000, 3))  # each reading of the clock 3 s after the last: the repeats take 3 s
     monkeypatch.setattr(sizing, "time", types.SimpleNamespace(perf_counter=lambda: float(next(ticks))))
     assert sizing.update_seconds(_cfg(), _batcher(24, 1), repeats=4)["update_s"] == pytest.approx(3 / 4)
 
