@@ -66,6 +66,8 @@ def test_a_summary_of_one_program_says_program(tmp_path):
     assert timing.compile_summary(log, since=100.0) == "1 program, 2.5 s summed: jit(step) 1 x 2.5 s"
     assert timing.compile_summary(log, since=100.0005).startswith("1 program,")  # times are written rounded
     assert timing.compile_summary(log, since=100.01) == "no compilation logged"
+    assert timing.compile_summary(log, top=2) == "2 programs, 3.5 s summed: jit(step) 1 x 2.5 s, jit(old) 1 x 1.0 s"
+    assert timing.compile_summary(log, top=1).endswith("jit(step) 1 x 2.5 s, ...")  # more programs than shown
 
 
 def test_compiling_in_parallel_reports_the_wall_seconds_from_its_start(monkeypatch):

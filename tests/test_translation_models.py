@@ -561,6 +561,10 @@ def test_the_loss_is_a_mean_per_token_and_dropout_is_for_training_only(kind):
     assert float(counted) == pytest.approx(float(one), rel=1e-5)
     if kind == "padir":  # the mean over stages of each stage's mean, plus the weighted length loss
         assert float(counted_parts["length_loss"]) == pytest.approx(float(parts["length_loss"]), rel=1e-5)
+        n = batch["src"].shape[0] // 2  # a row's length loss is its own: counting the first rows = those rows alone
+        first_rows = loss(dict(batch, rows=jnp.arange(batch["src"].shape[0]) < n), 0)[1]["length_loss"]
+        alone = loss({k: v[:n] for k, v in batch.items()}, 0)[1]["length_loss"]
+        assert n >= 1 and float(first_rows) == pytest.approx(float(alone), rel=1e-5)
         assert float(one) == pytest.approx(float(parts["token_loss"]) + 0.1 * float(parts["length_loss"]), rel=1e-5)
         assert cfg.stages == 2 and cfg.length_loss_weight == 0.1
         first = float(objectives.loss_fn(model, cfg.replace(stages=1), batch, jax.random.key(0), dropout=False)[1]
