@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import re
 
 import pytest
 
@@ -136,3 +137,27 @@ def test_deep_shallow_baseline_is_the_teacher_with_one_decoder_layer():
     assert shallow.kind == "ar" and shallow.model.dec_layers == 1 and shallow.model.causal
     assert shallow.model.enc_layers == teacher.model.enc_layers == 4
     assert shallow.replace(dec_layers=teacher.model.dec_layers) == teacher  # nothing else differs
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(eval_steps=(0, 4)), "eval_steps must be a non-empty list of integers >= 1"),
+    (dict(latency_steps=()), "latency_steps must be a non-empty list of integers >= 1"),
+    (dict(train_seconds=-1.0), "train_seconds must be a finite number >= 0"),
+    (dict(train_seconds=float("inf")), "train_seconds must be a finite number >= 0"),
+    (dict(learning_rate=0.0), "learning_rate must be > 0"),
+    (dict(length_penalty=-0.1), "length_penalty must be >= 0"),
+    (dict(train_files=["a.en", "a.de"]), "train_files and test_files must both be empty"),
+    (dict(train_files=["a.en", "a.de"], test_files=["t.en"]), "train_files and test_files must both be empty"),
+    (dict(val_files=["v.en", "v.de"]), "val_files must be empty or hold two aligned files"),
+    (dict(train_files=["a.en", "a.de"], test_files=["t.en", "t.de"], val_files=["v.en"]), "val_files must be empty"),
+])
+def test_an_experiment_names_a_setting_out_of_range(changes, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        config.get("multi30k_cpu", changes)
+
+
+def test_an_experiments_ranges_include_their_ends():
+    edge = config.get("multi30k_cpu", dict(eval_steps=(1,), latency_steps=(1,), train_seconds=0.0, length_penalty=0.0,
+                                           train_files=["a.en", "a.de"], test_files=["t.en", "t.de"],
+                                           val_files=["v.en", "v.de"]))
+    assert edge.eval_steps == (1,) and edge.train_seconds == 0.0 and edge.length_penalty == 0.0
