@@ -155,6 +155,51 @@ def test_batcher_is_deterministic_and_sized_for_the_devices():
         batching.Batcher(src, tgt, batch_tokens=16, buckets=(8, 16, 32))
 
 
+def test_buckets_and_batch_sizes_at_their_edges():
+    """A pair's bucket holds its source and its target plus one (EOS or BOS), the smallest that fits;
+    batch sizes are batch_tokens // bucket rounded down to the device multiple; the buckets are a
+    strictly increasing list and batch_tokens holds at least one device-multiple of the longest."""
+    assert [batching.bucket_of(s, t, (8, 16)) for s, t in [(10, 3), (3, 10), (3, 7), (3, 8), (8, 0), (3, 16)]] == \
+        [16, 16, 8, 16, 8, -1]
+    with pytest.raises(TypeError, match="buckets must be a list of increasing positive integers"):
+        batching.check_buckets("16")
+    with pytest.raises(ValueError, match="must be strictly increasing"):
+        batching.check_buckets([8, 16, 16])
+    pairs = ([[7] * 5] * 6, [[8] * 4] * 6)
+    for multiple, sizes in ((1, {8: 16}), (3, {8: 15})):
+        b = batching.Batcher(*pairs, batch_tokens=128, buckets=(8,), multiple=multiple)
+        assert {k: b.batch_size(k) for k in b.groups} == sizes and all(type(v) is int for v in sizes.values())
+    batching.Batcher(*pairs, batch_tokens=16, buckets=(8, 16))  # exactly one sequence of the longest bucket
+    batching.Batcher(*pairs, batch_tokens=32, buckets=(8, 16), multiple=2)
+    for tokens, multiple in ((15, 1), (31, 2)):
+        with pytest.raises(ValueError, match="batch_tokens = .* is too small"):
+            batching.Batcher(*pairs, batch_tokens=tokens, buckets=(8, 16), multiple=multiple)
+
+
+def test_an_epoch_and_a_validation_pass_cover_the_pairs_as_they_say():
+    """Bucket 8: 10 pairs in batches of 4, so an epoch has two full batches (the 2 left over wait for
+    another shuffle); bucket 16: 3 pairs in batches of 2, one batch; a bucket with fewer pairs than a
+    batch repeats them to one batch. once(): every pair exactly once, a bucket's last batch filled up
+    with copies that its rows mark as not counted."""
+    src = [[10 + i] * 3 for i in range(10)] + [[30 + i] * 12 for i in range(3)]  # pair i's first token says i
+    tgt = [[8] * 2] * 10 + [[6] * 3] * 3
+    b = batching.Batcher(src, tgt, batch_tokens=32, buckets=(8, 16))
+    assert {k: b.batch_size(k) for k in b.groups} == {8: 4, 16: 2} and len(b) == 2 + 1
+    epoch = b.epoch(0)
+    assert sorted((k, len(ix)) for k, ix in epoch) == [(8, 4), (8, 4), (16, 2)]
+    short = np.concatenate([ix for k, ix in epoch if k == 8])
+    assert len(set(short.tolist())) == 8 and set(short.tolist()) <= set(range(10))  # no pair twice in an epoch
+    small = batching.Batcher(src[:11], tgt[:11], batch_tokens=32, buckets=(8, 16))
+    assert [ix.tolist() for k, ix in small.epoch(0) if k == 16] == [[10, 10]]  # one pair repeated to a batch
+    seen, counts = [], []
+    for batch in b.once():
+        n = int(batch.rows.sum())
+        assert batch.rows[:n].all() and not batch.rows[n:].any() and len(batch.rows) == batch.src.shape[0]
+        seen += batch.src[:n, 0].tolist()
+        counts.append(n)
+    assert counts == [4, 4, 2, 2, 1] and sorted(seen) == [p[0] for p in src]
+
+
 def test_ar_inputs_and_corruption():
     import jax
     import jax.numpy as jnp
