@@ -45,6 +45,16 @@ def test_generic_loader_reads_plain_and_gzipped_files(tmp_path):
     pair = corpus.load_parallel(tmp_path / "a.en", tmp_path / "a.de.gz")
     assert pair.src == ["one", "two"] and pair.tgt == ["eins", "zwei"] and len(pair) == 2
     assert pair.take(1).src == ["one"]
+    assert pair.name == "a.en->a.de.gz"  # a corpus without a name is named by its files
+    assert corpus.load_parallel(tmp_path / "a.en", tmp_path / "a.de.gz", name="toy").name == "toy"
+
+
+def test_downloads_go_to_the_xdg_cache_or_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert corpus.default_cache() == tmp_path / "xdg" / "gmlm-book" / "multi30k"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert corpus.default_cache() == tmp_path / "home" / ".cache" / "gmlm-book" / "multi30k"
 
 
 def test_loader_errors_name_the_problem(tmp_path):
@@ -161,8 +171,9 @@ def test_buckets_and_batch_sizes_at_their_edges():
     strictly increasing list and batch_tokens holds at least one device-multiple of the longest."""
     assert [batching.bucket_of(s, t, (8, 16)) for s, t in [(10, 3), (3, 10), (3, 7), (3, 8), (8, 0), (3, 16)]] == \
         [16, 16, 8, 16, 8, -1]
-    with pytest.raises(TypeError, match="buckets must be a list of increasing positive integers"):
-        batching.check_buckets("16")
+    for bad in ("16", 16, {8, 16}):  # a set has no order to keep
+        with pytest.raises(TypeError, match="buckets must be a list of increasing positive integers"):
+            batching.check_buckets(bad)
     with pytest.raises(ValueError, match="must be strictly increasing"):
         batching.check_buckets([8, 16, 16])
     pairs = ([[7] * 5] * 6, [[8] * 4] * 6)
