@@ -79,6 +79,31 @@ def test_a_passed_commit_must_be_a_commit(monkeypatch):
             records.passed_commit()
 
 
+def test_a_git_checkout_names_its_head_and_marks_changed_sources_dirty(tmp_path, monkeypatch):
+    """In a git checkout the record names HEAD, with "-dirty" when the library, a chapter's source, the
+    parameter files or pyproject.toml differ from it, and without it for changes elsewhere (a note, a test)."""
+    monkeypatch.delenv(records.ENV_COMMIT, raising=False)
+    monkeypatch.delenv("GIT_DIR", raising=False)  # git_commit reads the checkout its path is in
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    (tmp_path / "gmlm_lib").mkdir()
+    (tmp_path / "gmlm_lib" / "m.py").write_text("x = 1\n")
+    (tmp_path / "notes.txt").write_text("a\n")
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "x")
+    head = git("rev-parse", "HEAD").strip()
+    assert records.git_commit(tmp_path) == head
+    (tmp_path / "notes.txt").write_text("b\n")
+    assert records.git_commit(tmp_path) == head  # not a source
+    (tmp_path / "gmlm_lib" / "m.py").write_text("x = 2\n")
+    assert records.git_commit(tmp_path) == head + "-dirty"
+
+
 def test_without_git_or_a_passed_commit_the_record_names_what_pip_installed(monkeypatch):
     """On Colab (a pip install from git, no .git beside the code, no $GMLM_COMMIT) the commit is the one
     pip wrote in direct_url.json; with none there, "unknown"."""

@@ -13,7 +13,7 @@ class _Clock:
     """perf_counter for timing: each call of a timed function advances it by its next duration."""
 
     def __init__(self, durations):
-        self.now, self.durations, self.calls = 0.0, list(durations), 0
+        self.now, self.durations, self.calls = 100.0, list(durations), 0  # not 0: a sum and a difference differ
 
     def perf_counter(self):
         return self.now
