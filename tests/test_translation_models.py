@@ -948,13 +948,13 @@ def test_call_parts_time_a_translation_its_program_and_an_empty_call_with_the_sa
         assert all(0 < ms < float("inf") for ms in parts.values())
         # the decoder's program runs its loop; the empty call with its arguments runs none of it
         assert parts["empty_ms"] < parts["program_ms"], (method.label, parts)
-        # fresh: the source handed over from the host each call, as translate_one does (new device buffers);
-        # program: the same device buffers every call
         empty, given = decode_costs._EMPTY, []
         monkeypatch.setattr(decode_costs, "_EMPTY", lambda *a: given.append(len(a)) or empty(*a))
         calls["empty_ms"]()
         monkeypatch.setattr(decode_costs, "_EMPTY", empty)
         assert given == [5 if method.kind == "padir" else 3], method.label  # leaves, src, mask (+ key, settings)
+        # fresh: the source handed over from the host each call, as translate_one does (new device buffers);
+        # program: the same device buffers every call
         decoder = {"greedy": "ar_greedy", "beam": "ar_beam"}.get(method.kind, "padir_ids")
         real, seen = getattr(decoding, decoder), []
         monkeypatch.setattr(decoding, decoder, lambda g, p, src, *a, **k: seen.append(src) or real(g, p, src, *a, **k))
