@@ -562,6 +562,23 @@ def test_provenance_names_the_commit_the_run_started_with(monkeypatch):
     assert f"gmlm_lib {'a' * 12}-dirty;" in provenance.summary_line(rec)
 
 
+def test_the_record_times_the_run_and_its_line_says_what_compiling_took(monkeypatch):
+    monkeypatch.setattr(provenance, "git_commit", lambda: "a" * 40)
+    run = provenance.start({"n": 2})
+    run.started -= 5.0  # as if the run had begun 5 s ago
+    rec = provenance.record(run)
+    assert 5.0 <= rec["wall_time_s"] < 60.0
+    rec.update(wall_time_s=12.0, compile_s=2.0, compilations=3, cache_hits=1)
+    line = provenance.summary_line(rec)
+    assert "wall time 12.0 s (2.0 s of it compiling 3 XLA programs, 1 read from the compilation cache); " in line
+    assert "n=2" in line
+    rec["cache_hits"] = 0
+    assert "(2.0 s of it compiling 3 XLA programs); gmlm_lib aaaaaaaaaaaa;" in provenance.summary_line(rec)
+    for key in ("compile_s", "compilations", "cache_hits"):  # a record from before compilations were counted
+        del rec[key]
+    assert "wall time 12.0 s; gmlm_lib" in provenance.summary_line(rec)
+
+
 @pytest.mark.parametrize("field, value, message", [
     ("gmlm_lib_commit", "c" * 40 + "-dirty", "uncommitted sources (cccccccccccc-dirty)"),
     ("gmlm_lib_commit_at_finish", "d" * 40, "changed while its full run went on"),
