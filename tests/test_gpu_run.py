@@ -84,19 +84,13 @@ def test_a_git_checkout_names_its_head_and_marks_changed_sources_dirty(tmp_path,
     parameter files or pyproject.toml differ from it, and without it for changes elsewhere (a note, a test)."""
     monkeypatch.delenv(records.ENV_COMMIT, raising=False)
     monkeypatch.delenv("GIT_DIR", raising=False)  # git_commit reads the checkout its path is in
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
     (tmp_path / "gmlm_lib").mkdir()
     (tmp_path / "gmlm_lib" / "m.py").write_text("x = 1\n")
     (tmp_path / "notes.txt").write_text("a\n")
-
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout
-
-    git("init", "-q")
-    git("add", "-A")
-    git("commit", "-qm", "x")
-    head = git("rev-parse", "HEAD").strip()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]  # as the stale-.git test
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "x"]):
+        subprocess.run([*git, *args], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
     assert records.git_commit(tmp_path) == head
     (tmp_path / "notes.txt").write_text("b\n")
     assert records.git_commit(tmp_path) == head  # not a source
