@@ -33,6 +33,20 @@ def ids(key, shape):
     return jax.random.randint(jax.random.key(key), shape, V.FIRST_PIECE, 40, jnp.int32)
 
 
+def spread(model, scale=6.0, eos=None):
+    """``model`` with its token and position embeddings scaled by ``scale`` (and, with ``eos``, the EOS row
+    by ``eos`` more). At initialisation a tiny model predicts one token everywhere whatever its input, so
+    decoders that differ in what they feed back or commit give the same output on it and a comparison
+    with a definition cannot fail; scaled, the prediction depends on the position and the input, and a
+    larger EOS row makes an AR model end some sentences early and run others to the length limit."""
+    g, state = nnx.split(model)
+    state = jax.tree_util.tree_map_with_path(
+        lambda path, x: x * scale if any(w in str(q) for q in path for w in ("embed", "pos")) else x, state)
+    if eos is not None:
+        state["embed"]["embedding"][...] = state["embed"]["embedding"][...].at[V.EOS].multiply(eos)
+    return nnx.merge(g, state)
+
+
 def test_ar_decoder_never_sees_the_future():
     m = tiny(True)
     src, sm = ids(0, (2, 9)), jnp.ones((2, 9), bool)
@@ -135,6 +149,54 @@ def test_beam_of_one_is_greedy_and_beam_is_at_least_as_likely(trained_ar):
 
     assert bool((logp(four) >= logp(greedy) - 1e-4).all())
     np.testing.assert_allclose(scores, logp(four), atol=1e-4)
+
+
+def _beam_by_definition(model, src, sm, beam, alpha, max_len):
+    """fairseq's beam search for one sentence, written out with the full decoder (no cache): the 2k best
+    (hypothesis, next token) pairs are the candidates; an EOS among the k best finishes its hypothesis,
+    scored log p / ((5 + |y|) / 6) ** alpha (|y| counts EOS); the k best other candidates stay alive;
+    the search stops at k finished, or when no alive beam can beat the best finished one even at
+    ``max_len``. Returns the best finished hypothesis (else the best alive) padded to ``max_len``, and
+    its score."""
+    def penalty(n):
+        return ((5.0 + n) / 6.0) ** alpha
+
+    enc, em = model.encode(src, sm)
+    alive, finished = [((V.BOS,), 0.0)], []
+    for t in range(max_len):
+        if len(finished) >= beam or (finished and finished[0][1] >= alive[0][1] / penalty(max_len)):
+            break
+        seqs = jnp.asarray([s for s, _ in alive])
+        n = len(alive)
+        logits = model.decode(seqs, jnp.ones(seqs.shape, bool), jnp.repeat(enc, n, 0), jnp.repeat(em, n, 0))[:, -1]
+        lp = np.asarray(jax.nn.log_softmax(logits.at[:, jnp.array(decoding._AR_FORBIDDEN)].set(-jnp.inf)))
+        cands = sorted(((a + float(lp[i, v]), s + (v,)) for i, (s, a) in enumerate(alive)
+                        for v in range(lp.shape[1]) if np.isfinite(lp[i, v])), key=lambda c: -c[0])[: 2 * beam]
+        finished = sorted(finished + [(s, c / penalty(t + 1)) for r, (c, s) in enumerate(cands)
+                                      if r < beam and s[-1] == V.EOS], key=lambda f: -f[1])[:beam]
+        alive = [(s, c) for c, s in cands if s[-1] != V.EOS][:beam]
+    best, score = finished[0] if finished else (alive[0][0], alive[0][1] / penalty(max_len))
+    return list(best[1:]) + [V.PAD] * (max_len + 1 - len(best)), score
+
+
+def test_beam_search_is_its_definition_and_a_row_stops_whatever_the_batch():
+    """``ar_beam`` on a batch gives, row by row, the beam search written out for that sentence alone
+    (fairseq's rules, GNMT length penalty): a row that has stopped keeps its finished hypotheses while
+    longer rows go on. On a model that ends some sentences early and runs others to the limit; row 9
+    of the second setting is one where decoding on would have found a better-scored hypothesis after
+    the row had stopped (the batch would then change a sentence's output)."""
+    m = spread(tiny(True), scale=3.0, eos=4.0)
+    g, p = nnx.split(m)
+    src, sm = ids(200, (80, 8))[60:], jnp.ones((20, 8), bool)
+    ends = 0
+    for beam, alpha in [(2, 0.0), (2, 1.0), (4, 0.6)]:
+        got, scores = decoding.ar_beam(g, p, src, sm, max_len=12, beam=beam, alpha=alpha)
+        for r in range(20):
+            want, score = _beam_by_definition(m, src[r:r + 1], sm[r:r + 1], beam, alpha, 12)
+            np.testing.assert_array_equal(np.asarray(got[r]), want, err_msg=f"beam {beam}, alpha {alpha}, row {r}")
+            assert float(scores[r]) == pytest.approx(score, abs=1e-4)
+            ends += V.EOS in want
+    assert 0 < ends < 60  # some sentences end before the limit and some run into it
 
 
 def test_padir_decoding_outputs():
@@ -1072,16 +1134,24 @@ def _mask_predict_by_definition(model, src, sm, opts, width):
 
 
 def test_mask_predict_follows_its_definition():
-    m = tiny(False)
+    """Mask-Predict on the decoder gives, token for token, its description written out; on a model whose
+    prediction depends on what is fed back, so that committing instead of re-masking (the dependency
+    strategy's rule) gives another output and the comparison can fail."""
+    m = spread(tiny(False))
     m.length_head.bias[...] = m.length_head.bias[...].at[7].add(50.0)  # seven positions: several re-masks
     g, p = nnx.split(m)
-    for seed, steps in [(0, 4), (2, 10)]:
+    other = 0
+    for seed, steps in [(0, 4), (2, 10), (3, 4)]:
         src, sm = ids(60 + seed, (1, 8)), jnp.ones((1, 8), bool)
         opts = decoding.StrategyOptions("mask_predict", steps=steps, hyps=1)
         got = np.asarray(decoding.padir_ids(g, p, src, sm, jax.random.key(0), options=opts, widths=(8, 16)))
         ref = _mask_predict_by_definition(m, src, sm, opts, 8)
         np.testing.assert_array_equal(got[0, :7], ref)
-        assert (got[0, 7:] == V.PAD).all()
+        assert (got[0, 7:] == V.PAD).all() and len(set(ref.tolist())) >= 3
+        committing = decoding.StrategyOptions("dependency", steps=steps, hyps=1, refill="mask")
+        other += not np.array_equal(
+            decoding.padir_ids(g, p, src, sm, jax.random.key(0), options=committing, widths=(8, 16)), got)
+    assert other > 0
 
 
 def test_adjacent_similarity_is_the_one_sentence_definition_batched():
@@ -1131,6 +1201,65 @@ def test_dependency_aware_commits_by_confidence_and_dependency():
             for row in out:
                 real = row[row != V.PAD]
                 assert len(real) >= 1 and (real >= V.FIRST_PIECE).all()  # no [MASK] left
+
+
+def _dependency_by_definition(model, src, sm, opts, width):
+    """The dependency-aware strategy written from its description, one hypothesis, NumPy bookkeeping:
+    a pass predicts every open position; positions whose cross-attention distributions (averaged over
+    layers and heads) have cosine similarity above ``dependency`` are dependent; visiting the open
+    positions most confident first, one is committed while fewer than the quota ceil(n (t + 1) / T)
+    (less those committed before) are, or when it is confident and depends on none committed in this
+    pass; the open ones are fed back as their prediction or as [MASK]. Returns the tokens and how
+    many times a confident position waited for a dependent one."""
+    enc, em, lengths = decoding.padir_encode(*nnx.split(model), src, sm, hyps=1)
+    n = int(lengths[0, 0])
+    tmask = jnp.arange(width)[None] < n
+    done, tokens, logp = np.zeros(n, bool), np.full(n, V.MASK), np.zeros(n, np.float32)
+    waited = 0
+    for t in range(opts.steps):
+        hyp = np.full((1, width), V.PAD)
+        hyp[0, :n] = np.where(done | (opts.refill == "prediction"), tokens, V.MASK)
+        logits, weights = model.decode(jnp.asarray(hyp), tmask, None, em, cross_kv=model.cross_kv(enc),
+                                       return_attention=True)
+        lp = jax.nn.log_softmax(logits.at[..., jnp.array(decoding._PADIR_FORBIDDEN)].set(-jnp.inf))[0, :n]
+        tokens = np.where(done, tokens, np.asarray(jnp.argmax(lp, -1)))
+        logp = np.where(done, logp, np.asarray(jnp.max(lp, -1)))
+        cross = np.asarray(jnp.mean(jnp.stack([c for _, c in weights]), axis=(0, 2)))[0, :n]
+        unit = cross / np.linalg.norm(cross, axis=-1, keepdims=True)
+        dependent = unit @ unit.T > opts.dependency
+        quota = -(-n * (t + 1) // opts.steps) - int(done.sum())
+        confidence = np.exp(logp)
+        chosen = []
+        for i in sorted(np.flatnonzero(~done), key=lambda i: (-confidence[i], i)):
+            free = not any(dependent[i, j] for j in chosen)
+            if len(chosen) < quota or (confidence[i] >= opts.confidence and free):
+                chosen.append(i)
+            else:
+                waited += bool(confidence[i] >= opts.confidence)
+        done[chosen] = True
+        if done.all():
+            break
+    return tokens, waited
+
+
+def test_the_dependency_strategy_follows_its_definition():
+    """The dependency-aware strategy on the decoder gives, token for token, its description written out,
+    with both refills, on cases where a confident position waits for a dependent one."""
+    m = spread(tiny(False))
+    m.length_head.bias[...] = m.length_head.bias[...].at[7].add(50.0)  # seven positions
+    g, p = nnx.split(m)
+    waited = 0
+    for seed, steps, refill, conf, dep in [(0, 3, "prediction", 0.3, 0.5), (1, 6, "mask", 0.3, 0.5),
+                                           (2, 4, "prediction", 0.5, 0.8), (3, 5, "mask", 0.1, 0.9)]:
+        src, sm = ids(110 + seed, (1, 8)), jnp.ones((1, 8), bool)
+        opts = decoding.StrategyOptions("dependency", steps=steps, hyps=1, confidence=conf, dependency=dep,
+                                        refill=refill)
+        got = np.asarray(decoding.padir_ids(g, p, src, sm, jax.random.key(0), options=opts, widths=(8, 16)))
+        want, w = _dependency_by_definition(m, src, sm, opts, 8)
+        np.testing.assert_array_equal(got[0, :7], want, err_msg=str(opts))
+        assert (got[0, 7:] == V.PAD).all()
+        waited += w
+    assert waited > 0
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -1193,8 +1322,8 @@ def _rule_by_definition(model, src, sm, opts, width):
     ("factor", dict(factor=1.5), 0, 7), ("entropy", dict(entropy=0.5), 1, 7), ("entropy", dict(entropy=50.0), 0, 3)])
 def test_2025_rules_follow_their_definitions(name, kw, seed, steps):
     """The threshold, factor and entropy strategies (Fast-dLLM, EB-Sampler) on the decoder match a
-    by-definition implementation, token for token."""
-    m = tiny(False)
+    by-definition implementation, token for token (on a model whose prediction depends on its input)."""
+    m = spread(tiny(False))
     m.length_head.bias[...] = m.length_head.bias[...].at[7].add(50.0)  # seven positions
     g, p = nnx.split(m)
     src, sm = ids(80 + seed, (1, 8)), jnp.ones((1, 8), bool)

@@ -201,7 +201,9 @@ def _ar_greedy(graphdef, params, src, src_mask, *, max_len: int):
 def ar_beam(graphdef, params, src, src_mask, *, max_len: int, beam: int = 4, alpha: float = 0.6):
     """Beam search with the GNMT length penalty. (B, S) -> (ids (B, max_len), scores (B,)): the best
     finished hypothesis by ``log p / ((5 + |y|) / 6) ** alpha`` (``|y|`` counts EOS). A row stops once it
-    has ``beam`` finished hypotheses (fairseq's rule) or none of its alive beams can win."""
+    has ``beam`` finished hypotheses (fairseq's rule) or none of its alive beams can win: from then on its
+    finished hypotheses are kept as they are while other rows of the batch go on, so a sentence's output
+    does not depend on the sentences decoded beside it."""
     return jitted(_ar_beam, graphdef, max_len=max_len, beam=beam)(params, src, src_mask, alpha)
 
 
@@ -214,16 +216,20 @@ def _ar_beam(graphdef, params, src, src_mask, alpha, *, max_len: int, beam: int)
     cross = model.cross_kv(enc)
     neg = jnp.float32(-1e9)
 
-    def cond(c):
+    def stopped(alive_lp, fin_score):
         # a row is done when it holds `beam` finished hypotheses (as in fairseq), or when no alive
-        # beam can beat its best finished one even at the longest length
-        t, _, alive_lp, _, fin_score, _, _ = c
+        # beam can beat its best finished one even at the longest length (alpha >= 0)
         full = fin_score[:, k - 1] > neg / 2
         hopeless = fin_score[:, 0] >= alive_lp[:, 0] / _length_penalty(max_len, alpha)
-        return (t < max_len) & ~jnp.all(full | hopeless)
+        return full | hopeless
+
+    def cond(c):
+        t, _, alive_lp, _, fin_score, _, _ = c
+        return (t < max_len) & ~jnp.all(stopped(alive_lp, fin_score))
 
     def body(c):
         t, alive, alive_lp, cache, fin_score, fin, _ = c
+        done = stopped(alive_lp, fin_score)  # these rows keep their finished hypotheses (fairseq drops the row)
         logits, cache = model.decode_step(alive[:, :, t].reshape(-1), t, cache, cross, enc_mask)
         logp = jax.nn.log_softmax(_forbid(logits, _AR_FORBIDDEN)).reshape(b, k, -1)
         vocab = logp.shape[-1]
@@ -240,7 +246,8 @@ def _ar_beam(graphdef, params, src, src_mask, alpha, *, max_len: int, beam: int)
         all_score = jnp.concatenate([fin_score, new_fin_score], 1)
         all_seq = jnp.concatenate([fin, seqs], 1)
         fs, fi = jax.lax.top_k(all_score, k)
-        fin = jnp.take_along_axis(all_seq, fi[:, :, None], 1)
+        fs = jnp.where(done[:, None], fin_score, fs)
+        fin = jnp.where(done[:, None, None], fin, jnp.take_along_axis(all_seq, fi[:, :, None], 1))
         # alive: the best k candidates that did not end
         alive_cand = jnp.where(is_eos, neg, top_lp)
         alp, ai = jax.lax.top_k(alive_cand, k)
