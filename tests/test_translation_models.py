@@ -1209,10 +1209,23 @@ def _dependency_by_definition(model, src, sm, opts, width):
     layers and heads) have cosine similarity above ``dependency`` are dependent; visiting the open
     positions most confident first, one is committed while fewer than the quota ceil(n (t + 1) / T)
     (less those committed before) are, or when it is confident and depends on none committed in this
-    pass; the open ones are fed back as their prediction or as [MASK]. Returns the tokens and how
-    many times a confident position waited for a dependent one."""
-    enc, em, lengths = decoding.padir_encode(*nnx.split(model), src, sm, hyps=1)
-    n = int(lengths[0, 0])
+    pass; the open ones are fed back as their prediction or as [MASK]. Each of the ``hyps`` predicted
+    lengths is decoded so, and the one whose tokens have the best mean log-probability (each when it
+    was last predicted) is the output. Returns its tokens and how many times a confident position
+    waited for a dependent one, over all hypotheses."""
+    enc, em, lengths = decoding.padir_encode(*nnx.split(model), src, sm, hyps=opts.hyps)
+    best, waited = None, 0
+    for n in np.asarray(lengths[0]).tolist():
+        tokens, logp, w = _dependency_hypothesis(model, enc, em, n, opts, width)
+        waited += w
+        if best is None or logp.mean() > best[1]:
+            best = tokens, logp.mean()
+    return best[0], waited
+
+
+def _dependency_hypothesis(model, enc, em, n, opts, width):
+    """One length hypothesis of :func:`_dependency_by_definition`: its tokens, their log-probabilities
+    and the waits."""
     tmask = jnp.arange(width)[None] < n
     done, tokens, logp = np.zeros(n, bool), np.full(n, V.MASK), np.zeros(n, np.float32)
     waited = 0
@@ -1239,27 +1252,31 @@ def _dependency_by_definition(model, src, sm, opts, width):
         done[chosen] = True
         if done.all():
             break
-    return tokens, waited
+    return tokens, logp, waited
 
 
 def test_the_dependency_strategy_follows_its_definition():
     """The dependency-aware strategy on the decoder gives, token for token, its description written out,
-    with both refills, on cases where a confident position waits for a dependent one."""
+    with both refills, on cases where a confident position waits for a dependent one; with three length
+    hypotheses, the one with the best mean log-probability is the output (not always the most likely
+    length, so choosing by the length predictor alone would fail)."""
     m = spread(tiny(False))
-    m.length_head.bias[...] = m.length_head.bias[...].at[7].add(50.0)  # seven positions
+    m.length_head.bias[...] = m.length_head.bias[...].at[jnp.array([7, 4, 6])].add(jnp.array([50.0, 49.0, 48.0]))
     g, p = nnx.split(m)
-    waited = 0
-    for seed, steps, refill, conf, dep in [(0, 3, "prediction", 0.3, 0.5), (1, 6, "mask", 0.3, 0.5),
-                                           (2, 4, "prediction", 0.5, 0.8), (3, 5, "mask", 0.1, 0.9)]:
+    waited, lengths = 0, set()
+    for seed, steps, refill, conf, dep, hyps in [(0, 3, "prediction", 0.3, 0.5, 1), (1, 6, "mask", 0.3, 0.5, 1),
+                                                 (2, 4, "prediction", 0.5, 0.8, 3), (3, 5, "mask", 0.1, 0.9, 3),
+                                                 (4, 4, "prediction", 0.3, 0.7, 3), (5, 3, "mask", 0.3, 0.7, 3)]:
         src, sm = ids(110 + seed, (1, 8)), jnp.ones((1, 8), bool)
-        opts = decoding.StrategyOptions("dependency", steps=steps, hyps=1, confidence=conf, dependency=dep,
+        opts = decoding.StrategyOptions("dependency", steps=steps, hyps=hyps, confidence=conf, dependency=dep,
                                         refill=refill)
         got = np.asarray(decoding.padir_ids(g, p, src, sm, jax.random.key(0), options=opts, widths=(8, 16)))
         want, w = _dependency_by_definition(m, src, sm, opts, 8)
-        np.testing.assert_array_equal(got[0, :7], want, err_msg=str(opts))
-        assert (got[0, 7:] == V.PAD).all()
+        np.testing.assert_array_equal(got[0, :len(want)], want, err_msg=str(opts))
+        assert (got[0, len(want):] == V.PAD).all()
         waited += w
-    assert waited > 0
+        lengths.add(len(want))
+    assert waited > 0 and len(lengths) > 1
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -1395,6 +1412,13 @@ def test_rule_strategy_options_out_of_range_are_named(kwargs, words):
         decoding.StrategyOptions(**kwargs)
     for w in words:
         assert w in str(err.value)
+
+
+def test_strategy_passes_refuses_plain_refinement():
+    g, p = nnx.split(tiny(False))
+    src, sm = ids(1, (1, 8)), jnp.ones((1, 8), bool)
+    with pytest.raises(TypeError, match="StrategyOptions.*PadirOptions"):
+        decoding.strategy_passes(g, p, src, sm, options=decoding.PadirOptions(), widths=(16,))
 
 
 @pytest.mark.slow  # compiles a decoder per setting
