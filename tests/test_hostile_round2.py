@@ -117,8 +117,13 @@ def test_decoding_past_the_models_positions_is_refused(decode):
 
     g, p = nnx.split(seq2seq.build(MODEL))
     src, sm = jnp.full((1, 4), 5, jnp.int32), jnp.ones((1, 4), bool)
-    with pytest.raises(ValueError, match=r"max_len must be an integer in \[1, 16\]"):
+    def run(max_len):
         if decode == "greedy":
-            decoding.ar_greedy(g, p, src, sm, max_len=40)
-        else:
-            decoding.ar_beam(g, p, src, sm, max_len=40, beam=2)
+            return decoding.ar_greedy(g, p, src, sm, max_len=max_len)
+        return decoding.ar_beam(g, p, src, sm, max_len=max_len, beam=2)[0]
+
+    for bad in (40, 17, 0, 2.0):
+        with pytest.raises(ValueError, match=r"max_len must be an integer in \[1, 16\]"):
+            run(bad)
+    for edge in (1, 16):  # both ends of the range decode
+        assert run(edge).shape == (1, edge)

@@ -184,19 +184,21 @@ def test_beam_search_is_its_definition_and_a_row_stops_whatever_the_batch():
     (fairseq's rules, GNMT length penalty): a row that has stopped keeps its finished hypotheses while
     longer rows go on. On a model that ends some sentences early and runs others to the limit; row 9
     of the second setting is one where decoding on would have found a better-scored hypothesis after
-    the row had stopped (the batch would then change a sentence's output)."""
-    m = spread(tiny(True), scale=3.0, eos=4.0)
-    g, p = nnx.split(m)
+    the row had stopped (the batch would then change a sentence's output); with the EOS row scaled by 2.5,
+    rows 9 and 19 are ones where an EOS ranked below the k best candidates would have finished a hypothesis
+    that wins."""
     src, sm = ids(200, (80, 8))[60:], jnp.ones((20, 8), bool)
     ends = 0
-    for beam, alpha in [(2, 0.0), (2, 1.0), (4, 0.6)]:
+    for eos, beam, alpha in [(4.0, 2, 0.0), (4.0, 2, 1.0), (4.0, 4, 0.6), (2.5, 2, 0.0)]:
+        m = spread(tiny(True), scale=3.0, eos=eos)
+        g, p = nnx.split(m)
         got, scores = decoding.ar_beam(g, p, src, sm, max_len=12, beam=beam, alpha=alpha)
         for r in range(20):
             want, score = _beam_by_definition(m, src[r:r + 1], sm[r:r + 1], beam, alpha, 12)
             np.testing.assert_array_equal(np.asarray(got[r]), want, err_msg=f"beam {beam}, alpha {alpha}, row {r}")
             assert float(scores[r]) == pytest.approx(score, abs=1e-4)
             ends += V.EOS in want
-    assert 0 < ends < 60  # some sentences end before the limit and some run into it
+    assert 0 < ends < 80  # some sentences end before the limit and some run into it
 
 
 def test_padir_decoding_outputs():
@@ -1257,7 +1259,8 @@ def _dependency_hypothesis(model, enc, em, n, opts, width):
 
 def test_the_dependency_strategy_follows_its_definition():
     """The dependency-aware strategy on the decoder gives, token for token, its description written out,
-    with both refills, on cases where a confident position waits for a dependent one; with three length
+    with both refills, on cases where a confident position waits for a dependent one and where none is
+    confident (the quota alone commits); with three length
     hypotheses, the one with the best mean log-probability is the output (not always the most likely
     length, so choosing by the length predictor alone would fail)."""
     m = spread(tiny(False))
@@ -1266,7 +1269,8 @@ def test_the_dependency_strategy_follows_its_definition():
     waited, lengths = 0, set()
     for seed, steps, refill, conf, dep, hyps in [(0, 3, "prediction", 0.3, 0.5, 1), (1, 6, "mask", 0.3, 0.5, 1),
                                                  (2, 4, "prediction", 0.5, 0.8, 3), (3, 5, "mask", 0.1, 0.9, 3),
-                                                 (4, 4, "prediction", 0.3, 0.7, 3), (5, 3, "mask", 0.3, 0.7, 3)]:
+                                                 (4, 4, "prediction", 0.3, 0.7, 3), (5, 3, "mask", 0.3, 0.7, 3),
+                                                 (6, 6, "mask", 0.999, 0.5, 1), (7, 5, "prediction", 0.999, 0.9, 3)]:
         src, sm = ids(110 + seed, (1, 8)), jnp.ones((1, 8), bool)
         opts = decoding.StrategyOptions("dependency", steps=steps, hyps=hyps, confidence=conf, dependency=dep,
                                         refill=refill)
@@ -1336,7 +1340,8 @@ def _rule_by_definition(model, src, sm, opts, width):
 @pytest.mark.slow  # compiles a decoder per setting
 @pytest.mark.parametrize("name,kw,seed,steps", [
     ("threshold", dict(confidence=0.1), 0, 3), ("threshold", dict(confidence=0.9), 1, 7),
-    ("factor", dict(factor=1.5), 0, 7), ("entropy", dict(entropy=0.5), 1, 7), ("entropy", dict(entropy=50.0), 0, 3)])
+    ("factor", dict(factor=1.5), 0, 7), ("entropy", dict(entropy=0.5), 1, 7), ("entropy", dict(entropy=50.0), 0, 3),
+    ("threshold", dict(confidence=1.0), 2, 4), ("factor", dict(factor=1e-3), 3, 3)])  # the quota alone decides
 def test_2025_rules_follow_their_definitions(name, kw, seed, steps):
     """The threshold, factor and entropy strategies (Fast-dLLM, EB-Sampler) on the decoder match a
     by-definition implementation, token for token (on a model whose prediction depends on its input)."""
@@ -1405,6 +1410,7 @@ def test_rule_strategies_fill_every_position_within_T_passes(name):
 @pytest.mark.parametrize("kwargs, words", [
     (dict(name="factor", factor=0.0), ["factor", "> 0"]), (dict(name="entropy", entropy=float("nan")), ["entropy"]),
     (dict(name="dilated", block=6), ["block", "power of two"]), (dict(name="dilated", block=True), ["block"]),
+    (dict(name="dilated", block=1), ["block", "power of two >= 2"]),
     (dict(name="threshold", confidence=True), ["confidence"]),
 ])
 def test_rule_strategy_options_out_of_range_are_named(kwargs, words):
@@ -1412,6 +1418,10 @@ def test_rule_strategy_options_out_of_range_are_named(kwargs, words):
         decoding.StrategyOptions(**kwargs)
     for w in words:
         assert w in str(err.value)
+
+
+def test_the_smallest_dilated_block_is_two():
+    assert decoding.StrategyOptions("dilated", block=2).block == 2
 
 
 def test_strategy_passes_refuses_plain_refinement():
