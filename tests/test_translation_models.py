@@ -34,11 +34,13 @@ def ids(key, shape):
 
 
 def spread(model, scale=6.0, eos=None):
-    """``model`` with its token and position embeddings scaled by ``scale`` (and, with ``eos``, the EOS row
-    by ``eos`` more). At initialisation a tiny model predicts one token everywhere whatever its input, so
-    decoders that differ in what they feed back or commit give the same output on it and a comparison
-    with a definition cannot fail; scaled, the prediction depends on the position and the input, and a
-    larger EOS row makes an AR model end some sentences early and run others to the length limit."""
+    """``model`` with every parameter whose path names ``embed`` or ``pos`` scaled by ``scale``: the token
+    and position embeddings and, in a PaDIR model, the positional-attention sublayers (and, with ``eos``,
+    the EOS row of the embeddings by ``eos`` more). At initialisation the tiny PaDIR model predicts the
+    same token at every position of an all-[MASK] hypothesis, whatever the source, so decoders that differ
+    in what they feed back or commit give the same output on it and a comparison with a definition cannot
+    fail; scaled, the prediction depends on the position and the source, and a larger EOS row makes an AR
+    model end some sentences early and run others to the length limit."""
     g, state = nnx.split(model)
     state = jax.tree_util.tree_map_with_path(
         lambda path, x: x * scale if any(w in str(q) for q in path for w in ("embed", "pos")) else x, state)
