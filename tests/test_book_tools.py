@@ -392,6 +392,27 @@ def test_two_gpu_batches_leave_the_repeated_training_out_of_the_graded_total(boo
     assert f"{9 - retrained_s / 60:.2f} min without it, {verdict} the 8-minute budget" in text
 
 
+def test_a_later_batch_counts_a_repeat_once_however_many_of_its_chapters_use_it(book_copy):
+    """Ablations first, alone (Session B), then padir, stutter and dependency_decoding in a second batch on a
+    fresh machine: the PaDIR chapter trains the AR teacher again and the two chapters after it in its batch
+    reuse that model (the same artifact in their records). The repeat is the PaDIR chapter's, counted once."""
+    _gpu_runs(book_copy, 135.0, ["b" * 40] * 3 + ["a" * 40])
+    hardware = ["1 x NVIDIA H100 80GB HBM3 (gpu, 16 CPU cores)"]
+    for name, commit in [("ablations", "a"), ("padir", "b"), ("stutter", "b"), ("dependency_decoding", "b")]:
+        ipynb = book_copy / "notebooks" / f"{name}.ipynb"
+        nb = nbformat.read(ipynb, as_version=4)
+        rec = nb.metadata["gmlm"]["provenance"]
+        if name == "ablations":
+            rec["started_at"] = "2026-11-28T09:00:00+00:00"  # the earlier batch
+        rec["artifacts"] = {"AR teacher": dict(commits=[commit * 40], hardware=hardware, updates=2640, wall_s=60.0)}
+        nbformat.write(nb, ipynb)
+    text = " ".join(checks.accelerator_run(book_copy))
+    assert "in 2 batches, because the four do not fit one command of the lent machine: ablations at `aaaaaaaaaaaa`; " \
+           "padir, stutter, dependency_decoding at `bbbbbbbbbbbb`." in text
+    assert "made again what an earlier batch had made (padir: AR teacher, 1.00 min of recorded work)." in text
+    assert "8.00 min without it, within the 8-minute budget" in text
+
+
 def test_provenance_page_names_the_cpu_of_each_run(book_copy):
     """The page has a CPU column: the model a run recorded, or "not recorded" for older runs."""
     name = CHAPTERS[0]
