@@ -177,14 +177,18 @@ def test_a_cluster_bootstrap_resample_is_whole_sentences_drawn_with_replacement(
 
 def test_analyse_describes_every_adjacent_pair_of_every_output():
     """[Tables 4-5] on an untrained PaDIR model over two buckets and a partial last batch: one row per
-    adjacent pair of each sentence's raw output, labelled by the stutter rule against its reference; the
-    last pass's best hypothesis is the output; the progress bar counts every sentence once."""
+    adjacent pair of each sentence's raw output, labelled by the stutter rule against its own reference
+    (half the references repeat every token their output repeats, so the labels differ by reference); the
+    last pass's best hypothesis is the output, and row t of ``per_pass`` is the decode stopped after pass
+    t + 1; the progress bar counts every sentence once."""
     texts = ["a dog runs", "two men sit on a bench", "a cat", "the the girl", "a red red car"]
     v = V.train(texts * 8, 40)
     cfg = seq2seq.ModelConfig(vocab=v.size, causal=False, d_model=32, heads=4, enc_layers=1, dec_layers=2,
                               d_ff=64, max_len=32, dropout=0.0)
     tr = translate.Translator(seq2seq.build(cfg, 2), v, buckets=(8, 32))
     opts = decoding.PadirOptions(steps=3, hyps=2)
+    outputs = sa.analyse(tr, texts, texts[::-1], opts, batch_size=2)[2]  # no bar
+    refs = [v.decode([o])[0] if i % 2 else "a cat" for i, o in enumerate(outputs)]
 
     class Bar:
         n = 0
@@ -193,18 +197,27 @@ def test_analyse_describes_every_adjacent_pair_of_every_output():
             self.n += k
 
     bar = Bar()
-    pairs, per_layer, outputs, per_pass = sa.analyse(tr, texts, texts[::-1], opts, batch_size=2, progress=bar)
-    assert bar.n == len(texts) and per_pass.shape == (3, len(texts), 32)
-    refs = v.encode(texts[::-1])
+    pairs, per_layer, again, per_pass = sa.analyse(tr, texts, refs, opts, batch_size=2, progress=bar)
+    assert again == outputs and bar.n == len(texts) and per_pass.shape == (3, len(texts), 32)
+    ref_ids = v.encode(refs)
     for i, out in enumerate(outputs):
         rows = pairs[pairs["sentence"] == i]
         assert list(rows["position"]) == list(range(max(len(out) - 1, 0)))
         assert list(rows["token"]) == out[:-1]
-        assert list(rows["stutter"]) == list(sa.token_stutter_labels(out, refs[i]))
+        assert list(rows["stutter"]) == list(sa.token_stutter_labels(out, ref_ids[i]))
         np.testing.assert_array_equal(per_pass[-1, i, :len(out)], out)
     assert sorted(pairs["sentence"].unique()) == [i for i, o in enumerate(outputs) if len(o) > 1]
+    # the test's power: a label that depends on which reference is read
+    repeats = pairs[pairs["token"].to_numpy() == np.array([outputs[i][p + 1] for i, p in
+                                                           zip(pairs["sentence"], pairs["position"])])]
+    assert repeats["stutter"].any() and not repeats["stutter"].all()
     assert all(v_.shape == (len(pairs), 2) for v_ in per_layer.values()) and set(per_layer) == set(sa.STATISTICS)
-    assert sa.analyse(tr, texts, texts[::-1], opts, batch_size=2)[2] == outputs  # no bar: the same outputs
+    for t in range(3):
+        short = translate.Method("padir", padir=decoding.PadirOptions(steps=t + 1, hyps=2), drop_repeats=False)
+        for chunk, src, mask, key in tr.batches(texts, 2):
+            got = decoding.strip(tr.decode_ids(src, mask, short, key)[: len(chunk)])
+            assert got == decoding.strip(per_pass[t, chunk]), (t, chunk)
+    assert any(decoding.strip(per_pass[0]) != decoding.strip(per_pass[t]) for t in (1, 2))  # passes differ
 
 
 def test_trainconfig_replace_routes_model_fields():
