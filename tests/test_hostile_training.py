@@ -57,6 +57,22 @@ def test_token_ids_beyond_the_vocabulary_are_refused_before_training(tmp_path):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+@pytest.mark.parametrize("side, bad", [("src", 40), ("tgt", 40), ("src", -1), ("tgt", -1)])
+def test_a_token_id_just_outside_the_vocabulary_is_refused_and_its_ends_are_not(tmp_path, side, bad):
+    """One id at ``vocab`` (one past the table) or -1, in one pair of either side, is named; ids 0 and
+    ``vocab - 1`` pass."""
+    def batcher(row):
+        pairs = {"src": [[7, 9, 8]] * 8, "tgt": [[8, 9, 7]] * 8}
+        pairs[side] = pairs[side][:5] + [row] + pairs[side][6:]
+        return batching.Batcher(pairs["src"], pairs["tgt"], batch_tokens=128, seed=0, buckets=(8, 16))
+
+    with pytest.raises(ValueError, match=rf"train: {side} sequence 5 holds token id {bad}, outside the model's "
+                                         r"vocabulary \[0, 40\)"):
+        training.train(_cfg(), batcher([7, bad, 8]), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    training._check_token_ids(batcher([0, 39, 8]), 40)
+
+
 def _flip_bytes(folder: pathlib.Path, step: int):
     files = sorted(p for p in (folder / "checkpoints" / str(step)).rglob("*") if p.is_file() and p.stat().st_size > 64)
     target = max(files, key=lambda p: p.stat().st_size)

@@ -867,9 +867,12 @@ def test_configs_that_differ_outside_the_program_share_one_jitted_update_and_val
     compiled = _compiled_names()
     first = training.train(cfg, _toy_batcher(), tmp_path / "first", progress=False)
     n_first = compiled.count("jit(step)")
-    second = training.train(cfg.replace(seed=5, steps=6, warmup=2, checkpoint_every=6), _toy_batcher(),
+    second = training.train(cfg.replace(seed=5, steps=5, warmup=2, checkpoint_every=5), _toy_batcher(),
                             tmp_path / "second", progress=False)
-    assert compiled.count("jit(step)") == n_first and len(second.losses) >= 1 and second.losses != first.losses
+    assert compiled.count("jit(step)") == n_first and second.losses != first.losses
+    # logged every log_every = 2 updates and at the last one, which 2 does not divide
+    logged = [json.loads(x)["step"] for x in (tmp_path / "second" / "metrics.jsonl").read_text().splitlines()]
+    assert [s for s, _ in first.losses] == [2, 4] and [s for s, _ in second.losses] == logged == [2, 4, 5]
     training.clear_programs()
     assert training.make_step(graphdef, cfg).jitted is not a.jitted
 
@@ -943,6 +946,17 @@ def test_padir_trained_from_its_teacher(tmp_path):
         _cfg("ar", init="teacher")
     with pytest.raises(ValueError, match="padir_init"):
         experiment.tiny_run(tmp_path / "tiny", None, padir_init="bert")
+
+
+@pytest.mark.parametrize("field", ["unmasking_rate", "label_smoothing"])
+def test_a_training_rate_is_in_zero_to_one_with_one_refused(field):
+    """``unmasking_rate`` 1 would train on the target itself and ``label_smoothing`` 1 on no label:
+    both are refused at each end of [0, 1), and its ends inside are accepted."""
+    for bad in (1.0, -0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match=rf"TrainConfig\.{field} must be in \[0, 1\); got {bad}"):
+            _cfg("padir", **{field: bad})
+    for good in (0.0, 0.999):
+        assert getattr(_cfg("padir", **{field: good}), field) == good
 
 
 def test_bad_training_inputs():

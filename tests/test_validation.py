@@ -81,6 +81,26 @@ def test_val_loss_is_the_mean_over_every_pair_and_ignores_the_filling(kind):
     assert float(everything) > float(counted)
 
 
+def test_val_loss_without_a_target_token_is_refused_by_name():
+    """No batch, or batches whose rows are all filling: a clear error, not a division by zero."""
+    with pytest.raises(ValueError, match="validation batches hold no target token"):
+        training.validation_loss(None, None, [], jax.random.key(0))
+
+    class Filling:
+        def arrays(self):
+            return {}
+
+    calls = []
+
+    def eval_fn(params, arrays, key):
+        calls.append(key)
+        return np.float32(0.0), np.float32(0.0)
+
+    with pytest.raises(ValueError, match="validation batches hold no target token"):
+        training.validation_loss(eval_fn, None, [Filling(), Filling()], jax.random.key(0))
+    assert len(calls) == 2
+
+
 # --- selection, resume, refusals ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["ar", "padir"])
