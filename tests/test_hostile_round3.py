@@ -291,6 +291,28 @@ def test_train_refuses_a_file_as_its_folder_and_a_cut_record(tmp_path):
         training.train(cfg, batcher, run, progress=False)
 
 
+def test_a_full_disk_in_a_run_names_the_newest_checkpoint_kept(tmp_path, monkeypatch):
+    """train() on a disk that fills while writing checkpoint 4 (one every update, two kept: 2 and 3):
+    the error names checkpoint 3, the one a later call resumes from, and that checkpoint is there."""
+    import orbax.checkpoint as ocp
+
+    save = ocp.CheckpointManager.save
+
+    def filling(self, step, *args, **kwargs):
+        if step == 4:
+            raise ValueError("RESOURCE_EXHAUSTED: Error writing local file: No space left on device")
+        return save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", filling)
+    cfg = training.TrainConfig(kind="ar", model=MODEL, steps=6, warmup=1, batch_tokens=64, buckets=(8, 16),
+                               checkpoint_every=1)
+    run = tmp_path / "run"
+    with pytest.raises(runfolder.RunFolderError) as err:
+        training.train(cfg, batching.Batcher(SRC * 8, TGT * 8, batch_tokens=64, buckets=(8, 16)), run, progress=False)
+    assert "checkpoint of step 4" in _one_line(err) and "resumes from the checkpoint of step 3" in _one_line(err)
+    assert sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == [2, 3]
+
+
 def test_a_full_disk_during_a_checkpoint_save_is_one_line(tmp_path):
     class FullDisk:
         def save(self, *args, **kwargs):

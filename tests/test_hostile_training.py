@@ -7,6 +7,7 @@ import json
 import math
 import multiprocessing
 import pathlib
+import re
 import shutil
 import warnings
 
@@ -43,8 +44,13 @@ def _snapshot(folder: pathlib.Path) -> dict:
 
 def test_diverging_run_stops_with_the_step_and_is_not_finished(tmp_path):
     with pytest.raises(FloatingPointError, match=r"at step \d+.*learning_rate = 10000") as info:
-        training.train(_cfg(learning_rate=1e4, warmup=1, steps=20), _batcher(), tmp_path / "run", progress=False)
+        training.train(_cfg(learning_rate=1e4, warmup=1, steps=20, checkpoint_every=1), _batcher(), tmp_path / "run",
+                       progress=False)
     assert "not marked finished" in str(info.value)
+    # the two checkpoints kept (a checkpoint every update) end just before the failing step: the newest is named
+    failed = int(re.search(r"at step (\d+)", str(info.value)).group(1))
+    kept = sorted(int(p.name) for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert kept == [failed - 2, failed - 1] and f"last good checkpoint (step {failed - 1})" in str(info.value)
     record = json.loads((tmp_path / "run" / "run.json").read_text()) if (tmp_path / "run" / "run.json").exists() else {}
     assert record.get("final_loss") is None
     for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines():
