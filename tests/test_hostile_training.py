@@ -65,8 +65,8 @@ def test_token_ids_beyond_the_vocabulary_are_refused_before_training(tmp_path):
 
 @pytest.mark.parametrize("side, bad", [("src", 40), ("tgt", 40), ("src", -1), ("tgt", -1)])
 def test_a_token_id_just_outside_the_vocabulary_is_refused_and_its_ends_are_not(tmp_path, side, bad):
-    """One id at ``vocab`` (one past the table) or -1, in one pair of either side, is named; ids 0 and
-    ``vocab - 1`` pass."""
+    """One id at ``vocab`` (one past the table) or -1, in one pair of either side, is named (the bad one,
+    not the ends 0 and ``vocab - 1`` before it in the row); ids 0 and ``vocab - 1`` pass."""
     def batcher(row):
         pairs = {"src": [[7, 9, 8]] * 8, "tgt": [[8, 9, 7]] * 8}
         pairs[side] = pairs[side][:5] + [row] + pairs[side][6:]
@@ -74,7 +74,7 @@ def test_a_token_id_just_outside_the_vocabulary_is_refused_and_its_ends_are_not(
 
     with pytest.raises(ValueError, match=rf"train: {side} sequence 5 holds token id {bad}, outside the model's "
                                          r"vocabulary \[0, 40\)"):
-        training.train(_cfg(), batcher([7, bad, 8]), tmp_path / "run", progress=False)
+        training.train(_cfg(), batcher([0, 39, bad, 8]), tmp_path / "run", progress=False)
     assert not (tmp_path / "run" / "checkpoints").exists()
     training._check_token_ids(batcher([0, 39, 8]), 40)
 
@@ -165,7 +165,9 @@ def test_a_copied_run_missing_part_of_its_last_checkpoint_keeps_the_earlier_one(
 def _die_during_save(folder, point):
     """Train the six-step run and SIGKILL this process during the save of checkpoint 4: with its
     files written but before Orbax renames the temporary folder into place ("before the rename"), or
-    after the rename but before its digest is recorded ("before the digest")."""
+    after the rename but before its digest is recorded ("before the digest"); or during the save of the
+    last checkpoint, 6, before its digest ("before the last digest": every update is done, the record
+    not yet marked finished)."""
     import os
     import signal
 
@@ -188,7 +190,7 @@ def _die_during_save(folder, point):
 
         def digest_or_die(state):
             calls.append(1)
-            if len(calls) == 2:  # the save of step 4 (checkpoint_every = 2)
+            if len(calls) == (3 if point == "before the last digest" else 2):  # step 6 or 4 (checkpoint_every = 2)
                 die()
             return digest(state)
 
@@ -197,7 +199,7 @@ def _die_during_save(folder, point):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["before the rename", "before the digest"])
+@pytest.mark.parametrize("point", ["before the rename", "before the digest", "before the last digest"])
 def test_a_run_killed_during_a_checkpoint_save_resumes_exactly(point, tmp_path, uninterrupted_loss):
     """A real SIGKILL in the middle of saving checkpoint 4: the resumed run ends bit-identical to an
     uninterrupted one, with each step logged once."""
@@ -212,11 +214,14 @@ def test_a_run_killed_during_a_checkpoint_save_resumes_exactly(point, tmp_path, 
         warnings.simplefilter("always")
         resumed = training.train(_cfg(), _batcher(), tmp_path / "run", progress=False)
     unverified = [str(w.message) for w in caught if "has no recorded digest" in str(w.message)]
-    if point == "before the digest":  # checkpoint 4 is in place without its digest: used, and the user told why
-        assert len(unverified) == 1 and "step 4" in unverified[0] and "before recording its digest" in unverified[0]
+    if point != "before the rename":  # the checkpoint is in place without its digest: used, and the user told why
+        step = 6 if point == "before the last digest" else 4
+        assert len(unverified) == 1 and f"step {step}" in unverified[0]
+        assert "before recording its digest" in unverified[0]
     else:  # checkpoint 4 never landed: checkpoint 2 resumes, verified by its digest
         assert not unverified, unverified
-    assert resumed.final_loss == uninterrupted_loss
+    # after the last kill no update is left to run: the final loss is read back from the run's log
+    assert resumed.final_loss == uninterrupted_loss == json.loads(record.read_text())["final_loss"]
     steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 7))
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["4", "6"]

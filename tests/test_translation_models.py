@@ -649,19 +649,28 @@ def test_killed_run_resumes_to_the_same_final_loss(kind, tmp_path):
     class Killed(Exception):
         pass
 
-    def kill(step, loss):
-        if step == 3:  # between checkpoints (2 and 4): step 3 is lost and redone
-            raise Killed
+    def kill_at(n):
+        def kill(step, loss):
+            if step == n:  # between checkpoints: step n is lost and redone
+                raise Killed
+
+        return kill
 
     with pytest.raises(Killed):
-        training.train(cfg, batcher, tmp_path / "resumed", progress=False, on_step=kill)
+        training.train(cfg, batcher, tmp_path / "resumed", progress=False, on_step=kill_at(3))
     # the record was written at the checkpoint: the killed call's time up to it is kept
     killed = json.loads((tmp_path / "resumed" / "run.json").read_text())
     assert killed["done"] == 2 and killed["final_loss"] is None and killed["steps"] == 6
     assert [(g["start"], g["end"]) for g in killed["segments"]] == [(0, 2)] and killed["wall_s"] > 0
+    # resumed from checkpoint 2 and killed again after checkpoint 4: each checkpoint kept has its digest
+    with pytest.raises(Killed):
+        training.train(cfg, batcher, tmp_path / "resumed", progress=False, on_step=kill_at(5))
+    digests = json.loads((tmp_path / "resumed" / "checkpoint_digests.json").read_text())
+    kept = sorted(int(p.name) for p in (tmp_path / "resumed" / "checkpoints").iterdir())
+    assert sorted(map(int, digests)) == kept == [2, 4]
     resumed = training.train(cfg, batcher, tmp_path / "resumed", progress=False)
     segments = resumed.record["segments"]
-    assert [(g["start"], g["end"]) for g in segments] == [(0, 2), (2, 6)]
+    assert [(g["start"], g["end"]) for g in segments] == [(0, 2), (2, 4), (4, 6)]
     assert segments[0] == killed["segments"][0]
     assert resumed.record["wall_s"] == pytest.approx(sum(g["wall_s"] for g in segments))
     assert resumed.record["tokens_per_s"] == pytest.approx(sum(g["tokens"] for g in segments) / resumed.record["wall_s"])

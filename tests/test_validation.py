@@ -106,11 +106,18 @@ def test_val_loss_without_a_target_token_is_refused_by_name():
 @pytest.mark.parametrize("kind", ["ar", "padir"])
 def test_the_checkpoint_with_the_lowest_val_loss_is_kept_returned_and_loaded(tmp_path, kind):
     run = tmp_path / "run"
+    t0 = time.perf_counter()
     res = training.train(_cfg(kind), _batcher(8, 1), run, val=_batcher(24, 2), progress=False)
+    elapsed = time.perf_counter() - t0
     steps, losses = zip(*res.val_losses)
     assert steps == (5, 10, 15, 20)
     assert res.selected_step == steps[int(np.argmin(losses))] == 5  # the scenario overfits: an early one wins
     assert sorted(int(p.name) for p in (run / "checkpoints").iterdir()) == [5, 15, 20]  # best + newest two
+    # a digest for each checkpoint kept, none for the pruned ones
+    assert sorted(map(int, json.loads((run / "checkpoint_digests.json").read_text()))) == [5, 15, 20]
+    for log in ("metrics.jsonl", "val.jsonl"):  # seconds since the call started, in order
+        walls = [json.loads(line)["wall_s"] for line in (run / log).read_text().splitlines()]
+        assert 0 < walls[0] and walls == sorted(walls) and walls[-1] <= elapsed, log
     record = json.loads((run / "run.json").read_text())["validation"]
     assert record["selected_step"] == 5 and record["selected_loss"] == pytest.approx(min(losses))
     assert record["last_step"] == 20 and record["pairs"] == 24 and record["metric"] == training.VAL_METRIC
