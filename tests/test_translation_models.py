@@ -6,6 +6,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 import warnings
 
 import jax
@@ -1005,11 +1006,14 @@ def test_latencies_time_every_system_on_every_sentence_in_rotating_order():
             calls.append((text, self.name))
 
     systems = {n: (Recorder(n), translate.Method("greedy")) for n in "abc"}
+    t0 = time.perf_counter()
     times = translate.latencies(systems, ["s0", "s1", "s2", "s3"], progress=False)
+    elapsed = time.perf_counter() - t0
     assert sorted(calls[:3]) == [("warm", n) for n in "abc"]  # every system compiled (side by side) before timing
     assert [n for _, n in calls[3:]] == list("abc" "bca" "cab" "abc")
     assert [t for t, _ in calls[3:]] == [f"s{i}" for i in range(4) for _ in range(3)]
     assert set(times) == set("abc") and all(v.shape == (4,) and (v > 0).all() for v in times.values())
+    assert sum(v.sum() for v in times.values()) <= elapsed  # each a part of the call's own seconds
     with pytest.raises(ValueError, match="systems is empty"):
         translate.latencies({}, ["s0"])
 
@@ -1075,6 +1079,36 @@ def test_translator_rejects_a_mismatched_method_and_long_sources():
     texts = [t[:12] for t in texts]
     out = tr.translate(texts[:3], translate.Method("greedy"), batch_size=2)
     assert len(out) == 3 and out == tr.translate(texts[:3], translate.Method("greedy"), batch_size=2)
+    # a source of exactly a bucket's length takes that bucket; one token more, the next or an error
+    assert [tr.bucket(n) for n in (0, 8, 9, 16)] == [8, 8, 16, 16]
+    with pytest.raises(ValueError, match="a source of 17 tokens exceeds the largest bucket"):
+        tr.bucket(17)
+    # an AR output keeps its repeated tokens (drop_repeats is PaDIR's, whatever the Method says)
+    greedy = translate.Method("greedy", drop_repeats=True)
+    rows = []
+    for chunk, src, mask, key in tr.batches(texts, 4):
+        rows += decoding.strip(tr.decode_ids(src, mask, greedy, key)[: len(chunk)])
+    assert any(a == b for r in rows for a, b in zip(r, r[1:]))  # the test's power: the model repeats
+    by_chunk = [i for chunk, *_ in tr.batches(texts, 4) for i in chunk]
+    got = tr.translate(texts, greedy, batch_size=4)
+    assert [got[i] for i in by_chunk] == v.decode(rows)
+    # sentences per second: no more than the sentences over the whole call's seconds allow
+    t0 = time.perf_counter()
+    rate = tr.throughput(texts[:4], greedy, batch_size=2)
+    assert 4 / (time.perf_counter() - t0) <= rate < float("inf")
+
+
+def test_method_labels_and_the_length_penalty_range():
+    mp = decoding.StrategyOptions("mask_predict", steps=3, hyps=2)
+    assert [translate.Method(k).label for k in ("greedy", "beam")] == ["AR greedy", "AR beam 4"]
+    assert translate.Method("padir", padir=mp).label == "Mask-Predict T=3, #hyp=2"
+    assert translate.Method("padir", padir=dataclasses.replace(mp, name="dependency")).label == \
+        "dependency-aware T=3, #hyp=2"
+    assert translate.Method("padir", padir=decoding.PadirOptions(steps=4, hyps=1)).label == "PaDIR T=4, #hyp=1"
+    assert translate.Method("beam", alpha=0.0).alpha == 0.0  # no length penalty
+    for bad in (-0.1, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="Method.alpha"):
+            translate.Method("beam", alpha=bad)
 
 
 SHARDING_SCRIPT = r"""
