@@ -642,6 +642,31 @@ def test_the_loss_is_a_mean_per_token_and_dropout_is_for_training_only(kind):
     assert float(loss(batch, 0, True)[0]) != float(loss(batch, 1, True)[0])
 
 
+@pytest.mark.parametrize("stages", [2, 3])
+def test_each_padir_stage_refines_the_previous_stage_argmax(stages):
+    """[App. L.1.2] PaDIR's token loss written out: stage 1 reads the corrupted target (here every
+    position [MASK]: ``fill = "mask"``, unmasking rate 0, so the corruption draws nothing), each later
+    stage the argmax of the stage before it over text pieces only (never a control id), and the token
+    loss is the mean of the stages' per-token label-smoothed cross-entropies."""
+    cfg = _cfg("padir", fill="mask", unmasking_rate=0.0, stages=stages, label_smoothing=0.1)
+    model = spread(seq2seq.build(cfg.model, 0), scale=3.0)
+    bucket, ix = next(iter(_toy_batcher().epoch(0)))
+    batch = {k: jnp.asarray(v) for k, v in _toy_batcher().make(bucket, ix).arrays().items()}
+    tgt, tm = batch["tgt"], batch["tgt_mask"]
+    enc, em = model.encode(batch["src"], batch["src_mask"])
+    hyp, stage_losses, inputs = jnp.where(tm, V.MASK, V.PAD), [], []
+    for _ in range(stages):
+        inputs.append(hyp)
+        logits = model.decode(hyp, tm, enc, em)
+        total, count = objectives.cross_entropy(logits, tgt, tm, 0.1)
+        stage_losses.append(float(total / count))
+        hyp = jnp.where(tm, jnp.argmax(logits.at[..., : V.FIRST_PIECE].set(-jnp.inf), -1), V.PAD)
+    parts = objectives.loss_fn(model, cfg, batch, jax.random.key(0), dropout=False)[1]
+    assert float(parts["token_loss"]) == pytest.approx(np.mean(stage_losses), rel=1e-5)
+    # the test's power: the stages read different inputs and score differently
+    assert not np.array_equal(inputs[0], inputs[1]) and len(set(np.round(stage_losses, 4))) == stages
+
+
 @pytest.mark.parametrize("kind", ["ar", "padir"])
 def test_killed_run_resumes_to_the_same_final_loss(kind, tmp_path):
     cfg, batcher = _cfg(kind), _toy_batcher()
