@@ -201,8 +201,8 @@ def _die_during_save(folder, point):
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["before the rename", "before the digest", "before the last digest"])
 def test_a_run_killed_during_a_checkpoint_save_resumes_exactly(point, tmp_path, uninterrupted_loss):
-    """A real SIGKILL in the middle of saving checkpoint 4: the resumed run ends bit-identical to an
-    uninterrupted one, with each step logged once."""
+    """A real SIGKILL in the middle of saving checkpoint 4, or the last one (6): the resumed run ends
+    bit-identical to an uninterrupted one, with each step logged once and its record finished."""
     ctx = multiprocessing.get_context("spawn")
     child = ctx.Process(target=_die_during_save, args=(str(tmp_path / "run"), point))
     child.start()
