@@ -79,6 +79,19 @@ def test_a_token_id_just_outside_the_vocabulary_is_refused_and_its_ends_are_not(
     training._check_token_ids(batcher([0, 39, 8]), 40)
 
 
+def test_a_checkpoint_moved_aside_twice_keeps_both_copies(tmp_path):
+    """A step damaged again after it was trained anew: each damaged copy gets its own name in
+    ``checkpoints_damaged/`` (4, then 4.1, 4.2) and none is overwritten or deleted."""
+    for i in range(3):
+        (tmp_path / "checkpoints" / "4").mkdir(parents=True)
+        (tmp_path / "checkpoints" / "4" / "data").write_text(f"copy {i}")
+        dest = runfolder.move_aside(tmp_path, 4)
+        assert dest == tmp_path / training.DAMAGED / ("4" if i == 0 else f"4.{i}")
+    assert not (tmp_path / "checkpoints" / "4").exists()
+    assert sorted((p.name, (p / "data").read_text()) for p in (tmp_path / training.DAMAGED).iterdir()) == \
+        [("4", "copy 0"), ("4.1", "copy 1"), ("4.2", "copy 2")]
+
+
 def _flip_bytes(folder: pathlib.Path, step: int):
     files = sorted(p for p in (folder / "checkpoints" / str(step)).rglob("*") if p.is_file() and p.stat().st_size > 64)
     target = max(files, key=lambda p: p.stat().st_size)

@@ -682,6 +682,7 @@ def test_killed_run_resumes_to_the_same_final_loss(kind, tmp_path):
 
         return kill
 
+    t0 = time.perf_counter()
     with pytest.raises(Killed):
         training.train(cfg, batcher, tmp_path / "resumed", progress=False, on_step=kill_at(3))
     # the record was written at the checkpoint: the killed call's time up to it is kept
@@ -699,6 +700,7 @@ def test_killed_run_resumes_to_the_same_final_loss(kind, tmp_path):
     assert [(g["start"], g["end"]) for g in segments] == [(0, 2), (2, 4), (4, 6)]
     assert segments[0] == killed["segments"][0]
     assert resumed.record["wall_s"] == pytest.approx(sum(g["wall_s"] for g in segments))
+    assert resumed.record["wall_s"] <= time.perf_counter() - t0  # the three calls' seconds, at most
     assert resumed.record["tokens_per_s"] == pytest.approx(sum(g["tokens"] for g in segments) / resumed.record["wall_s"])
     assert all(g["commit"] == provenance.git_commit() and g["hardware"] == provenance.hardware_summary()
                for g in segments)
