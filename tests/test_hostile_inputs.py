@@ -99,6 +99,8 @@ def test_vocab_boundaries(vocab, tmp_path):
     (lambda: translate.Method("beam", beam=0), ValueError, ["Method.beam", ">= 1"]),
     (lambda: translate.Method("beam", beam=2.5), TypeError, ["Method.beam", "never rounded"]),
     (lambda: translate.Method("beam", alpha=float("nan")), ValueError, ["Method.alpha"]),
+    (lambda: translate.Method("beam", alpha=-0.1), ValueError, ["Method.alpha", "finite number >= 0"]),
+    (lambda: translate.Method("beam", alpha=float("inf")), ValueError, ["Method.alpha", "finite number >= 0"]),
 ])
 def test_translation_option_boundaries(call, error, words):
     with pytest.raises(error) as info:
