@@ -154,7 +154,11 @@ def test_reuse_turns_the_cache_on_beside_the_run_then_opens_it_or_trains_a_stand
     opened = pipeline.reuse(str(root), TINY)
     assert caches == [str(tmp_path / "runs" / "jax-cache")] and opened.records == folder.records
     assert (root / "ar" / "run.json").stat().st_mtime_ns == stamp  # opened, nothing trained again
-    stand_in = pipeline.reuse("", TINY, stand_in_sentences=40, seed=3, padir_init="teacher")
+    # the stand-in reads the corpus from data_dir, not from GMLM_MULTI30K_DIR (pointed at a folder without it)
+    m30k = str(corpus.multi30k_dir(download_missing=False))
+    monkeypatch.setenv(corpus.ENV_VAR, str(tmp_path))
+    stand_in = pipeline.reuse("", dataclasses.replace(TINY, data_dir=m30k), stand_in_sentences=40, seed=3,
+                              padir_init="teacher")
     assert len(caches) == 2 and caches[1] != caches[0] and "jax-cache-" in caches[1]
     assert len(stand_in.distilled) == 40 and stand_in.root.name == "en-de" and stand_in.root != root
     assert stand_in.records["padir_raw"]["init"]["start"] == "teacher"
@@ -199,3 +203,16 @@ def test_a_teacher_translation_too_long_for_the_buckets_keeps_its_human_val_targ
     monkeypatch.setattr(experiment, "distil", lambda *a, **k: experiment.Distilled([long, "ein hund", long], {}, False))
     got = pipeline.distil_val(TINY, folder.vocab, folder.models["ar"][1], val, tmp_path, progress=False)
     assert got.tgt == [PAIRS.tgt[0], "ein hund", PAIRS.tgt[2]] and got.src == val.src
+
+
+def test_a_val_translation_fits_when_its_pieces_and_the_end_fill_the_largest_bucket(built, tmp_path, monkeypatch):
+    """The limit is the largest training bucket, and a target of n pieces takes n + 1 positions: with
+    buckets 16 and 64, translations of 20 and 63 pieces are kept, one of 64 keeps its human target."""
+    _, folder = built
+    exp = dataclasses.replace(TINY, train_buckets=(16, 64))
+    said = ["a" * 19, "a" * 62, "a" * 63]  # "a" * k is k + 1 pieces of this vocabulary
+    assert [len(ids) for ids in folder.vocab.encode(said)] == [20, 63, 64]
+    val = corpus.Parallel(PAIRS.src[:3], PAIRS.tgt[:3], name="val")
+    monkeypatch.setattr(experiment, "distil", lambda *a, **k: experiment.Distilled(list(said), {}, False))
+    got = pipeline.distil_val(exp, folder.vocab, folder.models["ar"][1], val, tmp_path, progress=False)
+    assert got.tgt == [said[0], said[1], PAIRS.tgt[2]]

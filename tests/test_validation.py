@@ -222,10 +222,19 @@ M30K = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "multi3
 
 
 @pytest.mark.skipif(not M30K.is_dir(), reason="the Multi30k copy (../shared/data/multi30k) is not here")
-def test_the_pipeline_selects_on_multi30k_val_and_checks_val_files():
+def test_the_pipeline_selects_on_multi30k_val_and_checks_val_files(tmp_path, monkeypatch):
+    # data_dir wins over GMLM_MULTI30K_DIR (pointed here at a folder without the corpus)
+    monkeypatch.setenv("GMLM_MULTI30K_DIR", str(tmp_path))
     exp = config.get("multi30k_tiny", dict(val_sentences=30, test_sentences=5, data_dir=str(M30K)))
     data = pipeline.load_data(exp)
     assert data.val is not None and len(data.val) == 30 and data.val.src != data.test.src[:30]
+    assert len(pipeline.load_data(dataclasses.replace(exp, val_sentences=0)).val) == 1014  # 0: the whole split
+    # aligned files without val_files: no val split, whatever val_sentences says
+    for name, text in (("t.en", "a cat\ntwo dogs\n"), ("t.de", "eine katze\nzwei hunde\n")):
+        (tmp_path / name).write_text(text)
+    files = [str(tmp_path / "t.en"), str(tmp_path / "t.de")]
+    own = pipeline.load_data(config.get("multi30k_tiny", dict(train_files=files, test_files=files, val_sentences=5)))
+    assert own.val is None and own.train.tgt == ["eine katze", "zwei hunde"]
     with pytest.raises(ValueError, match="val_files must be empty or hold two aligned files"):
         config.get("multi30k_cpu", dict(val_files=["a.en", "a.de"]))
     with pytest.raises(ValueError, match="val_sentences must be >= 0"):
