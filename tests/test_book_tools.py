@@ -570,6 +570,40 @@ def test_full_run_refuses_uncommitted_sources(monkeypatch, tmp_path):
     assert not (tmp_path / "notebooks" / f"{name}.ipynb").exists()
 
 
+class _Started(Exception):
+    """Raised by a stand-in for papermill: the run got as far as executing the notebook."""
+
+
+def test_a_full_run_pins_the_install_cell_to_its_commit_and_a_smoke_run_does_not(monkeypatch, tmp_path):
+    """What papermill is handed: a full run sets ``install_ref`` to the commit it runs (unless the
+    caller sets it), a smoke run leaves the chapter's default; uncommitted sources stop only a full run
+    (its outputs replace the committed notebook), so a smoke run of them starts."""
+    import papermill
+
+    name = CHAPTERS[0]
+    (tmp_path / "notebooks").mkdir()
+    shutil.copy(ROOT / "notebooks" / f"{name}.md", tmp_path / "notebooks")
+    shutil.copy(ROOT / "_toc.yml", tmp_path)
+    shutil.copytree(ROOT / "params", tmp_path / "params")
+    handed = []
+
+    def execute(src, dst, *, parameters, **kw):
+        handed.append(dict(parameters))
+        raise _Started
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    monkeypatch.setattr(provenance, "git_commit", lambda: "f" * 40)
+    for profile, overrides, want in (("full", {}, "f" * 40), ("full", {sources.INSTALL_REF: "v1.0"}, "v1.0"),
+                                     ("smoke", {}, None)):
+        with pytest.raises(_Started):
+            runner.run_notebook(name, profile, overrides, root=tmp_path)
+        assert handed[-1].get(sources.INSTALL_REF) == want, profile
+    monkeypatch.setattr(provenance, "git_commit", lambda: "e" * 40 + "-dirty")
+    with pytest.raises(_Started):
+        runner.run_notebook(name, "smoke", root=tmp_path)
+    assert not (tmp_path / "notebooks" / f"{name}.ipynb").exists()
+
+
 def test_provenance_names_the_commit_the_run_started_with(monkeypatch):
     """A commit made while a long run goes on must not be credited with its results."""
     monkeypatch.setattr(provenance, "git_commit", lambda: "a" * 40)

@@ -371,12 +371,30 @@ def test_promote_moves_the_staged_source_and_its_run_together(tmp_path):
         runner.promote(tree, tmp_path / "tree" / "book")
 
 
+def test_promote_runs_without_a_staged_folder_and_keeps_the_chapters_still_staged(tmp_path):
+    """A chapter run from notebooks/ is promoted with no staged/ folder at all; a staged chapter that
+    is not in the results stays staged, and so does its folder."""
+    tree = _copy_without_git(tmp_path / "tree")
+    staged = tree / runner.STAGED
+    shutil.rmtree(staged, ignore_errors=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    _fake_result(tree / "notebooks" / "stutter.md", out)
+    assert runner.promote(tree, out) == ["stutter"] and not staged.exists()
+    assert (tree / "notebooks" / "stutter.ipynb").read_bytes() == (out / "stutter.ipynb").read_bytes()
+    staged.mkdir()
+    (staged / "ablations.md").write_text((tree / "notebooks" / "ablations.md").read_text())  # waits for its own run
+    assert runner.promote(tree, out) == ["stutter"] and (staged / "ablations.md").is_file()
+
+
 def test_a_staged_chapter_runs_instead_of_its_notebook_and_takes_its_own_smoke_entry(tmp_path):
     staged = tmp_path / "staged"
     staged.mkdir()
     (staged / "stutter.md").write_text((ROOT / "notebooks" / "stutter.md").read_text())
     assert runner.chapter_source(ROOT, "stutter", staged) == staged / "stutter.md"
     assert runner.chapter_source(ROOT, "padir", staged) == ROOT / "notebooks" / "padir.md"
+    params, inject = runner.resolve_parameters(ROOT, "stutter", "smoke", staged=staged)
+    assert inject == sources.smoke_overrides(ROOT)["stutter"]  # no staged smoke.yaml: params/smoke.yaml's entry
     (staged / "smoke.yaml").write_text("stutter:\n  max_steps: 3\n")
     params, inject = runner.resolve_parameters(ROOT, "stutter", "smoke", staged=staged)
     assert inject == {"max_steps": 3}  # the staged entry replaces params/smoke.yaml's
@@ -481,6 +499,25 @@ def test_a_smoke_batch_shares_padirs_run_folder_with_the_chapters_after_it(tmp_p
     got.clear()
     assert runner.run_batch(["padir", "stutter"], "smoke", tmp_path / "out2", {"padir_run": "mine"}, root=root) == 0
     assert "run_root" not in got["padir"] and got["stutter"] == {"padir_run": "mine"}
+
+
+def test_a_smoke_run_never_writes_the_committed_notebook():
+    assert runner.output_path(ROOT, "stutter", "full") == ROOT / "notebooks" / "stutter.ipynb"
+    assert runner.output_path(ROOT, "stutter", "smoke") == ROOT / "_build" / "smoke" / "stutter.ipynb"
+
+
+def test_a_full_batch_gathers_the_provenance_page_and_a_smoke_batch_does_not(tmp_path, monkeypatch):
+    """A full run regenerates book/provenance.md, which goes back with the notebooks; a smoke run
+    leaves the page alone, so a copy of it in OUT would be the committed one, not the run's."""
+    root = _book_copy(tmp_path / "root")
+    (root / "book").mkdir()
+    (root / "book" / "provenance.md").write_text("# Provenance\n")
+    monkeypatch.setattr(runner, "run_notebook", lambda name, profile, params, *, root, staged=None:
+                        _executed(root, name, profile))
+    assert runner.run_batch(["stutter"], "full", tmp_path / "full", root=root) == 0
+    assert (tmp_path / "full" / "provenance.md").read_text() == "# Provenance\n"
+    assert runner.run_batch(["stutter"], "smoke", tmp_path / "smoke", root=root) == 0
+    assert (tmp_path / "smoke" / "stutter.ipynb").is_file() and not (tmp_path / "smoke" / "provenance.md").exists()
 
 
 def _executed(root: Path, name: str, profile: str) -> dict:
@@ -726,6 +763,7 @@ def test_the_compile_cache_packs_the_earliest_programs_within_the_limit_and_unpa
     assert runner.unpack_compile_cache(tmp_path / "c.tar.gz", later) == 2
     assert (later / "jit_step-aa-cache").read_bytes() == bytes([0]) * 5
     assert (later / "jit_f-dd-cache").read_bytes() == (cache / "jit_f-dd-cache").read_bytes()
+    assert runner.pack_compile_cache(cache, tmp_path / "exact.tar.gz", limit=950)["packed_bytes"] == 950  # fits exactly
     assert runner.pack_compile_cache(cache, tmp_path / "none.tar.gz", limit=100)["packed"] == 0
     assert not (tmp_path / "none.tar.gz").exists()  # nothing fits: no archive
     assert runner.pack_compile_cache(tmp_path / "absent", tmp_path / "x.tar.gz") == dict(
@@ -764,8 +802,9 @@ def test_a_batch_restores_the_cache_first_and_packs_it_at_its_end(tmp_path, monk
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     out = tmp_path / "out"
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)  # the tests' own (conftest.py)
-    with pytest.raises(ValueError, match="need JAX's persistent compilation cache"):
-        runner.run_batch(["stutter"], "smoke", out, root=root, cache_out=True)
+    for option in (dict(cache_out=True), dict(cache_from=tmp_path / runner.CACHE_ARCHIVE)):
+        with pytest.raises(ValueError, match="need JAX's persistent compilation cache"):
+            runner.run_batch(["stutter"], "smoke", out, root=root, **option)
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(cache))
     assert runner.run_batch(["stutter"], "smoke", out, root=root, cache_from=tmp_path / runner.CACHE_ARCHIVE,
                             cache_out=True) == 0

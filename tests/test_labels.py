@@ -96,3 +96,22 @@ def test_results_beyond_the_paper_are_listed_and_checked(monkeypatch):
     assert any("no-such-box" in p for p in found)
     assert any("gmlm_lib.ising.unmasking.nothing does not exist" in p for p in found)
     assert any("test_nothing does not exist" in p for p in found)
+
+
+def test_not_treated_is_refused_only_for_a_label_both_implemented_and_stated(monkeypatch):
+    """NOT_TREATED may keep a label that only the library or only a chapter mentions (a helper, a
+    remark), and the page shows its reason beside where it appears; a label both implemented and
+    stated in the book is treated, and the check says NOT_TREATED is wrong."""
+    real_lib, real_book = labels.library_tags(ROOT), labels.chapter_tags(ROOT)
+    assert "Lemma 4" in labels.NOT_TREATED and "Lemma 4" not in real_lib and "Lemma 4" not in real_book
+    for in_lib, in_book in ((True, False), (False, True), (True, True)):
+        lib = {**real_lib, **({"Lemma 4": ["gmlm_lib.x.hoeffding"]} if in_lib else {})}
+        book = {**real_book, **({"Lemma 4": [("padir", "section", "Bounds")]} if in_book else {})}
+        monkeypatch.setattr(labels, "library_tags", lambda root, lib=lib: lib)
+        monkeypatch.setattr(labels, "chapter_tags", lambda root, book=book: book)
+        flagged = [p for p in labels.problems(ROOT) if "NOT_TREATED says" in p]
+        assert flagged == (["labels: Lemma 4 is treated (library and book) but NOT_TREATED says it is not."]
+                           if in_lib and in_book else []), (in_lib, in_book)
+        row = next(line for line in labels.page(ROOT).splitlines() if line.startswith("| Lemma 4 |"))
+        reason = f"not treated: {labels.NOT_TREATED['Lemma 4']}"
+        assert row.endswith((f"| {{doc}}`../notebooks/padir`, *Bounds*<br>{reason} |" if in_book else f"| {reason} |"))
