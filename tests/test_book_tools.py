@@ -573,6 +573,21 @@ def test_full_run_refuses_uncommitted_sources(monkeypatch, tmp_path):
     assert not (tmp_path / "notebooks" / f"{name}.ipynb").exists()
 
 
+def test_the_book_root_is_the_nearest_folder_up_with_both_the_toc_and_the_notebooks(tmp_path, monkeypatch):
+    """Commands run from anywhere inside the book; a folder with only one of the two is not its root
+    (a notebooks/ folder of another project, a stray _toc.yml), and none at all is named."""
+    outer, inner = tmp_path / "outer", tmp_path / "outer" / "book"
+    (inner / "notebooks" / "deep").mkdir(parents=True)
+    (inner / "_toc.yml").write_text("root: intro\n")
+    (outer / "_toc.yml").write_text("root: intro\n")  # a _toc.yml without notebooks/ above the book
+    assert sources.find_root(inner / "notebooks" / "deep") == inner.resolve()
+    monkeypatch.chdir(inner / "notebooks")
+    assert sources.find_root() == inner.resolve()
+    (inner / "_toc.yml").unlink()  # notebooks/ without _toc.yml: not a root either
+    with pytest.raises(FileNotFoundError, match="no book root .* at or above"):
+        sources.find_root(inner / "notebooks" / "deep")
+
+
 class _Started(Exception):
     """Raised by a stand-in for papermill: the run got as far as executing the notebook."""
 
