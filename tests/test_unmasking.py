@@ -226,6 +226,22 @@ def test_bad_rules_are_refused(call, match):
         call()
 
 
+def test_site_statistics_of_a_certain_position_are_finite():
+    """0 log 0 = 0: a position already certain has confidence 1 and entropy 0, not NaN."""
+    for xp in (np, jax.numpy):
+        conf, ent = um.site_statistics(xp.asarray([0.0, 1.0, 0.5]))
+        assert np.allclose(np.asarray(conf), [1.0, 1.0, 0.5]) and np.allclose(np.asarray(ent), [0.0, 0.0, math.log(2)])
+
+
+def test_a_rule_that_chooses_nothing_or_an_unmasked_position_is_named(strong_model):
+    none = um.Rule("threshold", 0.5, N, lambda conf, ent, masked, t, key: jax.numpy.zeros_like(masked))
+    first = um.Rule("threshold", 0.5, N,
+                    lambda conf, ent, masked, t, key: jax.numpy.zeros_like(masked).at[..., 0].set(True))
+    for rule in (none, first):  # nothing; position 0 again once it is unmasked
+        with pytest.raises(RuntimeError, match="chose no masked position or an unmasked one at pass"):
+            um.exact_law(strong_model, rule)
+
+
 def test_rule_and_model_must_agree(strong_model):
     with pytest.raises(ValueError, match="n = 4"):
         um.exact_law(strong_model, um.threshold(5, 0.9))
@@ -233,10 +249,13 @@ def test_rule_and_model_must_agree(strong_model):
         um.exact_law(strong_model, "threshold")
     with pytest.raises(ValueError, match="num_samples"):
         um.sample(jax.random.key(0), strong_model, um.threshold(4, 0.9), 0)
+    out, passes = um.sample(jax.random.key(0), strong_model, um.threshold(4, 0.9), 1)  # one decode is a sample
+    assert out.shape == (1, N) and set(np.asarray(out).ravel()) <= {-1, 1} and 1 <= int(passes[0]) <= N
 
 
 def test_envelope_is_the_best_setting_within_the_budget():
     assert um.envelope([1, 2, 4], [0.5, 0.2, 0.0], 2.5) == 0.2
+    assert um.envelope([1, 2, 4], [0.5, 0.2, 0.0], 2.0) == 0.2  # a setting that meets the budget exactly
     assert um.envelope([3, 4], [0.5, 0.2], 2.0) == math.inf
 
 
@@ -247,6 +266,12 @@ def test_families_are_what_they_say():
     J = np.asarray(fams["ferromagnet"].J)
     assert np.all(J[~np.eye(6, dtype=bool)] == 0.25) and np.all(np.asarray(fams["ferromagnet"].h) == 0)
     assert np.abs(np.asarray(fams["strong random"].J)).max() > np.abs(np.asarray(fams["weak random"].J)).max()
+    assert set(um.families(jax.random.key(0), 2)) == set(fams)  # two sites: the smallest
+    coupled = np.abs(np.asarray(fams["clique"].J)).sum(1) > 0
+    assert coupled.sum() == 3  # Eq. 6: n // 2 of the 6 sites form the clique
+    for bad in (1, 0, 6.0, True):
+        with pytest.raises(ValueError, match="n must be an integer >= 2"):
+            um.families(jax.random.key(0), bad)
 
 
 def test_max_batch_and_rhs(strong_model):
@@ -267,3 +292,61 @@ def test_chi_square_check_accepts_the_law_and_rejects_another(strong_model):
     assert um.chi_square_check(out, exact.target)[2] < 1e-6  # the decoder does not sample the model's law
     with pytest.raises(ValueError, match="probability vector"):
         um.chi_square_check(out, exact.law * 2)
+    # the pooled cell of rare states counts even when it expects one decode or less
+    half = np.array([[1]] * 500 + [[-1]] * 500)
+    stat, dof, p = um.chi_square_check(half, np.array([0.999, 0.001]))
+    assert dof == 1 and p < 1e-6
+
+
+def _pick(rule, conf=None, ent=None, masked=None):
+    n = rule.n
+    conf = np.full(n, 0.5) if conf is None else np.asarray(conf, float)
+    ent = np.zeros(n) if ent is None else np.asarray(ent, float)
+    masked = np.ones(n, bool) if masked is None else np.asarray(masked)
+    args = [jax.numpy.asarray(a) for a in (conf, ent, masked)]  # as the samplers pass them
+    return np.flatnonzero(np.asarray(rule.select(*args, 0, jax.random.key(0)))).tolist()
+
+
+def test_each_rule_takes_a_position_exactly_at_its_bound():
+    """The rules' bounds, by hand, at equality (the reference above never meets one: its confidences
+    are continuous): threshold takes a confidence equal to tau; factor needs (m + 1)(1 - c_(m)) < f
+    strictly; the entropy bound and the dependency rule take a position whose charge equals gamma."""
+    assert _pick(um.threshold(3, 0.5), conf=[0.9, 0.5, 0.25]) == [0, 1]
+    assert _pick(um.threshold(3, 0.95), conf=[0.9, 0.5, 0.25]) == [0]  # none sure: the most confident
+    # sorted confidences 0.75, 0.5: m = 1 gives 2 x 0.25 = 0.5, m = 2 gives 3 x 0.5 = 1.5
+    assert _pick(um.factor(2, 1.5), conf=[0.5, 0.75]) == [1]
+    assert _pick(um.factor(2, 1.5 + 1e-9), conf=[0.5, 0.75]) == [0, 1]
+    assert _pick(um.factor(2, 0.5), conf=[0.5, 0.75]) == [1]  # at least one
+    # increasing entropies 0.25, 0.25, 0.5: sum - max over the first m is 0, 0.25, 0.5
+    ent = [0.5, 0.25, 0.25]
+    assert _pick(um.entropy_bound(3, 0.5), ent=ent) == [0, 1, 2]
+    assert _pick(um.entropy_bound(3, 0.5 - 1e-9), ent=ent) == [1, 2]
+    every = np.ones((3, 3), bool)  # every pair dependent: the entropy bound itself
+    assert _pick(um.dependency(3, 0.5, every), ent=ent) == [0, 1, 2]
+    assert _pick(um.dependency(3, 0.5 - 1e-9, every), ent=ent) == [1, 2]
+    assert um.threshold(3, 0.9).label == "threshold (τ = 0.9)" and um.top_k(8, 4).label == "top_k (T = 4)"
+
+
+def test_dependent_groups_follow_long_chains_through_masked_positions_only():
+    """components() joins the ends of a chain of n = 6 strong pairs (a path of 5 links, past one
+    squaring's reach) while every position is masked, and splits it where a position is unmasked."""
+    from gmlm_lib.core.unmasking import components
+
+    chain = np.zeros((6, 6), bool)
+    for i in range(5):
+        chain[i, i + 1] = chain[i + 1, i] = True
+    assert np.asarray(components(chain, np.ones(6, bool))).all()
+    masked = np.array([True, True, False, True, True, True])
+    reach = np.asarray(components(chain, masked))
+    assert reach[0, 1] and reach[3, 5] and not reach[1, 3] and not reach[2].any() and not reach[:, 2].any()
+    assert reach.sum() == 2 * 2 + 3 * 3
+
+
+def test_the_exact_law_takes_models_up_to_its_size_limit():
+    for n in (um.MAX_EXACT_UNMASK_N, um.MAX_EXACT_UNMASK_N + 1):
+        model = ising.IsingModel(J=np.zeros((n, n)), h=np.zeros(n))
+        if n > um.MAX_EXACT_UNMASK_N:
+            with pytest.raises(ValueError, match=f"use n <= {um.MAX_EXACT_UNMASK_N}; got n = {n}"):
+                um._joint(model)
+        else:
+            assert um._joint(model).shape == (2,) * n and np.isclose(um._joint(model).sum(), 1.0)
