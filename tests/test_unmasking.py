@@ -350,3 +350,22 @@ def test_the_exact_law_takes_models_up_to_its_size_limit():
                 um._joint(model)
         else:
             assert um._joint(model).shape == (2,) * n and np.isclose(um._joint(model).sum(), 1.0)
+
+
+def test_mutual_information_sum_by_hand_on_a_model_whose_sites_differ():
+    """sum_i [H(X_i) + H(X_{-i}) - H(X)] from the enumerated law, on three sites with different fields
+    and couplings (a symmetric model cannot tell X_i's marginal from its complement's)."""
+    model = ising.ising_model(np.array([[0.0, 0.9, -0.3], [0.9, 0.0, 0.5], [-0.3, 0.5, 0.0]]),
+                              np.array([0.7, -0.2, 0.1]))
+    states = [tuple(int(v) for v in s) for s in np.asarray(ising.enumerate_states(3))]
+    p = dict(zip(states, np.asarray(ising.probabilities(model)).tolist()))
+
+    def entropy(keep):  # H of the sites in keep
+        marginal = {}
+        for s, w in p.items():
+            marginal[tuple(s[i] for i in keep)] = marginal.get(tuple(s[i] for i in keep), 0.0) + w
+        return -sum(w * math.log(w) for w in marginal.values() if w > 0)
+
+    want = sum(entropy([i]) + entropy([j for j in range(3) if j != i]) - entropy([0, 1, 2]) for i in range(3))
+    assert entropy([0]) != pytest.approx(entropy([1, 2]), abs=1e-3)  # the sites differ
+    assert um.mutual_information_sum(model) == pytest.approx(want, abs=1e-12)
