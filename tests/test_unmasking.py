@@ -369,3 +369,13 @@ def test_mutual_information_sum_by_hand_on_a_model_whose_sites_differ():
     want = sum(entropy([i]) + entropy([j for j in range(3) if j != i]) - entropy([0, 1, 2]) for i in range(3))
     assert entropy([0]) != pytest.approx(entropy([1, 2]), abs=1e-3)  # the sites differ
     assert um.mutual_information_sum(model) == pytest.approx(want, abs=1e-12)
+
+
+def test_select_with_gives_the_rules_own_selection_and_refuses_a_rule_without_a_real_parameter():
+    from gmlm_lib.core import unmasking
+
+    for name, build in (("threshold", um.threshold), ("factor", um.factor), ("entropy", um.entropy_bound)):
+        assert unmasking.select_with(name) is build(3, 0.5).select.func
+    for name in ("top_k", "dilated", "dependency"):
+        with pytest.raises(ValueError, match="select_with takes a rule with a real parameter"):
+            unmasking.select_with(name)
