@@ -359,3 +359,40 @@ def test_cpu_devices_cannot_change_once_jax_runs():
     assert samplers.use_cpu_cores_as_devices(have) == have  # asking for what it has is fine
     with pytest.raises(ValueError, match="count must be an integer >= 1"):
         samplers.use_cpu_cores_as_devices(0)
+
+
+def test_k_gibbs_takes_blocks_up_to_its_size_limit():
+    """k = MAX_JOINT_K (2^16 completions a step) is built; one more site is refused, naming the limit."""
+    k = samplers.MAX_JOINT_K
+    assert isinstance(samplers.k_gibbs(ising.ising_model(np.zeros((k, k)), np.zeros(k)), k), samplers.Sampler)
+    with pytest.raises(ValueError, match=f"use k <= {k}"):
+        samplers.k_gibbs(ising.ising_model(np.zeros((k + 1, k + 1)), np.zeros(k + 1)), k + 1)
+
+
+def test_block_dynamics_takes_masks_up_to_the_size_limit():
+    k = samplers.MAX_JOINT_K
+    for size, ok in ((k, True), (k + 1, False)):
+        model = ising.ising_model(np.zeros((size, size)), np.zeros(size))
+        dist = masks.from_weights(np.ones((1, size), bool), np.ones(1))  # one mask: every site
+        if ok:
+            assert isinstance(samplers.block_dynamics(model, dist), samplers.Sampler)
+        else:
+            with pytest.raises(ValueError, match=f"a mask has {size} sites.*at most {k} sites"):
+                samplers.block_dynamics(model, dist)
+
+
+def test_dependency_aware_takes_groups_up_to_the_size_limit():
+    k = samplers.MAX_JOINT_K
+    for size, ok in ((k, True), (k + 1, False)):
+        model = ising.ising_model(np.zeros((size, size)), np.zeros(size))
+        if ok:
+            assert isinstance(samplers.dependency_aware(model, groups=[tuple(range(size))]), samplers.Sampler)
+        else:
+            with pytest.raises(ValueError, match=f"a group has {size} sites.*at most {k} sites"):
+                samplers.dependency_aware(model, groups=[tuple(range(size))])
+
+
+@pytest.mark.parametrize("P", [np.full((2, 3), 1 / 3), np.full(4, 0.25), np.full((2, 2, 2), 0.5)])
+def test_stationary_law_needs_a_square_matrix(P):
+    with pytest.raises(ValueError, match=r"P must be a square \(S, S\) transition matrix"):
+        samplers.stationary_law(P)
