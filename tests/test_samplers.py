@@ -201,6 +201,7 @@ def test_runner_hitting_times_and_determinism():
     assert np.all(np.asarray(a.observations) <= hit_by + 1e-12)
     assert samplers.median_hitting_time([-1, -1, 3]) == np.inf
     assert samplers.median_hitting_time([1, 2, 3, -1]) == 2.5
+    assert samplers.median_hitting_time([0, 0, 5]) == 0.0  # a chain that starts at the target hits at step 0
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
@@ -251,6 +252,14 @@ def test_stop_when_all_hit_keeps_the_hitting_times():
     np.testing.assert_array_equal(np.asarray(full.hitting_time), np.asarray(early.hitting_time))
     assert np.all(np.asarray(early.hitting_time) > 0)
     assert early.recorded_steps[-1] < 400 and early.recorded_steps[-1] % 20 == 0
+    # chains that start in the target hit at step 0 and keep it; the run stops after its first chunk
+    half = x0.at[:25, :2].set(1)
+    again = samplers.run_chains(jax.random.key(0), s, half, 400, target=plus, chunk=20, stop_when_all_hit=True)
+    hit = np.asarray(again.hitting_time)
+    assert np.all(hit[:25] == 0) and np.all(hit[25:] > 0)
+    started = samplers.run_chains(jax.random.key(0), s, x0.at[:, :2].set(1), 400, target=plus, chunk=20,
+                                  stop_when_all_hit=True)
+    assert np.all(np.asarray(started.hitting_time) == 0) and started.recorded_steps[-1] == 20
 
 
 @pytest.mark.parametrize("name", ["k-gibbs", "independent-parallel"])
@@ -396,3 +405,26 @@ def test_dependency_aware_takes_groups_up_to_the_size_limit():
 def test_stationary_law_needs_a_square_matrix(P):
     with pytest.raises(ValueError, match=r"P must be a square \(S, S\) transition matrix"):
         samplers.stationary_law(P)
+
+
+@pytest.mark.parametrize("P", [np.array([[1.5, -0.5], [0.0, 1.0]]),  # rows sum to 1, an entry is negative
+                               np.array([[0.5, 0.4], [0.5, 0.5]]),  # non-negative, a row sums to 0.9
+                               np.array([[np.nan, 1.0], [0.5, 0.5]])])
+def test_stationary_law_needs_each_property_of_a_stochastic_matrix(P):
+    with pytest.raises(ValueError, match="P must be a stochastic matrix"):
+        samplers.stationary_law(P)
+
+
+def test_site_log_probs_are_both_columns_of_each_sites_conditional():
+    """Columns (-1, +1) of log p(x_i | x_{-i}), by brute force over the two values of each site."""
+    J, h, model = _model(n=4, seed=2)
+    x = np.asarray([1, -1, -1, 1], np.int8)
+    got = np.asarray(samplers.site_log_probs(model, jnp.asarray(x)))
+    for i in range(4):
+        energy = []
+        for v in (-1, 1):
+            y = x.astype(float).copy()
+            y[i] = v
+            energy.append(0.5 * y @ np.asarray(J) @ y + np.asarray(h) @ y)
+        want = np.asarray(energy) - np.logaddexp(*energy)
+        np.testing.assert_allclose(got[i], want, atol=1e-12)
