@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -370,49 +371,23 @@ def test_cpu_devices_cannot_change_once_jax_runs():
         samplers.use_cpu_cores_as_devices(0)
 
 
-def test_k_gibbs_takes_blocks_up_to_its_size_limit():
-    """k = MAX_JOINT_K (2^16 completions a step) is built; one more site is refused, naming the limit."""
+def _zero_model(n):
+    return ising.ising_model(np.zeros((n, n)), np.zeros(n))
+
+
+@pytest.mark.parametrize("build, refusal", [
+    (lambda n: samplers.k_gibbs(_zero_model(n), n), "k = {n} needs 2^k"),
+    (lambda n: samplers.block_dynamics(_zero_model(n), masks.from_weights(np.ones((1, n), bool), np.ones(1))),
+     "a mask has {n} sites"),
+    (lambda n: samplers.dependency_aware(_zero_model(n), groups=[tuple(range(n))]), "a group has {n} sites"),
+])
+def test_joint_updates_take_blocks_up_to_the_size_limit(build, refusal):
+    """A block (k-subset, mask, group) of MAX_JOINT_K sites, 2^16 completions a step, is built; one
+    more site is refused, naming the limit."""
     k = samplers.MAX_JOINT_K
-    assert isinstance(samplers.k_gibbs(ising.ising_model(np.zeros((k, k)), np.zeros(k)), k), samplers.Sampler)
-    with pytest.raises(ValueError, match=f"use k <= {k}"):
-        samplers.k_gibbs(ising.ising_model(np.zeros((k + 1, k + 1)), np.zeros(k + 1)), k + 1)
-
-
-def test_block_dynamics_takes_masks_up_to_the_size_limit():
-    k = samplers.MAX_JOINT_K
-    for size, ok in ((k, True), (k + 1, False)):
-        model = ising.ising_model(np.zeros((size, size)), np.zeros(size))
-        dist = masks.from_weights(np.ones((1, size), bool), np.ones(1))  # one mask: every site
-        if ok:
-            assert isinstance(samplers.block_dynamics(model, dist), samplers.Sampler)
-        else:
-            with pytest.raises(ValueError, match=f"a mask has {size} sites.*at most {k} sites"):
-                samplers.block_dynamics(model, dist)
-
-
-def test_dependency_aware_takes_groups_up_to_the_size_limit():
-    k = samplers.MAX_JOINT_K
-    for size, ok in ((k, True), (k + 1, False)):
-        model = ising.ising_model(np.zeros((size, size)), np.zeros(size))
-        if ok:
-            assert isinstance(samplers.dependency_aware(model, groups=[tuple(range(size))]), samplers.Sampler)
-        else:
-            with pytest.raises(ValueError, match=f"a group has {size} sites.*at most {k} sites"):
-                samplers.dependency_aware(model, groups=[tuple(range(size))])
-
-
-@pytest.mark.parametrize("P", [np.full((2, 3), 1 / 3), np.full(4, 0.25), np.full((2, 2, 2), 0.5)])
-def test_stationary_law_needs_a_square_matrix(P):
-    with pytest.raises(ValueError, match=r"P must be a square \(S, S\) transition matrix"):
-        samplers.stationary_law(P)
-
-
-@pytest.mark.parametrize("P", [np.array([[1.5, -0.5], [0.0, 1.0]]),  # rows sum to 1, an entry is negative
-                               np.array([[0.5, 0.4], [0.5, 0.5]]),  # non-negative, a row sums to 0.9
-                               np.array([[np.nan, 1.0], [0.5, 0.5]])])
-def test_stationary_law_needs_each_property_of_a_stochastic_matrix(P):
-    with pytest.raises(ValueError, match="P must be a stochastic matrix"):
-        samplers.stationary_law(P)
+    assert isinstance(build(k), samplers.Sampler)
+    with pytest.raises(ValueError, match=f"{re.escape(refusal.format(n=k + 1))}.*{k}"):
+        build(k + 1)
 
 
 def test_site_log_probs_are_both_columns_of_each_sites_conditional():
@@ -421,10 +396,7 @@ def test_site_log_probs_are_both_columns_of_each_sites_conditional():
     x = np.asarray([1, -1, -1, 1], np.int8)
     got = np.asarray(samplers.site_log_probs(model, jnp.asarray(x)))
     for i in range(4):
-        energy = []
-        for v in (-1, 1):
-            y = x.astype(float).copy()
+        for col, v in enumerate((-1, 1)):
+            y = x.astype(np.int64)
             y[i] = v
-            energy.append(0.5 * y @ np.asarray(J) @ y + np.asarray(h) @ y)
-        want = np.asarray(energy) - np.logaddexp(*energy)
-        np.testing.assert_allclose(got[i], want, atol=1e-12)
+            assert got[i, col] == pytest.approx(brute.conditional(J, h, y, [i]), abs=1e-12)
