@@ -34,12 +34,25 @@ def _adaptive_dist(n, temp=0.7):
     return masks.adaptive(subs, rule)
 
 
+def _sparse_adaptive_dist(n):
+    """One site masked, site i only when site i + 1 (cyclically) is +1 (uniform over those; all
+    sites when none is): w(S|x) = 0 on whole blocks, which then carry no mass. The masks are 0/1
+    integers, as a caller may give them."""
+
+    def rule(states):
+        up = (np.roll(np.asarray(states), -1, axis=1) > 0).astype(float)
+        up[up.sum(1) == 0] = 1.0
+        return up / up.sum(1, keepdims=True)
+
+    return masks.adaptive(np.eye(n, dtype=int), rule)
+
+
 def _dists(n):
     fixed = [masks.uniform_k(n, k) for k in range(1, n + 1)]
     subs = [np.array(s) for s in itertools.product([False, True], repeat=n) if any(s)]
     w = np.random.default_rng(n).random(len(subs))
     mixed = masks.from_weights(np.array(subs), w / w.sum())
-    return fixed + [mixed, _adaptive_dist(n)]
+    return fixed + [mixed, _adaptive_dist(n), _sparse_adaptive_dist(n)]
 
 
 def _W(dist, n):
@@ -135,6 +148,63 @@ def test_all_masks_regime_is_no_worse():
         assert float(jnp.linalg.eigvalsh(one - every).min()) >= -1e-10
 
 
+def test_asymptotic_covariances_are_their_definitions():
+    """Gamma = H_w^-1 for one mask per sample and H_w^-1 Sigma'_w H_w^-1 for all masks, against
+    numpy's inverses of the brute-force H_w and Sigma'_w; the sandwich of two non-commuting
+    symmetric matrices is H^-1 Sigma H^-1, symmetric. [Lemma 1]"""
+    m, J, h = _model(6, 4)
+    d = masks.uniform_k(4, 2)
+    subs, W = np.asarray(d.subsets), _W(d, 4)
+    Hinv = np.linalg.inv(brute.hessian(J, h, subs, W))
+    np.testing.assert_allclose(np.asarray(fisher.asymptotic_covariance(m, d)), Hinv, rtol=1e-9, atol=1e-9)
+    want = Hinv @ brute.score_cov_all_masks(J, h, subs, W) @ Hinv
+    np.testing.assert_allclose(np.asarray(fisher.asymptotic_covariance(m, d, "all-masks")), want, rtol=1e-9, atol=1e-9)
+    rng = np.random.default_rng(0)
+    A, B = rng.normal(size=(2, 4, 4))
+    H, S = A @ A.T + np.eye(4), B @ B.T
+    np.testing.assert_allclose(np.asarray(fisher.sandwich(jnp.asarray(H), jnp.asarray(S))),
+                               np.linalg.inv(H) @ S @ np.linalg.inv(H), rtol=1e-10)
+
+
+@pytest.mark.parametrize("n, k", [(4, 1), (4, 2), (3, 3)])
+def test_slowest_mode_is_an_eigenfunction_of_the_second_eigenvalue(n, k):
+    """slowest_mode returns lambda_2 of the brute-force transition matrix and an eigenfunction
+    with E_p f = 0 and Var_p f = 1; second_eigenvalue agrees by both methods. At k = n one step
+    samples exactly: lambda_2 = 0, every centred function is a mode and C_P = 1. [Definitions 5-6]"""
+    m, J, h = _model(20 + n + k, n)
+    d = masks.uniform_k(n, k)
+    P = brute.transition(J, h, np.asarray(d.subsets), _W(d, n))
+    p = brute.probs(J, h)
+    A = np.sqrt(p)[:, None] * P / np.sqrt(p)[None, :]
+    want = np.sort(np.linalg.eigvalsh(0.5 * (A + A.T)))[-2]
+    lam, f = markov.slowest_mode(m, d)
+    f = np.asarray(f)
+    assert lam == pytest.approx(want, abs=1e-10)
+    np.testing.assert_allclose(P @ f, lam * f, atol=1e-8)
+    assert abs(p @ f) < 1e-10 and p @ f**2 == pytest.approx(1.0, abs=1e-10)
+    for method in ("dense", "lanczos"):
+        assert markov.second_eigenvalue(m, d, method) == pytest.approx(want, abs=1e-10)
+    if k == n:
+        assert lam == 0.0 and markov.poincare_constant(m, d, "lanczos") == pytest.approx(1.0, abs=1e-12)
+
+
+def test_span_fraction_is_the_share_of_variance_in_the_span_of_t():
+    """f = c + <v, T> + r with r orthogonal in L^2(p) to constants and to T: the share is
+    Var_p(<v, T>) / (Var_p(<v, T>) + E_p r^2), 1 for r = 0 and 0 for v = 0."""
+    m, J, h = _model(7, 4)
+    p = brute.probs(J, h)
+    T = np.array([brute.stats(x) for x in brute.states(4)])
+    X = np.concatenate([np.ones((16, 1)), T], axis=1)
+    rng = np.random.default_rng(1)
+    g = rng.normal(size=16)
+    r = g - X @ np.linalg.solve(X.T @ (p[:, None] * X), X.T @ (p * g))  # the L^2(p) projection removed
+    lin = T @ rng.normal(size=T.shape[1])
+    var_lin = p @ lin**2 - (p @ lin) ** 2
+    assert markov.span_fraction(m, jnp.asarray(3.0 + lin)) == pytest.approx(1.0, abs=1e-10)
+    assert markov.span_fraction(m, jnp.asarray(r)) == pytest.approx(0.0, abs=1e-10)
+    assert markov.span_fraction(m, jnp.asarray(lin + r)) == pytest.approx(var_lin / (var_lin + p @ r**2), abs=1e-10)
+
+
 @pytest.mark.parametrize("n", [3, 4])
 def test_transition_matrix_against_definition(n):
     """[Definition 6]"""
@@ -192,11 +262,23 @@ def test_monte_carlo_hessian_within_three_standard_errors():
     est = fisher.hessian_monte_carlo(m, draws)
     per = fisher.hessian_per_mask(m, draws)
     np.testing.assert_allclose(np.asarray(per.mean(0)), np.asarray(est.mean), atol=1e-14)
+    np.testing.assert_allclose(np.asarray(est.se), np.asarray(per.std(0, ddof=1)) / np.sqrt(400), atol=1e-14)
     v = jax.random.normal(jax.random.key(2), (exact.shape[0],))
     for f in (jnp.trace, lambda A: v @ A @ v):
         vals = np.asarray(jax.vmap(f)(per))
         se = vals.std(ddof=1) / np.sqrt(len(vals))
         assert abs(float(f(est.mean)) - float(f(exact))) <= 3 * se
+
+
+def test_the_hessian_of_each_mask_is_the_point_mass_hessian():
+    """hessian_per_mask row m is H_w for w = delta_{S_m}, down to a single mask."""
+    m, _, _ = _model(9, 4)
+    rows = np.array([[1, 0, 0, 1], [0, 1, 1, 1]], dtype=bool)
+    for M in (1, 2):
+        got = fisher.hessian_per_mask(m, rows[:M])
+        for S, H in zip(rows, got):
+            np.testing.assert_allclose(np.asarray(H), np.asarray(fisher.hessian(m, masks.from_weights([S], [1.0]))),
+                                       atol=TOL)
 
 
 def test_bad_mask_distributions():
@@ -225,6 +307,8 @@ def test_over_the_exact_limit():
         markov.transition_matrix(big, masks.uniform_k(13, 1))
     with pytest.raises(ValueError, match="M >= 2"):
         fisher.hessian_monte_carlo(ising.IsingModel(J=jnp.zeros((4, 4)), h=jnp.zeros(4)), np.ones((1, 4), bool))
+    two = fisher.hessian_monte_carlo(ising.IsingModel(J=jnp.zeros((4, 4)), h=jnp.zeros(4)), np.eye(4, dtype=bool)[:2])
+    assert two.mean.shape == two.se.shape == (10, 10)  # M = 2, the fewest with a standard error
 
 
 def test_conditional_given_mask_is_bayes_on_the_joint():

@@ -204,16 +204,21 @@ def _pair_arrays(n: int, dist: MaskDistribution):
 @partial(jax.jit, static_argnames=("n", "sizes"))
 def _pair_losses(theta, ids, logw, *, n: int, sizes: tuple):
     """``l(theta; x, S) = -log p_theta(x_S | x_{-S}, S)`` for every mask and state. (M, 2^n);
-    ``+inf``-free: pairs with ``w(S|x) = 0`` give 0 (they carry no probability)."""
+    ``+inf``-free: pairs with ``w(S|x) = 0`` give 0 (they carry no probability), and so do their
+    derivatives: a block where ``w(S|.)`` is 0 throughout has no log-normaliser, and the ``-inf``
+    is kept out of both branches of each ``where`` (a ``where`` passes a NaN derivative from the
+    branch it does not take)."""
     T = ising.sufficient_statistics(ising.enumerate_states(n))
     logits = T @ theta
     rows = []
     for m, k in enumerate(sizes):
         z = logits + logw[m]
+        live = jnp.isfinite(z)
         zmax = jax.ops.segment_max(z, ids[m], num_segments=2 ** (n - k))
         zmax = jnp.where(jnp.isfinite(zmax), zmax, 0.0)
-        lse = zmax + jnp.log(jax.ops.segment_sum(jnp.exp(z - zmax[ids[m]]), ids[m], num_segments=2 ** (n - k)))
-        rows.append(jnp.where(jnp.isfinite(z), -(z - lse[ids[m]]), 0.0))
+        tot = jax.ops.segment_sum(jnp.where(live, jnp.exp(z - zmax[ids[m]]), 0.0), ids[m], num_segments=2 ** (n - k))
+        lse = zmax + jnp.log(jnp.where(tot > 0, tot, 1.0))
+        rows.append(jnp.where(live, -(jnp.where(live, z, 0.0) - lse[ids[m]]), 0.0))
     return jnp.stack(rows)
 
 
