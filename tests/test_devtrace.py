@@ -54,6 +54,13 @@ def test_a_gpu_trace_counts_its_kernels_not_its_module_spans():
     assert s.busy_fraction == pytest.approx(7 / 40)
     more = devtrace.summarize(profile, source, events, calls=1, wall_s=5e-6, traced_wall_s=8e-6)
     assert more.busy_fraction == 1.0 and more.idle_ms == 0.0  # never more than busy
+    # the same events as two calls: per call, half the busy time, operations and top entries; the
+    # wall times are already means a call
+    two = devtrace.summarize(profile, source, events, calls=2, wall_s=40e-6, traced_wall_s=30e-6)
+    assert two.busy_ms == pytest.approx(0.0035) and two.ops == 1.5
+    assert two.wall_ms == pytest.approx(0.04) and two.traced_wall_ms == pytest.approx(0.03)
+    assert two.top == (("gemm_fusion", pytest.approx(0.003), 1.0), ("loop_fusion", pytest.approx(0.0005), 0.5))
+    assert np.isnan(devtrace.summarize(profile, source, events, calls=1, wall_s=0.0, traced_wall_s=0.0).busy_fraction)
     with pytest.raises(RuntimeError, match="no device operations .*/host:CPU.*CUPTI"):
         devtrace.summarize(profile, source, [], calls=1, wall_s=1.0, traced_wall_s=1.0)
 
@@ -75,6 +82,8 @@ def test_a_traced_call_on_this_backend():
 
     waiting = devtrace.trace_calls(paused, calls=3)
     assert waiting.idle_ms >= 40 and waiting.busy_fraction < 0.6
+    assert 50 <= waiting.wall_ms < 100 and 50 <= waiting.traced_wall_ms  # the mean of a call, pause included
     assert waiting.ops == pytest.approx(2 * busy.ops)  # two calls of the same program each time
+    assert devtrace.trace_calls(lambda: f(x), calls=1).ops == pytest.approx(busy.ops)  # one call is enough
     with pytest.raises(ValueError, match="calls must be a positive int"):
         devtrace.trace_calls(lambda: f(x), calls=0)

@@ -93,6 +93,11 @@ def _dist():
     (lambda: fisher.sandwich(jnp.ones((3, 2)), jnp.eye(3)), ValueError, ["H", "square"]),
     (lambda: fisher.sandwich(jnp.full((3, 3), jnp.nan), jnp.eye(3)), ValueError, ["H", "non-finite"]),
     (lambda: fisher.hessian_per_mask(_model(), jnp.full((2, 3), 0.5)), ValueError, ["masks", "boolean"]),
+    (lambda: fisher.hessian_per_mask(_model(), np.ones((2, 4), bool)), ValueError, ["masks", "(M, 3)", "(2, 4)"]),
+    (lambda: fisher.hessian_per_mask(_model(), np.ones((0, 3), bool)), ValueError, ["masks", "M >= 1", "(0, 3)"]),
+    (lambda: fisher.asymptotic_covariance(_model(), _dist(), "every"), ValueError, ["regime", "'every'"]),
+    (lambda: markov.second_eigenvalue(_model(), _dist(), "qr"), ValueError, ["method", "'qr'"]),
+    (lambda: markov.poincare_constant(_model(), _dist(), "qr"), ValueError, ["method", "'qr'"]),
     (lambda: fisher.generalized_eigvals(jnp.eye(3), jnp.eye(4)), ValueError, ["B", "(3, 3)"]),
     (lambda: markov.dirichlet_form(_model(), _dist(), jnp.ones(5)), ValueError, ["f", "(8,)"]),
     (lambda: markov.dirichlet_form_variance(_model(), _dist(), jnp.full(8, jnp.inf)), ValueError, ["f", "non-finite"]),
@@ -102,6 +107,9 @@ def _dist():
     (lambda: tensorization.ratio(_model(), _dist(), -jnp.ones(8)), ValueError, ["q", "probability"]),
     (lambda: tensorization.ratio(_model(), _dist(), jnp.ones(8)), ValueError, ["q", "summing to 1"]),
     (lambda: tensorization.upper_bound("model", _dist()), TypeError, ["model", "IsingModel"]),
+    (lambda: tensorization.ratio(_model(), _dist(), ising.probabilities(_model())), ValueError, ["D_w(q || p) = 0"]),
+    (lambda: tensorization.lower_bound(KEY, _model(), _dist(), restarts=0), ValueError, ["restarts", "restarts=0"]),
+    (lambda: tensorization.lower_bound(KEY, _model(), _dist(), steps=-1), ValueError, ["steps >= 0", "steps=-1"]),
 ])
 def test_fisher_markov_tensorization_boundaries(call, error, words):
     with pytest.raises(error) as info:

@@ -86,6 +86,13 @@ def test_l2_regularised_fit_exists_when_mple_does_not():
     mk = np.ones_like(x, dtype=bool)
     assert not bool(mple.fit_pseudolikelihood(x, mk, max_iter=30).converged)
     assert bool(mple.fit_pseudolikelihood(x, mk, l2=0.1).converged)
+    # the penalised MLE is stationary: E_theta[T] - mean T(x) + l2 theta = 0, moments by brute force
+    fit = mple.fit_likelihood(x, l2=0.1, tol=1e-11)
+    J, h = np.asarray(ising.from_theta(fit.theta, 3).J), np.asarray(ising.from_theta(fit.theta, 3).h)
+    T = np.array([brute.stats(s) for s in brute.states(3)])
+    emp = np.array([brute.stats(s) for s in x]).mean(0)
+    assert bool(fit.converged)
+    np.testing.assert_allclose(brute.probs(J, h) @ T - emp + 0.1 * np.asarray(fit.theta), 0.0, atol=1e-10)
 
 
 def test_fit_repeats_shares_samples_across_k_and_is_deterministic():
@@ -100,6 +107,23 @@ def test_fit_repeats_shares_samples_across_k_and_is_deterministic():
     data_key = jax.random.split(jax.random.split(jax.random.key(5), 4)[2])[0]
     mle = mple.fit_likelihood(ising.sample(m, data_key, 300))
     np.testing.assert_allclose(np.asarray(full.theta[2]), np.asarray(mle.theta), atol=1e-8)
+    # and k < n is the k-MPLE of those samples with the masks its docstring describes
+    data_key, mask_key = jax.random.split(jax.random.split(jax.random.key(5), 4)[2])
+    mk = masks.uniform_k_subsets(jax.random.fold_in(mask_key, 2), 300, 4, 2)
+    pl = mple.fit_pseudolikelihood(ising.sample(m, data_key, 300), mk)
+    np.testing.assert_allclose(np.asarray(a.theta[2]), np.asarray(pl.theta), atol=1e-8)
+    one = mple.fit_repeats(jax.random.key(5), m, 1, 2, 2)  # one sample a repeat: runs, no minimiser
+    assert one.theta.shape == (2, ising.num_params(4)) and not bool(one.converged.any())
+
+
+def test_newton_counts_its_iterations_and_stops_at_max_iter(data):
+    """num_iter is the number of Newton iterations taken; max_iter = 1 allows exactly one."""
+    _, _, _, x = data
+    full = mple.fit_likelihood(x, tol=1e-10)
+    assert bool(full.converged) and int(full.num_iter) > 2
+    for cap in (1, 2):
+        fit = mple.fit_likelihood(x, tol=1e-10, max_iter=cap)
+        assert int(fit.num_iter) == cap and not bool(fit.converged)
 
 
 def test_vmap_over_datasets_matches_single_fits(data):

@@ -65,6 +65,56 @@ def test_sandwich_and_theorem_4_key_step():
     assert kl_val / gap == pytest.approx(tensorization.ratio(model, dist, ising.probabilities(truth)), rel=1e-12)
 
 
+def test_upper_bound_is_its_formula_and_the_ratio_takes_laws_with_zeros():
+    """upper_bound is C_P log(1/p_min - 1) / (1 - 2 p_min), with C_P from the brute-force transition
+    matrix; the ratio of a law q with zero entries is defined (0 log 0 = 0) and below it; the ascent
+    runs with one restart and no steps (its start is then a certified ratio too)."""
+    rng = np.random.default_rng(3)
+    J, h = brute.random_model(rng, 4, 0.7)
+    model, dist, p = ising.ising_model(J, h), masks.uniform_k(4, 2), brute.probs(J, h)
+    P = brute.transition(J, h, np.asarray(dist.subsets), np.tile(np.asarray(dist.weights), (16, 1)))
+    A = np.sqrt(p)[:, None] * P / np.sqrt(p)[None, :]
+    cp = 1 / (1 - np.sort(np.linalg.eigvalsh(0.5 * (A + A.T)))[-2])
+    want = cp * np.log(1 / p.min() - 1) / (1 - 2 * p.min())
+    assert tensorization.upper_bound(model, dist) == pytest.approx(want, rel=1e-9)
+    q = rng.dirichlet(np.ones(16)) * np.repeat([0.0, 1.0], 8)
+    q = q / q.sum()
+    assert 0 < tensorization.ratio(model, dist, jnp.asarray(q)) <= want
+    lb = tensorization.lower_bound(jax.random.key(0), model, dist, restarts=1, steps=0)
+    assert lb.restarts.shape == (1,) and lb.value == pytest.approx(tensorization.ratio(model, dist, lb.q), rel=1e-12)
+
+
+def test_distances_average_the_rows_with_their_weights():
+    """distances: KL and TV of the learned rows and of the closest product (the product of each
+    row's two site marginals), averaged over rows with the given weights, normalised, or uniformly."""
+    rng = np.random.default_rng(4)
+    target, learned = rng.dirichlet(np.ones(4), size=(2, 3))
+    weights = np.array([1.0, 2.0, 5.0])
+    X = brute.states(2)
+    floor = []
+    for row in target:
+        up = [row[X[:, i] > 0].sum() for i in range(2)]
+        floor.append([np.prod([u if x > 0 else 1 - u for u, x in zip(up, y)]) for y in X])
+    floor = np.array(floor)
+    kl = lambda P, Q: np.sum(P * np.log(P / Q), axis=1)  # noqa: E731
+    tv = lambda P, Q: 0.5 * np.abs(P - Q).sum(1)  # noqa: E731
+    for w, avg in [(weights, weights / weights.sum()), (None, np.full(3, 1 / 3))]:
+        got = product.distances(jnp.asarray(target), jnp.asarray(learned), None if w is None else jnp.asarray(w))
+        want = {"kl_learned": avg @ kl(target, learned), "kl_floor": avg @ kl(target, floor),
+                "tv_learned": avg @ tv(target, learned), "tv_closest_product": avg @ tv(target, floor)}
+        assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_min_tv_to_its_own_product_is_zero_to_the_refined_grid():
+    """An exact product law at an off-grid point: each refinement spans +-4 steps of the grid
+    before it, so after three the spacing is (8/800)^2 / 800 ~ 1.2e-7 on each axis, far below the
+    first grid's 1/800, and a and b are found to within it."""
+    for a, b in [(0.3137, 0.6271), (0.6271, 0.3137)]:
+        law = np.asarray(product.product_law(jnp.asarray([a, b])))
+        tv_min, got_a, got_b = product.min_tv_pair(law)
+        assert tv_min < 2e-7 and abs(got_a - a) < 2e-7 and abs(got_b - b) < 2e-7
+
+
 def test_k_equals_n_tensorizes_with_constant_one():
     model = ising.clique_plus_independent(5, 3, 1.0, 0.2)
     q = np.random.default_rng(0).dirichlet(np.ones(32))
