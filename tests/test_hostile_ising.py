@@ -31,6 +31,8 @@ def _model(n=3):
     (lambda: ising.log_prob(_model(), np.array([[1, 0, 1]])), ValueError, ["-1", "+1"]),
     (lambda: ising.log_prob(_model(), np.array([[1, 1]])), ValueError, ["3"]),
     (lambda: ising.clique_plus_independent(4, 5, 1.0, 0.0), ValueError, ["c"]),
+    (lambda: ising.clique_plus_independent(4, 0, 1.0, 0.0), ValueError, ["at least one site", "c = 0"]),
+    (lambda: ising.clique_plus_independent(4.0, 2, 1.0, 0.0), TypeError, ["integers", "n=4.0"]),
     (lambda: ising.enumerate_states(21), ValueError, ["n = 21", "n <= 20"]),
 ])
 def test_ising_boundaries(call, error, words):

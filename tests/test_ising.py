@@ -168,6 +168,24 @@ def test_clique_plus_independent_structure_and_closed_form():
     p, x = brute.probs(J, np.asarray(m.h)), brute.states(6)
     for k in range(4):
         assert abs(law[k] - p[(x[:, :3] == 1).sum(1) == k].sum()) < TOL
+    # a clique of one site is a free site; a strong clique's law stays finite (weights near e^2250)
+    one = ising.clique_plus_independent(3, 1, 1.5, 0.2)
+    assert np.all(np.asarray(one.J) == 0) and ising.clique_magnetisation_law(1, 1.5, 0.2)[1] == pytest.approx(
+        1 / (1 + np.exp(-0.4)), rel=1e-12)
+    strong = ising.clique_magnetisation_law(10, 50.0, 0.1)
+    assert np.all(np.isfinite(strong)) and strong.sum() == pytest.approx(1.0) and strong[-1] > 0.5
+
+
+def test_random_model_scales_and_zero_scales():
+    """J_ij ~ N(0, coupling_scale^2) symmetric with a zero diagonal, h_i ~ N(0, field_scale^2); a
+    scale of 0 (a model without couplings, or without fields) is allowed."""
+    m = ising.random_model(jax.random.key(0), 40, 0.5, 2.0)
+    J, h = np.asarray(m.J), np.asarray(m.h)
+    assert np.all(J == J.T) and np.all(np.diag(J) == 0)
+    assert 0.4 < J[np.triu_indices(40, 1)].std() < 0.6 and 1.5 < h.std() < 2.5
+    free = ising.random_model(jax.random.key(0), 4, 0.0, 1.0)
+    flat = ising.random_model(jax.random.key(0), 4, 1.0, 0.0)
+    assert np.all(np.asarray(free.J) == 0) and np.all(np.asarray(flat.h) == 0) and np.any(np.asarray(flat.J) != 0)
 
 
 def test_the_two_modes_of_the_clique_model():
