@@ -22,11 +22,19 @@ H3 = np.zeros(3)
         (np.zeros((3, 3)), np.zeros(2), "h must have shape \\(3,\\)"),
         (np.array([[0.0, np.nan], [np.nan, 0.0]]), np.zeros(2), "finite"),
         (np.zeros((2, 2)), np.array([0.0, np.inf]), "finite"),
+        (np.zeros((2, 2)), np.array([1e6, 1.0]), "too large"),  # the fields alone reach |E| > 1e6
     ],
 )
 def test_bad_parameters(J, h, match):
     with pytest.raises(ValueError, match=match):
         ising.ising_model(J, h)
+
+
+def test_parameters_at_the_limits_are_accepted():
+    """|E| = 1e6 exactly is within the limit; with atol = 0 an exactly symmetric J with an exactly
+    zero diagonal is accepted (the tolerances are upper bounds, not margins)."""
+    assert ising.ising_model(np.zeros((1, 1)), np.array([1e6])).n == 1
+    assert ising.ising_model(J3, H3, atol=0.0).n == 3
 
 
 def test_n_too_large_for_enumeration_names_the_limit():
