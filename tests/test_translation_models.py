@@ -91,18 +91,49 @@ def test_padir_decoder_never_sees_a_padded_position():
     assert m.length_logits(enc).shape == (2, 17)
 
 
-def test_dropout_drops_at_its_rate_and_follows_its_key():
+@pytest.mark.parametrize("rng", ["threefry", "hash"])
+def test_dropout_drops_at_its_rate_and_follows_its_key(rng):
     x = jnp.full((400, 2500), 3.0)
-    out = np.asarray(seq2seq.dropout(x, 0.1, jax.random.key(0)))
+    out = np.asarray(seq2seq.dropout(x, 0.1, jax.random.key(0), rng))
     dropped = float((out == 0).mean())
     assert abs(dropped - 0.1) <= 4.5 * np.sqrt(0.1 * 0.9 / out.size), dropped
     np.testing.assert_allclose(out[out != 0], 3.0 / 0.9, rtol=1e-6)  # inverted: the mean is kept
-    assert np.array_equal(out, np.asarray(seq2seq.dropout(x, 0.1, jax.random.key(0))))
-    other = np.asarray(seq2seq.dropout(x, 0.1, jax.random.key(1))) == 0
+    assert np.array_equal(out, np.asarray(seq2seq.dropout(x, 0.1, jax.random.key(0), rng)))
+    other = np.asarray(seq2seq.dropout(x, 0.1, jax.random.key(1), rng)) == 0
     assert 0.05 < float(((out == 0) != other).mean()) < 0.25  # another key, another mask (about 0.18 differ)
     rows = (out == 0).mean(1)  # no structure along the rows: each row's rate is binomial
     assert abs(float(rows.std()) - np.sqrt(0.1 * 0.9 / 2500)) < 0.002
-    assert seq2seq.dropout(x, 0.1, None) is x and seq2seq.dropout(x, 0.0, jax.random.key(0)) is x
+    assert seq2seq.dropout(x, 0.1, None, rng) is x and seq2seq.dropout(x, 0.0, jax.random.key(0), rng) is x
+
+
+def _fmix32(h):
+    """MurmurHash3's 32-bit finaliser, written from its published constants in numpy uint32."""
+    h = np.asarray(h, np.uint32)
+    with np.errstate(over="ignore"):
+        h = h ^ (h >> np.uint32(16))
+        h = h * np.uint32(0x85EBCA6B)
+        h = h ^ (h >> np.uint32(13))
+        h = h * np.uint32(0xC2B2AE35)
+        return h ^ (h >> np.uint32(16))
+
+
+def test_hash_dropout_bits_are_the_counter_hash_of_the_key():
+    """dropout_bits = fmix32(fmix32(i ^ s0) + s1) for the element counter i and two words s drawn
+    from the key; element i depends on i and the key only, so the bits do not depend on the
+    shape they are laid out in (sharding a batch leaves them alone). Over 2^32 elements refused."""
+    key = jax.random.key(3)
+    s = np.asarray(jax.random.bits(key, (2,), jnp.uint32))
+    i = np.arange(24, dtype=np.uint32)
+    with np.errstate(over="ignore"):
+        want = _fmix32(_fmix32(i ^ s[0]) + s[1])
+    np.testing.assert_array_equal(np.asarray(seq2seq.dropout_bits(key, (24,))), want)
+    np.testing.assert_array_equal(np.asarray(seq2seq.dropout_bits(key, (4, 6))), want.reshape(4, 6))
+    assert _fmix32(0) == 0 and len(set(_fmix32(np.arange(4096, dtype=np.uint32)).tolist())) == 4096  # a bijection
+    # dropout(rng="hash") drops exactly the elements whose bits fall below round(rate * 2^32)
+    out = np.asarray(seq2seq.dropout(jnp.ones((4, 6)), 0.25, key, "hash"))
+    np.testing.assert_array_equal(out == 0, want.reshape(4, 6) < round(0.25 * 2**32))
+    with pytest.raises(ValueError, match="2\\^32 counters"):
+        seq2seq.dropout_bits(key, (2**16, 2**16))
 
 
 def test_positional_attention_is_a_padir_option():
