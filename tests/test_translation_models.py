@@ -68,6 +68,17 @@ def test_ar_decoder_never_sees_the_future():
         assert float(jnp.triu(w_self, 1).max()) == 0.0
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_decode_takes_max_len_plus_one_positions_and_refuses_more(causal):
+    """The decoder's position table has max_len + 1 rows: a target of max_len + 1 positions
+    decodes, one more is refused, named (not read from a clamped position embedding)."""
+    m = tiny(causal)
+    enc, em = m.encode(ids(0, (1, 5)), jnp.ones((1, 5), bool))
+    assert m.decode(ids(1, (1, 17)), jnp.ones((1, 17), bool), enc, em).shape == (1, 17, 40)
+    with pytest.raises(ValueError, match="target length 18 exceeds ModelConfig.max_len \\+ 1 = 17"):
+        m.decode(ids(1, (1, 18)), jnp.ones((1, 18), bool), enc, em)
+
+
 def test_padir_decoder_never_sees_a_padded_position():
     m = tiny(False)
     src, sm = ids(0, (2, 9)), jnp.arange(9)[None] < jnp.array([[9], [5]])
