@@ -300,6 +300,9 @@ def test_bad_mask_distributions():
 
 
 def test_over_the_exact_limit():
+    from gmlm_lib.ising import blocks
+
+    blocks.check_exact_blocks(12, 12)  # at the limit: allowed
     big = ising.IsingModel(J=jnp.zeros((13, 13)), h=jnp.zeros(13))
     with pytest.raises(ValueError, match="n = 13 is over the limit n <= 12.*Monte Carlo"):
         fisher.hessian(big, masks.uniform_k(13, 1))

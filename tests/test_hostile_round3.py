@@ -364,6 +364,55 @@ def test_read_json_reports_a_folder_and_an_unreadable_file(tmp_path):
     assert runfolder.read_json(path, "the thing") == {"a": 1}
 
 
+def test_the_command_line_hands_batch_and_promote_their_arguments(capsys, monkeypatch, tmp_path):
+    """`batch` calls runner.run_batch with its chapters (the four translation chapters when none is
+    named), profile, --out, overrides and resolved paths, and returns its status; `promote` calls
+    runner.promote on its folder and names each promoted chapter (both replaced by stand-ins)."""
+    from gmlm_lib.book import __main__ as cli
+    from gmlm_lib.book import runner, sources
+
+    root = sources.find_root(pathlib.Path(__file__).parent)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sources, "find_root", lambda: root)
+    calls = []
+    monkeypatch.setattr(runner, "run_batch", lambda *a, **kw: calls.append((a, kw)) or 7)
+    monkeypatch.setattr(runner, "promote", lambda r, results: calls.append((r, results)) or ["padir", "stutter"])
+    assert cli.main(["batch", "full", "--out", "o", "--staged", "s", "--cache-out", "-p", "preset", "x"]) == 7
+    (names, profile, out, overrides), kw = calls[0]
+    assert names == list(runner.TRANSLATION_CHAPTERS) and profile == "full" and out == pathlib.Path("o")
+    assert overrides == {"preset": "x"} and kw["root"] == root and kw["staged"] == tmp_path / "s"
+    assert kw["sizing_from"] is None and kw["cache_from"] is None and kw["cache_out"] is True
+    assert cli.main(["batch", "smoke", "padir", "--out", "o", "--sizing-from", "r.tar.gz"]) == 7
+    assert calls[1][0][:2] == (["padir"], "smoke") and calls[1][1]["sizing_from"] == tmp_path / "r.tar.gz"
+    assert cli.main(["promote", "gpu-out"]) == 0
+    assert calls[2] == (root, pathlib.Path("gpu-out"))
+    assert capsys.readouterr().out.splitlines() == ["promoted padir: notebooks/padir.md and notebooks/padir.ipynb",
+                                                    "promoted stutter: notebooks/stutter.md and notebooks/stutter.ipynb"]
+
+
+def test_the_command_line_runs_check_sync_provenance_and_labels(capsys, monkeypatch):
+    """Each maintenance command calls its function (stand-ins here) and reports; `check` exits 1 with
+    each problem on stderr when there are problems, 0 without."""
+    from gmlm_lib.book import __main__ as cli
+    from gmlm_lib.book import checks, labels, sources
+
+    root = sources.find_root(pathlib.Path(__file__).parent)
+    monkeypatch.setattr(sources, "find_root", lambda: root)
+    found = [["padir: stale"], []]
+    monkeypatch.setattr(checks, "check_all", lambda r: found.pop(0))
+    monkeypatch.setattr(checks, "sync", lambda r: [root / "notebooks" / "padir.ipynb"])
+    monkeypatch.setattr(checks, "write_provenance_page", lambda r: root / "book" / "provenance.md")
+    monkeypatch.setattr(labels, "write_page", lambda r: root / "book" / "labels.md")
+    chapters = len(sources.toc_notebooks(root))
+    assert cli.main(["check"]) == 1
+    got = capsys.readouterr()
+    assert got.err == "padir: stale\n" and got.out == f"check: {chapters} chapters, 1 problem(s).\n"
+    assert cli.main(["check"]) == 0 and capsys.readouterr().out == f"check: {chapters} chapters, 0 problem(s).\n"
+    assert [cli.main([c]) for c in ("sync", "provenance", "labels")] == [0, 0, 0]
+    assert capsys.readouterr().out.splitlines() == ["updated notebooks/padir.ipynb", "wrote book/provenance.md",
+                                                    "wrote book/labels.md"]
+
+
 def test_the_command_line_stops_with_one_line(capsys, monkeypatch):
     import errno
 
@@ -382,6 +431,9 @@ def test_the_command_line_stops_with_one_line(capsys, monkeypatch):
                                   "succeeded).")
     assert cli.describe(runfolder.RunFolderError("run folder /r does not exist; pass ...")) == \
         "RunFolderError: run folder /r does not exist; pass ..."
+    # a system error without advice keeps its whole message (not its first argument, the errno)
+    assert cli.describe(OSError(errno.EIO, "Input/output error", "/x")) == "OSError: [Errno 5] Input/output error: '/x'"
+    assert cli.describe(KeyError("padir")) == "KeyError: padir"
 
 
 @pytest.mark.parametrize("call, error, words", [
