@@ -127,6 +127,14 @@ def transition(J, h, subsets, W):
     return P
 
 
+def second_eigenvalue(J, h, P):
+    """lambda_2 of a p-reversible transition matrix P: the second largest eigenvalue of the
+    symmetrised D^1/2 P D^-1/2 (its largest is 1, on constants)."""
+    p = probs(J, h)
+    A = np.sqrt(p)[:, None] * P / np.sqrt(p)[None, :]
+    return np.sort(np.linalg.eigvalsh(0.5 * (A + A.T)))[-2]
+
+
 def independent_parallel_transition(J, h):
     """P(x, y) = prod_i p(y_i | x_{-i}), from the one-site conditionals (Definition 11)."""
     n = len(h)

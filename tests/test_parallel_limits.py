@@ -73,8 +73,7 @@ def test_upper_bound_is_its_formula_and_the_ratio_takes_laws_with_zeros():
     J, h = brute.random_model(rng, 4, 0.7)
     model, dist, p = ising.ising_model(J, h), masks.uniform_k(4, 2), brute.probs(J, h)
     P = brute.transition(J, h, np.asarray(dist.subsets), np.tile(np.asarray(dist.weights), (16, 1)))
-    A = np.sqrt(p)[:, None] * P / np.sqrt(p)[None, :]
-    cp = 1 / (1 - np.sort(np.linalg.eigvalsh(0.5 * (A + A.T)))[-2])
+    cp = 1 / (1 - brute.second_eigenvalue(J, h, P))
     want = cp * np.log(1 / p.min() - 1) / (1 - 2 * p.min())
     assert tensorization.upper_bound(model, dist) == pytest.approx(want, rel=1e-9)
     q = rng.dirichlet(np.ones(16)) * np.repeat([0.0, 1.0], 8)
