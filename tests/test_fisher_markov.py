@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gmlm_lib import ising
-from gmlm_lib.ising import fisher, markov, masks
+from gmlm_lib.ising import blocks, fisher, markov, masks
 
 TOL = 1e-10
 
@@ -297,8 +297,6 @@ def test_bad_mask_distributions():
 
 
 def test_over_the_exact_limit():
-    from gmlm_lib.ising import blocks
-
     blocks.check_exact_blocks(12, 12)  # at the limit: allowed
     big = ising.IsingModel(J=jnp.zeros((13, 13)), h=jnp.zeros(13))
     with pytest.raises(ValueError, match="n = 13 is over the limit n <= 12.*Monte Carlo"):
@@ -314,8 +312,6 @@ def test_over_the_exact_limit():
 def test_conditional_given_mask_is_bayes_on_the_joint():
     """Lemma 3: p(x_S | x_-S, S) from blocks equals Bayes' rule on pi(x, S) = p(x) w(S|x); for a
     fixed w it is the plain conditional of gmlm_lib.ising (Lemma 2's contrast). [Lemmas 2-3; Definition 7]"""
-    from gmlm_lib.ising import blocks
-
     m, J, h = _model(8, 4)
     X = brute.states(4)
     p = brute.probs(J, h)

@@ -216,7 +216,7 @@ def _pair_losses(theta, ids, logw, *, n: int, sizes: tuple):
         live = jnp.isfinite(z)
         zmax = jax.ops.segment_max(z, ids[m], num_segments=2 ** (n - k))
         zmax = jnp.where(jnp.isfinite(zmax), zmax, 0.0)
-        tot = jax.ops.segment_sum(jnp.where(live, jnp.exp(z - zmax[ids[m]]), 0.0), ids[m], num_segments=2 ** (n - k))
+        tot = jax.ops.segment_sum(jnp.exp(z - zmax[ids[m]]), ids[m], num_segments=2 ** (n - k))
         lse = zmax + jnp.log(jnp.where(tot > 0, tot, 1.0))
         rows.append(jnp.where(live, -(jnp.where(live, z, 0.0) - lse[ids[m]]), 0.0))
     return jnp.stack(rows)
