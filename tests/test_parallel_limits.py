@@ -3,6 +3,8 @@ and the parallel decoder: checked against closed forms and brute force."""
 
 from __future__ import annotations
 
+import time
+
 import brute
 import jax
 import jax.numpy as jnp
@@ -184,10 +186,41 @@ def test_parallel_decoder_shapes_and_training_step():
             yield x, x  # copy task
     log = tr.train(model, batches(), 150, progress=False, log_every=50)
     assert log["losses"][-1][1] < 0.5 * log["losses"][0][1]
+    assert [t for t, _ in log["losses"]] == [50, 100, 150]
     with pytest.raises(ValueError, match=r"tokens must have shape \(batch, 5\)"):
         model(jnp.zeros((4, 6), jnp.int32))
     with pytest.raises(ValueError, match="divisible by heads"):
         tr.Config(vocab=2, outputs=2, length=4, d_model=10, heads=4)
+
+
+def test_parallel_decoder_training_logs_warms_up_and_times_as_documented(monkeypatch):
+    """``train``: the loss is logged every ``log_every`` steps and at the last one, the warm-up takes
+    ``warmup`` steps but never more than a tenth of the run, ``wall_s`` is the loop's wall time; one step
+    is a run, zero is refused."""
+    cfg = tr.Config(vocab=2, outputs=2, length=3, d_model=8, heads=2, layers=1, d_ff=8)
+    model = tr.ParallelDecoder(cfg, rngs=nnx.Rngs(0))
+    batches = iter(lambda: (np.zeros((2, 3), np.int32), np.ones((2, 3), np.int32)), None)
+    seen, logged = [], []
+    real = tr.optax.warmup_cosine_decay_schedule
+
+    def spy(init_value, peak_value, warmup_steps, decay_steps, *args, **kwargs):
+        seen.append((init_value, peak_value, warmup_steps, decay_steps))
+        return real(init_value, peak_value, warmup_steps, decay_steps, *args, **kwargs)
+
+    monkeypatch.setattr(tr.optax, "warmup_cosine_decay_schedule", spy)
+    start = time.perf_counter()
+    log = tr.train(model, batches, 7, learning_rate=0.01, warmup=3, log_every=3, progress=False,
+                   on_log=lambda t, loss: logged.append(t))
+    took = time.perf_counter() - start
+    assert [t for t, _ in log["losses"]] == logged == [3, 6, 7]
+    assert 0 < log["wall_s"] <= took
+    assert seen[-1] == (0.0, 0.01, 1, 7)  # a tenth of 7 steps rounds down to 0: one step of warm-up
+    tr.train(model, batches, 40, warmup=3, log_every=100, progress=False)
+    assert seen[-1][2:] == (3, 40)  # 3 steps, within a tenth of 40
+    one = tr.train(model, batches, 1, log_every=100, progress=False)
+    assert [t for t, _ in one["losses"]] == [1] and seen[-1][2:] == (1, 2)
+    with pytest.raises(ValueError, match="steps must be >= 1; got 0"):
+        tr.train(model, batches, 0, progress=False)
 
 
 def test_min_tv_to_a_product_of_the_perfectly_coupled_pair_is_sqrt2_minus_1():

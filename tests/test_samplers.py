@@ -285,6 +285,16 @@ def test_numpy_references_have_the_kernel_law(name):
         assert np.max(np.abs(freq - row) / se) < 4.5
 
 
+def test_numpy_k_gibbs_references_survive_fields_where_exp_overflows():
+    """The references shift the log-weights of the ``2^k`` completions by their maximum before ``exp``: at
+    fields of 400 (``exp(800)`` overflows) one 2-Gibbs step from all -1 sets its two sites to the favoured +1."""
+    J, h = np.zeros((5, 5)), np.full(5, 400.0)
+    for ref in (numpy_samplers.k_gibbs, numpy_samplers.k_gibbs_vectorised):
+        with np.errstate(over="raise", invalid="raise"):  # underflow to 0 is the point of the shift
+            ys = ref(J, h, -np.ones((50, 5), np.int8), 2, 1, np.random.default_rng(0))
+        np.testing.assert_array_equal((ys == 1).sum(1), 2)
+
+
 def test_throughput_report():
     ip = bench.throughput(8, 4, "independent-parallel", min_time=0.01, jax_steps=2)
     assert ip["speedup_vs_loop"] == pytest.approx(ip["jax"] / ip["numpy_loop"])
@@ -294,6 +304,60 @@ def test_throughput_report():
     assert kg["sampler"] == "2-Gibbs" and np.isnan(kg["ceiling_vs_loop"]) and np.isnan(kg["product_ceiling_vs_loop"])
     with pytest.raises(ValueError, match="sampler must be 'k-gibbs' or 'independent-parallel'"):
         bench.throughput(8, 4, "gibbs")
+
+
+@pytest.mark.parametrize("name", ["k-gibbs", "independent-parallel"])
+def test_throughput_follows_from_the_measured_times(monkeypatch, name):
+    """The report's numbers are the module's definitions applied to the contestants' times, checked on
+    stand-in times: site updates per second (k sites a k-Gibbs step, n an independent parallel step, per
+    chain), the speed-ups, and each ceiling as the loop's time per step over its floor's time per step.
+    Each contestant is timed for ``min_time``, on the documented model (couplings of scale 1/sqrt(n))."""
+    times = {"jax": 2.0, "loop": 3.0, "vec": 5.0, "floor": 7.0, "product": 11.0}
+    seen = {}
+
+    def stand_in(fns, total):
+        seen["names"], seen["total"] = sorted(fns), total
+        return {f: times[f] for f in fns}
+
+    real = bench.ising.random_model
+
+    def spy(key, n, coupling_scale, field_scale):
+        seen["scales"] = (coupling_scale, field_scale)
+        return real(key, n, coupling_scale, field_scale)
+
+    monkeypatch.setattr(bench, "best_times", stand_in)
+    monkeypatch.setattr(bench.ising, "random_model", spy)
+    n, chains, k, jax_steps, numpy_steps = 9, 4, 2, 6, 3
+    out = bench.throughput(n, chains, name, k, jax_steps=jax_steps, numpy_steps=numpy_steps, min_time=0.5)
+    assert seen["scales"] == pytest.approx((1 / 3, 0.3))
+    sites = k if name == "k-gibbs" else n
+    want = {"jax": chains * sites * jax_steps / 2.0, "numpy_loop": chains * sites * numpy_steps / 3.0,
+            "numpy_vectorised": chains * sites * numpy_steps / 5.0}
+    for field, value in want.items():
+        assert out[field] == pytest.approx(value)
+    assert out["speedup_vs_loop"] == pytest.approx(want["jax"] / want["numpy_loop"])
+    assert out["speedup_vs_vectorised"] == pytest.approx(want["jax"] / want["numpy_vectorised"])
+    if name == "k-gibbs":
+        assert seen["names"] == ["jax", "loop", "vec"] and seen["total"] == pytest.approx(1.5)
+    else:
+        assert seen["names"] == ["floor", "jax", "loop", "product", "vec"] and seen["total"] == pytest.approx(2.5)
+        assert out["ceiling_vs_loop"] == pytest.approx((3.0 / numpy_steps) / (7.0 / jax_steps))
+        assert out["product_ceiling_vs_loop"] == pytest.approx((3.0 / numpy_steps) / (11.0 / jax_steps))
+
+
+def test_floor_step_with_random_words_is_the_documented_comparison():
+    """The ceiling's floor step is, per site, ``(x J > 0) xor (word >= 2^31)`` with one uint32 word per site
+    from the keys ``chain_keys`` gives ``run_chains``: replayed step by step in NumPy from the same words."""
+    model = ising.random_model(jax.random.key(4), 6, 0.8, 0.3)
+    key = jax.random.key(2)
+    x0 = jnp.asarray(np.random.default_rng(3).choice([-1, 1], size=(3, 6)), jnp.int8)
+    want = np.asarray(x0, np.float64)
+    for t in range(5):
+        keys = samplers.chain_keys(key, t, 3)
+        words = np.asarray(jax.vmap(lambda c: jax.random.bits(c, (6,), dtype=jnp.uint32))(keys))
+        want = np.where((want @ np.asarray(model.J) > 0) ^ (words >= 2**31), 1, -1)
+    got = bench.parallel_step_floor(key, model, x0, 5)()
+    np.testing.assert_array_equal(np.asarray(got), want)
 
 
 def test_floor_steps_do_the_product_every_step():
@@ -340,7 +404,8 @@ out = {"sharded": samplers.chain_sharding(12) is not None}
 for name, s in [("2-gibbs", samplers.k_gibbs(model, 2)), ("ip", samplers.independent_parallel(model))]:
     r = samplers.run_chains(jax.random.key(5), s, x0, 40, target=plus, observe=lambda xs: jnp.mean(plus(xs)), thin=4)
     out[name] = [r.final.tolist(), r.hitting_time.tolist(), r.observations.tolist()]
-out["floor"] = bench.parallel_step_floor(jax.random.key(5), model, x0, 3)().tolist()
+floor = bench.parallel_step_floor(jax.random.key(5), model, x0, 3)()
+out["floor"], out["floor_devices"] = floor.tolist(), len(floor.sharding.device_set)
 print(json.dumps(out))
 """
 
@@ -358,6 +423,7 @@ def test_chains_sharded_over_cpu_cores_match_one_device():
         assert res.returncode == 0, res.stderr[-3000:]
         runs[count] = json.loads(res.stdout.strip().splitlines()[-1])
     assert not runs[1].pop("sharded") and runs[2].pop("sharded")
+    assert (runs[1].pop("floor_devices"), runs[2].pop("floor_devices")) == (1, 2)
     assert runs[1] == runs[2]
     assert sum(t > 0 for t in runs[1]["2-gibbs"][1]) >= 6  # the chains moved: most reached X_+
 

@@ -1,11 +1,14 @@
-"""The book's table style: what a reader sees in each cell and index."""
+"""The book's table and figure style: what a reader sees in each cell and index, and how sharp a figure is."""
 
 import re
 
+import matplotlib as mpl
 import numpy as np
 import pandas as pd
 import pytest
 
+from gmlm_lib.book.browser import MIN_DENSITY
+from gmlm_lib.core import plotting
 from gmlm_lib.core.tables import FORMATS, column_format, present
 
 
@@ -112,3 +115,23 @@ def test_an_object_column_of_floats_follows_the_column_rule_not_the_default_prec
 def test_a_column_of_words_and_numbers_shows_its_numbers_with_three_decimals():
     cells = _cells(present(pd.DataFrame({"x": ["not reached", 0.1234567]})))
     assert cells[1:] == ["not reached", "0.123"]
+
+
+def test_figure_style_asks_a_notebook_for_retina_pngs_and_nothing_elsewhere(monkeypatch):
+    """``set_style``: in IPython the inline backend draws "retina" PNGs, so a figure carries the browser
+    check's MIN_DENSITY image pixels per displayed pixel (saved at that multiple of its dpi); outside IPython
+    it asks the backend nothing."""
+    import IPython
+    import matplotlib_inline.backend_inline as inline
+
+    asked = []
+    monkeypatch.setattr(inline, "set_matplotlib_formats", lambda *formats: asked.append(formats))
+    with mpl.rc_context():
+        monkeypatch.setattr(IPython, "get_ipython", lambda: None)
+        plotting.set_style()
+        assert asked == []
+        monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+        plotting.set_style()
+        assert asked == [("retina",)]
+        assert mpl.rcParams["savefig.dpi"] / mpl.rcParams["figure.dpi"] >= MIN_DENSITY
+    assert len(plotting.colors(7)) == 7
