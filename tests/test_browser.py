@@ -23,6 +23,18 @@ KNOWN: dict[str, tuple[str, ...]] = {"notebooks/ablations.html": _BEFORE_FORMATT
 _ONE_PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 
 
+def _png_base64(side: int) -> str:
+    """A ``side`` x ``side`` PNG, base64-encoded for a data URL."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (side, side), "white").save(buf, "PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
 def _need_browser():
     try:
         browser.find_browser()
@@ -87,8 +99,20 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
         "raw role": text.replace("</article>", "<p>preset <code>{glue:text}</code>preset_name``, "
                                  "{glue:text}`hardware` and <code>`code`</code></p></article>", 1),
         "small svg text": text.replace("</article>", '<figure><svg width="400" height="100" viewBox="0 0 400 100"><text '
-                                       'x="10" y="50" font-size="6">tiny</text></svg></figure></article>', 1),
+                                       'x="10" y="50" font-size="10">tiny</text></svg></figure></article>', 1),
+        "svg text at the limit": text.replace("</article>", '<figure><svg width="400" height="100" viewBox="0 0 400 100">'
+                                              '<text x="10" y="50" font-size="12">9 pt</text></svg></figure></article>', 1),
+        "svg figures": text.replace("</article>", '<figure><img src="at-limit.svg" style="width: 400px" alt="9 pt">'
+                                    '<img src="small.svg" style="width: 400px" alt="7.5 pt"></figure></article>', 1),
+        "sharp figure": text.replace("</article>", f'<figure><img src="data:image/png;base64,{_png_base64(4)}" '
+                                     'style="width: 2px" alt="two pixels a pixel"></figure></article>', 1),
+        "boxes": text.replace("</article>", "".join(
+            f'<div class="admonition" style="height: {h}px; box-sizing: border-box; margin: 0; padding: 0">'
+            '<p class="admonition-title">What this run found</p></div>' for h in (900, 901)) + "</article>", 1),
     }
+    for name, size in [("at-limit", 12), ("small", 10)]:  # 400 user units shown 400 px wide: size * 0.75 pt
+        (page.parent / f"{name}.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="400" height="100" '
+                                                 f'viewBox="0 0 400 100"><text y="50" font-size="{size}">a</text></svg>')
     drv = browser.open_browser()
     try:
         found = {}
@@ -108,7 +132,10 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
         "raster figure with 0.00 image pixels per displayed pixel (at least 2)"), found["blurry figure"]
     assert found["raw role"] == ["unrendered markup in the text: 'preset_name``,'",
                                  "unrendered markup in the text: '{glue:text}`hardware`'"], found["raw role"]
-    assert found["small svg text"] == ["inline SVG text renders at 4.5 pt (at least 9)"], found["small svg text"]
+    assert found["small svg text"] == ["inline SVG text renders at 7.5 pt (at least 9)"], found["small svg text"]
+    assert found["svg text at the limit"] == [] and found["sharp figure"] == [], found
+    assert found["svg figures"] == ["SVG figure text renders at 7.5 pt (at least 9): small.svg"], found["svg figures"]
+    assert found["boxes"] == ["'What this run found' box is 901 px tall, more than the 900 px screen"], found["boxes"]
 
 
 def test_svg_figure_text_is_measured_at_its_displayed_size(tmp_path):
@@ -130,6 +157,10 @@ def test_svg_figure_text_is_measured_at_its_displayed_size(tmp_path):
     (tmp_path / "g.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="100" height="50" viewBox="0 0 100 50">'
                                     '<text font-size="12px">a</text><text style="font-size: 16px">b</text></svg>')
     assert browser.svg_text_pt(tmp_path / "g.svg", 50) == pytest.approx(12 * 0.5 * 0.75)
+    assert browser.svg_text_pt(tmp_path / "g.svg", 1) == pytest.approx(12 / 100 * 0.75)
+    assert browser.svg_text_pt(tmp_path / "g.svg", 0) is None  # not shown: no size to judge
+    (tmp_path / "p.svg").write_text('<svg width="100" height="50"><text font-size="9pt">a</text></svg>')
+    assert browser.svg_text_pt(tmp_path / "p.svg", 100) == pytest.approx(9.0)  # 9 pt = 12 user units at scale 1
     (tmp_path / "h.svg").write_text('<svg width="100" height="50"><rect width="1" height="1"/></svg>')
     assert browser.svg_text_pt(tmp_path / "h.svg", 50) is None and browser.svg_text_pt(None, 50) is None
 
@@ -152,3 +183,30 @@ def test_a_redirect_page_is_read_not_loaded(tmp_path):
     page = tmp_path / "page.html"
     page.write_text('<html><head><meta http-equiv="refresh" content="30; url=x.html"></head><body><p>text</p></body></html>')
     assert browser.redirect_target(page) is None
+
+
+def test_the_browser_and_its_driver_are_found_or_named(monkeypatch):
+    """Chromium under either of its names, and its driver; without one of them the error names the install."""
+    import shutil as shutil_module
+
+    def which(have):
+        return lambda name: f"/usr/bin/{name}" if name in have else None
+
+    monkeypatch.setattr(shutil_module, "which", which({"chromium-browser", "chromedriver"}))
+    assert browser.find_browser() == ("/usr/bin/chromium-browser", "/usr/bin/chromedriver")
+    monkeypatch.setattr(shutil_module, "which", which({"chromium", "chromium-browser", "chromedriver"}))
+    assert browser.find_browser() == ("/usr/bin/chromium", "/usr/bin/chromedriver")
+    for have in ({"chromium"}, {"chromedriver"}, set()):
+        monkeypatch.setattr(shutil_module, "which", which(have))
+        with pytest.raises(FileNotFoundError, match="apt-get install chromium chromium-driver"):
+            browser.find_browser()
+
+
+def test_only_a_local_relative_source_names_a_file_of_the_build(tmp_path):
+    """A figure's ``src`` names a file next to its page, without its query or fragment; a URL, a data URL or
+    nothing names none (an SVG given so is not measured from a file)."""
+    page = tmp_path / "notebooks" / "page.html"
+    assert browser._local(page, "fig.svg?v=2#top") == (tmp_path / "notebooks" / "fig.svg").resolve()
+    assert browser._local(page, "../_images/a.svg") == (tmp_path / "_images" / "a.svg").resolve()
+    for src in ("", "https://example.org/a.svg", "data:image/svg+xml;base64,PHN2Zz4="):
+        assert browser._local(page, src) is None
