@@ -100,8 +100,9 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
                                  "{glue:text}`hardware` and <code>`code`</code></p></article>", 1),
         "small svg text": text.replace("</article>", '<figure><svg width="400" height="100" viewBox="0 0 400 100"><text '
                                        'x="10" y="50" font-size="10">tiny</text></svg></figure></article>', 1),
-        "svg text at the limit": text.replace("</article>", '<figure><svg width="400" height="100" viewBox="0 0 400 100">'
-                                              '<text x="10" y="50" font-size="12">9 pt</text></svg></figure></article>', 1),
+        "svg text at the limit": text.replace(
+            "</article>", '<figure><svg width="400" height="100" viewBox="0 0 400 100"><text x="10" y="50" '
+            'font-size="12">9 pt</text></svg></figure></article>', 1),
         "svg figures": text.replace("</article>", '<figure><img src="at-limit.svg" style="width: 400px" alt="9 pt">'
                                     '<img src="small.svg" style="width: 400px" alt="7.5 pt"></figure></article>', 1),
         "sharp figure": text.replace("</article>", f'<figure><img src="data:image/png;base64,{_png_base64(4)}" '
@@ -111,8 +112,9 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
             '<p class="admonition-title">What this run found</p></div>' for h in (900, 901)) + "</article>", 1),
     }
     for name, size in [("at-limit", 12), ("small", 10)]:  # 400 user units shown 400 px wide: size * 0.75 pt
-        (page.parent / f"{name}.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="400" height="100" '
-                                                 f'viewBox="0 0 400 100"><text y="50" font-size="{size}">a</text></svg>')
+        (page.parent / f"{name}.svg").write_text(
+            '<svg xmlns="http://www.w3.org/2000/svg" width="400" height="100" viewBox="0 0 400 100">'
+            f'<text y="50" font-size="{size}">a</text></svg>')
     drv = browser.open_browser()
     try:
         found = {}
