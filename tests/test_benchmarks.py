@@ -6,6 +6,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,17 @@ def run_script(name: str, *args: str, cwd: Path) -> str:
     return done.stdout
 
 
+def run_timed(name: str, *args: str, cwd: Path) -> tuple[str, float]:
+    """``run_script``'s output and the seconds the run took, measured from outside it: a record's
+    ``wall_s`` must lie within them."""
+    start = time.time()
+    stdout = run_script(name, *args, cwd=cwd)
+    return stdout, time.time() - start
+
+
 def test_decode_units_measures_the_units_and_the_bound(tmp_path):
     out = tmp_path / "units.json"
-    stdout = run_script("decode_units.py", "--vocab", "64", "--d-model", "32", "--heads", "2", "--layers", "1",
+    stdout, took = run_timed("decode_units.py", "--vocab", "64", "--d-model", "32", "--heads", "2", "--layers", "1",
                         "--d-ff", "64", "--max-len", "16", "--widths", "8", "16", "--hyps", "2", "--passes", "1", "4",
                         "--ar-steps", "10", "--min-time", "0.03", "--json", str(out), cwd=tmp_path)
     rec = json.loads(out.read_text())
@@ -43,11 +52,12 @@ def test_decode_units_measures_the_units_and_the_bound(tmp_path):
     assert rec["size"]["d_model"] == 32 and rec["size"]["vocab"] == 64  # the overrides, not the preset
     assert "one pass (#hyp 1) =" in stdout and rec["machine"]["backend"]
     assert rec["commit"] == LIBRARY_COMMIT  # the library's, though the script ran outside the repository
+    assert 0 < rec["wall_s"] <= took
 
 
 def test_sampler_throughput_reports_every_sampler(tmp_path):
     out = tmp_path / "throughput.json"
-    run_script("sampler_throughput.py", "--n", "8", "--chains", "4", "--k", "1", "2", "--min-time", "0.05",
+    _, took = run_timed("sampler_throughput.py", "--n", "8", "--chains", "4", "--k", "1", "2", "--min-time", "0.05",
                "--dtype", "float64", "float32", "--json", str(out), cwd=tmp_path)
     rec = json.loads(out.read_text())
     assert [(r["n"], r["sampler"], r["dtype"]) for r in rec["rows"]] == [
@@ -60,30 +70,42 @@ def test_sampler_throughput_reports_every_sampler(tmp_path):
             assert all(c > 0 for c in ceilings)
         else:
             assert all(math.isnan(c) for c in ceilings)
-    assert rec["commit"] == LIBRARY_COMMIT
+    assert rec["commit"] == LIBRARY_COMMIT and 0 < rec["wall_s"] <= took
 
 
 @pytest.mark.slow
 def test_train_step_times_every_setting_and_compares_with_before(tmp_path):
-    """benchmarks/train_step.py on the tiny preset: every saving on and off, tokens/s per GFLOP/s, x before."""
+    """benchmarks/train_step.py on the tiny preset: every saving on and off, tokens/s per GFLOP/s, x before
+    (the same kind's "before"). An epoch's time is the sum of its batches' update times, so with one length
+    bucket it is the batches times that bucket's time; settings with the same buckets read the same epoch's
+    real tokens (each bucket's last partial batch is left out of an epoch, so other buckets keep others)."""
     out = tmp_path / "train_step.json"
-    stdout = run_script("train_step.py", "--preset", "multi30k_tiny", "--sentences", "200", "--kinds", "ar",
-                        "--rounds", "1", "--chain", "2", "--coarse", "64", "--fine", "24", "64", "--json", str(out),
-                        cwd=tmp_path)
+    stdout, took = run_timed("train_step.py", "--preset", "multi30k_tiny", "--sentences", "200", "--kinds", "ar",
+                             "padir", "--rounds", "1", "--chain", "2", "--coarse", "64", "--fine", "24", "64", "--json",
+                             str(out), cwd=tmp_path)
     rec = json.loads(out.read_text())
-    settings = [r["setting"] for r in rec["results"]]
-    assert settings == ["before (all off)", "late read only", "hash dropout only", "fine buckets only", "after (all on)"]
-    for r in rec["results"]:
-        assert r["kind"] == "ar" and r["epoch_s"] > 0 and r["tokens_per_s"] > 0 and r["step_ms"]
-        assert r["tokens_per_gflop"] == pytest.approx(r["tokens_per_s"] / (rec["peak_flops"] / 1e9))
-        before = rec["results"][0]["tokens_per_s"]
-        assert r["speedup"] == pytest.approx(r["tokens_per_s"] / before)
-    assert rec["results"][3]["buckets"] == [24, 64] and rec["results"][0]["buckets"] == [64]
+    names = ["before (all off)", "late read only", "hash dropout only", "fine buckets only", "after (all on)"]
+    assert [(r["kind"], r["setting"]) for r in rec["results"]] == [(k, n) for k in ("ar", "padir") for n in names]
+    for kind in ("ar", "padir"):
+        rows = [r for r in rec["results"] if r["kind"] == kind]
+        tokens = [r["tokens_per_s"] * r["epoch_s"] for r in rows]  # the real tokens of one epoch
+        assert tokens == pytest.approx([tokens[0]] * 3 + [tokens[3]] * 2) and min(tokens) > 200
+        for r in rows:
+            assert r["epoch_s"] > 0 and r["step_ms"] and max(r["step_ms"].values()) / 1e3 <= took
+            assert r["tokens_per_gflop"] == pytest.approx(r["tokens_per_s"] / (rec["peak_flops"] / 1e9))
+            assert r["speedup"] == pytest.approx(r["tokens_per_s"] / rows[0]["tokens_per_s"])
+            if r["buckets"] == [64]:
+                assert r["epoch_s"] == pytest.approx(r["batches_per_epoch"] * r["step_ms"]["64"] / 1e3)
+        assert rows[3]["buckets"] == [24, 64] and rows[0]["buckets"] == [64]
     assert rec["params"]["preset"] == "multi30k_tiny"
-    assert "x before" in stdout and rec["commit"] == LIBRARY_COMMIT
-    bad = subprocess.run([sys.executable, str(BENCHMARKS / "train_step.py"), "--preset", "tpu"], capture_output=True,
-                         text=True, cwd=tmp_path, timeout=120)
-    assert bad.returncode == 2 and "preset must be" in bad.stderr
+    assert "x before" in stdout and rec["commit"] == LIBRARY_COMMIT and 0 < rec["wall_s"] <= took
+    for args, says in [(["--preset", "tpu"], "preset must be"), (["--rounds", "0"], "--rounds must be >= 1"),
+                       (["--chain", "1"], "--chain >= 2"), (["--sentences", "-1"], "--sentences >= 0"),
+                       (["--coarse", "24", "16"], "increasing lists"), (["--fine", "16", "16"], "increasing lists"),
+                       (["--fine", "0", "24"], "lengths >= 1")]:
+        bad = subprocess.run([sys.executable, str(BENCHMARKS / "train_step.py"), *args], capture_output=True,
+                             text=True, cwd=tmp_path, timeout=120)
+        assert bad.returncode == 2 and says in bad.stderr, (args, bad.stderr[-500:])
 
 
 def test_compile_probe_measures_each_flag_setting_in_its_own_process_and_reports_a_bad_flag(tmp_path):
