@@ -110,10 +110,12 @@ def test_train_step_times_every_setting_and_compares_with_before(tmp_path):
 
 def test_compile_probe_measures_each_flag_setting_in_its_own_process_and_reports_a_bad_flag(tmp_path):
     out = tmp_path / "probe.json"
+    start = time.time()
     done = subprocess.run([sys.executable, str(BENCHMARKS / "compile_probe.py"), "--preset", "multi30k_tiny",
                            "--kinds", "ar", "padir", "--train-sentences", "200", "--sentences", "2", "--repeats", "1",
                            "--flags=", "--flags=--xla_no_such_flag=1",  # two good settings: the cache test below
                            "--json", str(out)], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    took = time.time() - start
     assert done.returncode == 1, done.stderr[-3000:]  # one setting failed: said in the exit status
     rec = json.loads(out.read_text())
     good, bad = rec["settings"]
@@ -123,9 +125,11 @@ def test_compile_probe_measures_each_flag_setting_in_its_own_process_and_reports
     assert all(r["run_ms"] > 0 and r["first_s"] > 0 for r in good["rows"])
     assert all(r["programs"] >= 1 and r["compile_s"] > 0 for r in good["rows"] if r["what"] == "update")
     assert all(r["busy_ms"] > 0 and 0 < r["busy_fraction"] <= 1 for r in good["rows"] if r["what"] == "decode")
-    assert good["machine"]["backend"] and good["process_s"] >= good["wall_s"] > 0
-    assert not bad["ok"] and "xla_no_such_flag" in bad["error"]
+    assert good["machine"]["backend"] and took >= good["process_s"] >= good["wall_s"] > 0
+    assert all(r["first_s"] <= good["wall_s"] and r["run_ms"] / 1e3 <= good["wall_s"] for r in good["rows"])
+    assert not bad["ok"] and "xla_no_such_flag" in bad["error"] and 0 < bad["process_s"] <= took
     assert "| --xla_no_such_flag=1 | failed: " in done.stdout and "| (defaults) | padir | update |" in done.stdout
+    assert "| (defaults) | ar | batch-1 greedy |" in done.stdout
     assert rec["commit"] == LIBRARY_COMMIT and rec["preset"] == "multi30k_tiny"
 
 
@@ -220,7 +224,7 @@ def test_compile_probe_names_the_defaults_when_they_fail_or_run_past_the_timeout
     assert done.returncode == 1, done.stderr[-3000:]
     rec = json.loads(out.read_text())
     assert [s["ok"] for s in rec["settings"]] == [False, False]
-    assert all("timed out after 1 s (--timeout)" in s["error"] for s in rec["settings"])
+    assert all("timed out after 1 s (--timeout)" in s["error"] and 1 <= s["process_s"] < 60 for s in rec["settings"])
     assert chosen.read_text() == "\n" and "XLA's defaults, unprobed: " in rec["chosen"]["why"]
     env = {**os.environ, "XLA_FLAGS": "--xla_no_such_flag=1"}  # every child, the defaults' too, aborts at start
     done = subprocess.run([*base, "--flags="], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
@@ -230,6 +234,9 @@ def test_compile_probe_names_the_defaults_when_they_fail_or_run_past_the_timeout
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)  # the defaults not probed at all
     assert done.returncode == 1 and chosen.read_text() == "\n", done.stderr[-3000:]
     assert "must be among the settings" in json.loads(out.read_text())["chosen"]["why"]
+    done = subprocess.run([*base, "--flags=", "--flags=--xla_no_such_flag=1"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)  # the defaults ran: a failed other setting is passed over
+    assert done.returncode == 0 and chosen.read_text() == "\n", done.stderr[-3000:]
 
 
 def _probe_module():
@@ -258,6 +265,8 @@ def test_compile_probe_chooses_the_defaults_unless_a_setting_compiles_faster_wit
     assert "XLA's defaults" in probe.choose([base])[1]
     assert probe.choose([base, _setting("--d", (50.0, 9.0), (20.0, 3.0))])[0] == ""  # runs faster, compiles slower
     assert probe.choose([base, faster_but_slow], slack=1.6)[0] == "--b"
+    assert probe.choose([base, faster_but_slow], slack=1.5)[0] == "--b"  # exactly the slack: allowed
+    assert probe.choose([base, _setting("--e", (40.0, 8.0), (20.0, 3.0))])[0] == ""  # as fast to compile: defaults
     with pytest.raises(ValueError, match="must be among the settings"):
         probe.choose([fast])
     with pytest.raises(ValueError, match="they failed"):
