@@ -127,9 +127,12 @@ def test_compile_probe_measures_each_flag_setting_in_its_own_process_and_reports
     assert all(r["busy_ms"] > 0 and 0 < r["busy_fraction"] <= 1 for r in good["rows"] if r["what"] == "decode")
     assert good["machine"]["backend"] and took >= good["process_s"] >= good["wall_s"] > 0
     assert all(r["first_s"] <= good["wall_s"] and r["run_ms"] / 1e3 <= good["wall_s"] for r in good["rows"])
+    assert all(r["run_ms"] / 1e3 <= r["first_s"] for r in good["rows"] if r["what"] == "update")  # no compiling
     assert not bad["ok"] and "xla_no_such_flag" in bad["error"] and 0 < bad["process_s"] <= took
     assert "| --xla_no_such_flag=1 | failed: " in done.stdout and "| (defaults) | padir | update |" in done.stdout
-    assert "| (defaults) | ar | batch-1 greedy |" in done.stdout
+    shown = [line.split(" | ")[1:3] for line in done.stdout.splitlines() if line.startswith("| (defaults) |")]
+    assert shown == [["ar", "update"], ["ar", "batch-1 greedy"], ["padir", "update"],
+                     ["padir", "batch-1 padir T=4, #hyp=3"], ["all", "process wall time"]], shown
     assert rec["commit"] == LIBRARY_COMMIT and rec["preset"] == "multi30k_tiny"
 
 
@@ -186,6 +189,7 @@ def test_compile_probe_leaves_the_chosen_settings_programs_in_the_runs_cache(tmp
     env = {**os.environ, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
     probe = [sys.executable, str(BENCHMARKS / "compile_probe.py"), "--preset", "multi30k_tiny", "--kinds", "padir",
              "--sentences", "2", "--repeats", "1", "--choose", str(chosen), "--cache", str(cache)]
+    cache.mkdir()  # an empty folder is no cache yet: the probe fills it
     done = subprocess.run([*probe, "--flags=", "--flags=--xla_gpu_autotune_level=0", "--json", str(out)],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -207,8 +211,10 @@ def test_compile_probe_leaves_the_chosen_settings_programs_in_the_runs_cache(tmp
                            env=env, timeout=600)
     assert again.returncode == 0 and "already holds files" in again.stderr, again.stderr[-3000:]
     assert sorted(p.name for p in cache.iterdir()) == before
-    bad = subprocess.run([*probe[:-4], "--cache", str(cache)], capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "needs --choose" in bad.stderr
+    for more, says in [([], "needs --choose"), (["--train-sentences", "0"], "needs --choose"),  # 0: the whole split
+                       (["--train-sentences", "-1"], "--train-sentences must be >= 0")]:
+        bad = subprocess.run([*probe[:-4], "--cache", str(cache), *more], capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2 and says in bad.stderr, (more, bad.stderr[-500:])
 
 
 def test_compile_probe_names_the_defaults_when_they_fail_or_run_past_the_timeout(tmp_path):
