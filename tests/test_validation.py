@@ -149,6 +149,28 @@ def test_a_killed_validated_run_resumes_to_the_same_curve_and_selection(tmp_path
     assert resumed.selected_step == whole.selected_step
 
 
+def test_a_validated_run_resumed_from_an_earlier_checkpoint_drops_the_lost_val_rows(tmp_path):
+    """Killed at step 12 with checkpoint 10 damaged, the run falls back to checkpoint 5: the val row of step
+    10 belongs to the lost part of the run and is dropped before training goes on, so the resumed curve and
+    ``val.jsonl`` hold each step once."""
+    def kill(step, _loss):
+        if step == 12:
+            raise KeyboardInterrupt
+
+    run = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):
+        training.train(_cfg(), _batcher(8, 1), run, val=_batcher(24, 2), progress=False, on_step=kill)
+    assert [json.loads(line)["step"] for line in (run / "val.jsonl").read_text().splitlines()] == [5, 10]
+    for p in (run / "checkpoints" / "10").rglob("*"):  # cut every file of checkpoint 10 in half
+        if p.is_file() and p.stat().st_size > 64:
+            p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+    with pytest.warns(UserWarning, match="checkpoint of step 10 is damaged"):
+        resumed = training.train(_cfg(), _batcher(8, 1), run, val=_batcher(24, 2), progress=False)
+    assert [s for s, _ in resumed.val_losses] == [5, 10, 15, 20]
+    rows = [json.loads(line) for line in (run / "val.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["val_loss"]) for r in rows] == list(resumed.val_losses)
+
+
 def test_a_folder_is_validated_on_one_val_split_or_none(tmp_path):
     run = tmp_path / "run"
     training.train(_cfg(), _batcher(8, 1), run, val=_batcher(24, 2), progress=False)
