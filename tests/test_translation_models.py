@@ -1042,8 +1042,11 @@ def test_bad_training_inputs():
     mc = seq2seq.ModelConfig(vocab=40, causal=True, max_len=16)
     with pytest.raises(ValueError, match="causal"):
         training.TrainConfig(kind="padir", model=mc)
-    with pytest.raises(ValueError, match="kind"):
-        training.TrainConfig(kind="nat", model=mc)
+    for model in (mc, seq2seq.ModelConfig(vocab=40, causal=False, max_len=16)):  # either causality
+        with pytest.raises(ValueError, match="TrainConfig.kind must be 'ar' or 'padir'; got 'nat'"):
+            training.TrainConfig(kind="nat", model=model)
+    with pytest.raises(ValueError, match="TrainConfig.fill must be 'random' or 'mask'; got 'bert'"):
+        _cfg("padir", fill="bert")
     with pytest.raises(ValueError, match="buckets"):
         training.TrainConfig(kind="ar", model=mc)  # default buckets reach 64 > max_len 16
     with pytest.raises(ValueError, match="optimizer"):
