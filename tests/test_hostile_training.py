@@ -240,6 +240,18 @@ def test_a_run_killed_during_a_checkpoint_save_resumes_exactly(point, tmp_path, 
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["4", "6"]
 
 
+def test_a_checkpoint_digest_covers_every_value_dtype_and_shape():
+    """The digest stored with a checkpoint changes with any one value, a dtype, a shape or the tree order, so
+    a checkpoint whose numbers changed (readable, of the right shapes) cannot pass for the one saved."""
+    state = {"w": np.zeros((2, 3), np.float32), "b": np.arange(3, dtype=np.int32)}
+    same = runfolder.digest({"w": np.zeros((2, 3), np.float32), "b": np.arange(3, dtype=np.int32)})
+    assert runfolder.digest(state) == same and len(same) == 64
+    changed = [{**state, "w": state["w"].copy()}, {**state, "w": state["w"].astype(np.float64)},
+               {**state, "w": state["w"].reshape(3, 2)}, {"w": state["b"], "b": state["w"]}]
+    changed[0]["w"][1, 2] = 1e-30
+    assert len({same, *(runfolder.digest(s) for s in changed)}) == 5
+
+
 def test_a_torn_metrics_line_is_dropped_with_a_warning(tmp_path):
     cfg, batcher = _cfg(), _batcher()
 
