@@ -231,7 +231,7 @@ def test_trainconfig_replace_routes_model_fields():
 
 
 def test_open_run_says_how_to_make_a_run_folder(tmp_path):
-    with pytest.raises(FileNotFoundError, match="PaDIR chapter"):
+    with pytest.raises(FileNotFoundError, match="has no spm.model; produce it with the PaDIR chapter"):
         experiment.open_run(tmp_path)
     V.train(["a b c d e f g h"] * 50 + ["x y z w"] * 50, 30).save(tmp_path / "spm.model")
     with pytest.raises(FileNotFoundError, match="'ar'"):
