@@ -97,6 +97,12 @@ def test_a_number_is_finite_and_a_number(value):
         checks.real(value, "rate", low=0.0, high=1.0)
 
 
+def test_a_mask_of_words_or_objects_is_refused_by_its_dtype():
+    for value in (np.array(["1", "0"]), np.array([True, None], dtype=object)):
+        with pytest.raises(TypeError, match=rf"m must be a boolean array \(or 0/1 numbers\); got dtype {value.dtype}"):
+            checks.mask(value, "m")
+
+
 def test_a_mask_of_one_half_is_not_read_as_true():
     with pytest.raises(ValueError, match=r"m must be a boolean mask.*1 other entries \(e.g. 0.5\)"):
         checks.mask(np.array([0.5, 0.0]), "m")
