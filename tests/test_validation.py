@@ -171,6 +171,25 @@ def test_a_validated_run_resumed_from_an_earlier_checkpoint_drops_the_lost_val_r
     assert [(r["step"], r["val_loss"]) for r in rows] == list(resumed.val_losses)
 
 
+@pytest.mark.parametrize("what", ["parameters", "val loss"])
+def test_non_finite_parameters_or_val_loss_stop_the_run_before_its_checkpoint(tmp_path, monkeypatch, what):
+    """A finite training loss can come with non-finite parameters or a non-finite val loss: either stops the
+    run at the checkpoint, before it is saved, and the run is not marked finished."""
+    if what == "parameters":
+        monkeypatch.setattr(runfolder, "all_finite", lambda tree: False)
+        words = "the parameters hold non-finite numbers at step 5"
+    else:
+        monkeypatch.setattr(training._Validation, "score", lambda self, *args: float("nan"))
+        words = "the validation loss is nan at step 5"
+    run = tmp_path / "run"
+    with pytest.raises(FloatingPointError, match=words):
+        training.train(_cfg(), _batcher(8, 1), run, val=_batcher(24, 2), progress=False)
+    saved = sorted(p.name for p in (run / "checkpoints").iterdir()) if (run / "checkpoints").is_dir() else []
+    assert saved == []
+    record = json.loads((run / "run.json").read_text()) if (run / "run.json").exists() else {}
+    assert record.get("final_loss") is None
+
+
 def test_a_folder_is_validated_on_one_val_split_or_none(tmp_path):
     run = tmp_path / "run"
     training.train(_cfg(), _batcher(8, 1), run, val=_batcher(24, 2), progress=False)
