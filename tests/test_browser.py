@@ -20,7 +20,6 @@ from conftest import ROOT
 # sources that the GPU run executes have both. page -> the starts of the problems' descriptions.
 _BEFORE_FORMATTER = ("table cell with more than 4 decimals", "raster figure with")
 KNOWN: dict[str, tuple[str, ...]] = {"notebooks/ablations.html": _BEFORE_FORMATTER}
-_ONE_PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 
 
 def _png_base64(side: int) -> str:
@@ -94,7 +93,7 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
         "long decimals": text.replace("</article>", "<table><tr><td>1411.006051</td><td>0.5000</td></tr></table></article>", 1),
         "unnumbered reference": text.replace("</article>", '<p><a class="reference internal" href="#top">Proposition '
                                              "</a> and <a class=\"reference internal\" href=\"#top\">Theorem 2</a></p></article>", 1),
-        "blurry figure": text.replace("</article>", f'<figure><img src="data:image/png;base64,{_ONE_PIXEL_PNG}" '
+        "blurry figure": text.replace("</article>", f'<figure><img src="data:image/png;base64,{_png_base64(1)}" '
                                       'style="width: 400px" alt="one pixel"></figure></article>', 1),
         "raw role": text.replace("</article>", "<p>preset <code>{glue:text}</code>preset_name``, "
                                  "{glue:text}`hardware` and <code>`code`</code></p></article>", 1),
