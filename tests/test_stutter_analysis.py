@@ -238,4 +238,6 @@ def test_open_run_says_how_to_make_a_run_folder(tmp_path):
         experiment.open_run(tmp_path)
     with pytest.raises(ValueError, match="unknown part"):
         experiment.open_run(tmp_path, need=("teacher",))
+    with pytest.raises(FileNotFoundError, match=r"has no distilled.<tgt>.gz; produce it with the PaDIR chapter"):
+        experiment.open_run(tmp_path, need=("distilled",))
     assert experiment.open_run(tmp_path, need=()).models == {}

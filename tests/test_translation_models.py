@@ -1,5 +1,6 @@
 """The encoder-decoder's masks and cache, decoding, and training (sharding, checkpoint resume)."""
 
+import collections
 import dataclasses
 import json
 import os
@@ -956,6 +957,37 @@ def test_configs_that_differ_outside_the_program_share_one_jitted_update_and_val
     assert training.make_step(graphdef, cfg).jitted is not a.jitted
 
 
+def test_an_update_that_changes_its_states_structure_is_refused_by_name():
+    """FlatUpdate feeds the leaves an update returns back in as the next update's (donated, flat): an
+    optimiser whose state changed structure would be read wrongly, so it is refused at trace time."""
+    params, opt_state, key = {"w": jnp.ones(2)}, (jnp.zeros(2),), jax.random.key(0)
+    grows = training.FlatUpdate(lambda p, o, batch, k, numbers: (p, (o, o), jnp.sum(batch), {}))
+    with pytest.raises(ValueError, match=r"returned a state of another structure .* an optimiser must keep its state"):
+        grows(params, opt_state, jnp.ones(3), key, {})
+    keeps = training.FlatUpdate(lambda p, o, batch, k, numbers: ({"w": p["w"] + 1}, o, jnp.sum(batch), {}))
+    p, o, loss, parts = keeps(params, opt_state, jnp.ones(3), key, {})
+    assert np.array_equal(p["w"], [2.0, 2.0]) and o[0].shape == (2,) and float(loss) == 3.0 and parts == {}
+
+
+def test_the_shared_programs_are_the_most_recently_used_ones(monkeypatch):
+    """make_step/make_eval keep at most training._PROGRAMS_KEPT jitted functions, the least recently used
+    forgotten first: a process that trains many variants (the ablations) does not keep every program it
+    has compiled, and a program in use stays."""
+    monkeypatch.setattr(training, "_PROGRAMS", collections.OrderedDict())
+    monkeypatch.setattr(training, "_PROGRAMS_KEPT", 3)
+    cfg, built = _cfg("padir"), []
+
+    def get(graphdef):
+        return training._shared("step", graphdef, cfg, lambda c: built.append(graphdef) or object()).jitted
+
+    first = [get(g) for g in "abc"]
+    assert get("a") is first[0] and built == ["a", "b", "c"]  # reused, and now the most recently used
+    get("d")  # a fourth: "b", the least recently used, is forgotten
+    assert len(training._PROGRAMS) == 3 and get("a") is first[0] and get("c") is first[2]
+    assert get("b") is not first[1] and built == ["a", "b", "c", "d", "b"]
+    assert [key[1] for key in training._PROGRAMS] == ["a", "c", "b"]  # "d" went when "b" came back
+
+
 def test_training_reduces_the_loss(tmp_path):
     cfg = dataclasses.replace(_cfg("padir"), steps=60, checkpoint_every=60, log_every=10, learning_rate=3e-3)
     res = training.train(cfg, _toy_batcher(), tmp_path / "run", progress=False)
@@ -1201,7 +1233,14 @@ for kind in ("ar", "padir"):
     one = training.train(cfg, batcher, sys.argv[2] + "/" + kind + "1", devices=jax.devices()[:1], progress=False)
     out[kind] = dict(many=many.losses, one=one.losses, batch=int(batcher.at(0).src.shape[0]), compiled=compiled,
                      buckets=len(batcher.groups))
-print(json.dumps(out))
+refused = {}  # batches that cannot be split evenly over the 8 devices: refused by name before any update
+for what, data, val in (("train", _toy_batcher(multiple=4, n=32), None),
+                        ("val", _toy_batcher(multiple=8, n=128), _toy_batcher(multiple=4, n=32))):
+    try:
+        training.train(_cfg("ar"), data, sys.argv[2] + "/refused_" + what, val=val, progress=False)
+    except ValueError as err:
+        refused[what] = str(err)
+print(json.dumps(dict(runs=out, refused=refused)))
 """
 
 
@@ -1212,7 +1251,10 @@ def test_data_parallel_on_8_host_devices_matches_one_device(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    for kind, r in out.items():
+    assert out["refused"] == {
+        "train": "Batcher.multiple = 4 must be a multiple of the 8 devices.",
+        "val": "the val Batcher's multiple = 4 must be a multiple of the 8 devices (batch it as the training data)."}
+    for kind, r in out["runs"].items():
         assert r["batch"] % 8 == 0
         assert r["compiled"] == r["buckets"]  # compiled once per bucket, early, for the sharded arrays it then runs on
         assert [s for s, _ in r["many"]] == [1, 2]

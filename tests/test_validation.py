@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import re
 import time
 import types
 
@@ -211,6 +212,58 @@ def test_a_damaged_selected_checkpoint_is_refused_not_replaced(tmp_path):
     (run / "checkpoint_digests.json").write_text(json.dumps(digests))
     with pytest.raises(runfolder.RunFolderError, match=r"step 5 \(selected on the val split\) is damaged: its digest differs"):
         training.load(run)
+
+
+def test_a_selected_checkpoint_missing_from_the_folder_is_named_not_called_damaged(tmp_path):
+    """A copy without the selected step's folder: the refusal says it is not there and which steps are,
+    not that it is damaged (which a restore of a missing step would also report)."""
+    run = tmp_path / "run"
+    training.train(_cfg(), _batcher(8, 1), run, val=_batcher(24, 2), progress=False)
+    held = sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+    assert 5 in held
+    (run / "checkpoints" / "5").rename(tmp_path / "5")
+    rest = [s for s in held if s != 5]
+    with pytest.raises(runfolder.RunFolderError,
+                       match=r"step 5 \(selected on the val split\) is not in checkpoints/ \(it holds "
+                             + re.escape(str(rest))):
+        training.load(run)
+
+
+def test_a_damaged_digest_file_is_reported_and_the_checkpoints_still_load(tmp_path):
+    """checkpoint_digests.json cut short: a warning names it (the checkpoints are then checked for finite
+    numbers only) and the selected model still loads, the same as before the damage."""
+    run = tmp_path / "run"
+    training.train(_cfg(), _batcher(8, 1), run, val=_batcher(24, 2), progress=False)
+    before = _params(training.load(run)[1])
+    path = run / "checkpoint_digests.json"
+    path.write_text(path.read_text()[:5])
+    with pytest.warns(UserWarning, match=r"checkpoint_digests.json is damaged; the checkpoints are checked for finite"):
+        after = _params(training.load(run)[1])
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))
+
+
+def test_a_run_whose_every_checkpoint_is_damaged_is_refused_by_load(tmp_path):
+    """Without a val split load() takes the newest checkpoint that verifies; when none does, each is named
+    in a warning, left where it is, and the refusal says to train again."""
+    run = tmp_path / "run"
+    training.train(_cfg(), _batcher(8, 1), run, progress=False)
+    held = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+    assert len(held) >= 2
+    path = run / "checkpoint_digests.json"
+    path.write_text(json.dumps(dict.fromkeys(json.loads(path.read_text()), "0" * 64)))
+    with pytest.warns(UserWarning, match="is damaged") as seen:
+        with pytest.raises(runfolder.RunFolderError, match=r"every checkpoint in .*checkpoints is damaged"):
+            training.load(run)
+    assert sum("is damaged (its digest differs" in str(w.message) for w in seen) == len(held)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == held  # nothing moved
+
+
+def test_a_run_folder_that_cannot_be_made_is_named_with_the_fix(tmp_path):
+    blocker = tmp_path / "a file"
+    blocker.write_text("not a folder")
+    with pytest.raises(runfolder.RunFolderError, match=r"cannot create the run folder .*a file/run \(.+\); pick a"):
+        training.train(_cfg(), _batcher(8, 1), blocker / "run", progress=False)
+    assert blocker.read_text() == "not a folder"
 
 
 # --- the verdicts -------------------------------------------------------------------------------------
