@@ -373,6 +373,20 @@ def test_provenance_page_grades_the_gpu_run_of_the_translation_chapters(book_cop
     assert "(padir, stutter, dependency_decoding) and no full run (ablations)." in text
 
 
+@pytest.mark.parametrize("seconds, verdict", [(120.0, "within"), (120.1, "over")])
+def test_two_gpu_batches_that_repeat_nothing_are_graded_on_their_sum(book_copy, seconds, verdict):
+    """Two batches (the four chapters do not fit one command) whose later one made nothing an earlier one
+    had made: their summed wall time is graded against the budget as it is."""
+    nb, ipynb = _gpu_runs(book_copy, seconds, ["a" * 40] * 3 + ["b" * 40])
+    nb.metadata["gmlm"]["provenance"].pop("artifacts", None)
+    nbformat.write(nb, ipynb)
+    text = " ".join(checks.accelerator_run(book_copy))
+    assert f"in 2 batches, because the four do not fit one command of the lent machine: padir, stutter, " \
+           f"dependency_decoding at `aaaaaaaaaaaa`; ablations at `bbbbbbbbbbbb`. Their wall times add up to " \
+           f"{4 * seconds / 60:.2f} min, compilation included. That is {verdict} the 8-minute budget." in text
+    assert "made again" not in text
+
+
 @pytest.mark.parametrize("retrained_s, verdict", [(60.0, "within"), (59.9, "over")])
 def test_two_gpu_batches_leave_the_repeated_training_out_of_the_graded_total(book_copy, retrained_s, verdict):
     """Ablations alone in a second batch, on a fresh machine, trains the AR teacher again (the PaDIR chapter's
@@ -781,6 +795,27 @@ def test_display_settings_need_a_sync_not_a_rerun(book_copy):
     assert checks.check_all(book_copy) == []
 
 
+def test_a_notebook_not_made_by_the_runner_is_named_with_the_command_that_makes_it(book_copy):
+    """An .ipynb whose code and text match its source but which the runner did not write (no run record:
+    saved from Jupyter, or converted by hand) is not a result of the book."""
+    name = CHAPTERS[0]
+    ipynb = book_copy / "notebooks" / f"{name}.ipynb"
+    nb = nbformat.read(ipynb, as_version=4)
+    del nb.metadata["gmlm"]
+    nbformat.write(nb, ipynb)
+    assert checks.check_pair(book_copy / "notebooks" / f"{name}.md", ipynb) == [
+        f"{name}: {name}.ipynb was not executed by the runner; run `make full NB={name}`."]
+
+
+def test_smoke_overrides_that_are_not_a_mapping_are_refused(tmp_path):
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "smoke.yaml").write_text("- padir\n- stutter\n")
+    with pytest.raises(ValueError, match=r"params/smoke.yaml must map notebook names to parameter overrides"):
+        sources.smoke_overrides(tmp_path)
+    (tmp_path / "params" / "smoke.yaml").write_text("")
+    assert sources.smoke_overrides(tmp_path) == {}
+
+
 def _setup_kind(source: str) -> str | None:
     """What makes a code cell setup: the Colab install, the run's start or end, or only imports,
     parameter range checks (``require``) and glue calls."""
@@ -841,6 +876,28 @@ def _tiny_book(root: Path, cells: list[str]) -> None:
                                                                      for c in cells))
 
 
+def test_a_chapter_listed_without_its_source_is_refused_by_name(tmp_path):
+    _tiny_book(tmp_path, ["---\ntags: [parameters]\n---\nn = 1"])
+    (tmp_path / "notebooks" / "tiny.md").unlink()
+    with pytest.raises(FileNotFoundError, match=r"no notebook source .*notebooks/tiny\.md; the chapters are: tiny\."):
+        runner.run_notebook("tiny", "smoke", root=tmp_path)
+
+
+def test_a_chapter_that_never_finishes_its_record_is_refused_and_writes_nothing(tmp_path):
+    """A chapter whose cells all ran but whose last cell never called provenance.finish(run) is not a
+    finished run: refused by name, no executed notebook written; an earlier run's failed notebook is not
+    left behind as if it were this run's."""
+    _tiny_book(tmp_path, ["---\ntags: [parameters]\n---\nn = 1", "print('ran', n)"])
+    failed = tmp_path / "_build" / "failed" / "smoke-tiny.ipynb"
+    failed.parent.mkdir(parents=True)
+    failed.write_text("an earlier run's failure")
+    with pytest.raises(runner.NotebookRunError,
+                       match=r"notebook 'tiny' ran but never called provenance.finish\(run\) in its last cell; "
+                             r".*_build/smoke/tiny\.ipynb is unchanged"):
+        runner.run_notebook("tiny", "smoke", root=tmp_path)
+    assert not failed.exists() and not runner.output_path(tmp_path, "tiny", "smoke").exists()
+
+
 @pytest.mark.slow
 def test_full_run_pins_the_colab_install_to_its_commit(monkeypatch, tmp_path):
     """A full run sets ``install_ref`` to the commit it runs from, so the committed notebook's Colab
@@ -886,13 +943,13 @@ def test_an_interrupted_run_keeps_the_cells_that_finished(tmp_path, sigint_raise
                           "os.kill(os.getppid(), signal.SIGINT)  # the runner's process, as timeout does\ntime.sleep(60)",
                           "provenance.finish(run);"])
     failed = tmp_path / "_build" / "failed" / "smoke-tiny.ipynb"
-    failed.parent.mkdir(parents=True)
-    failed.write_text("an earlier run's failure")
+    assert not failed.parent.exists()  # the runner makes the folder (an earlier failure there: the next test)
     t0 = time.perf_counter()
     with pytest.raises(KeyboardInterrupt):
         runner.run_notebook("tiny", "smoke", root=tmp_path)
     assert time.perf_counter() - t0 < 50  # the kernel does not sleep on
     nb = nbformat.read(failed, as_version=4)
+    assert "jupytext" not in nb.metadata  # the source's jupytext header stays in the .md, as in the committed notebooks
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert "first step done" in "".join(o.get("text", "") for o in code[-3].get("outputs", []))
     assert code[-3].metadata.papermill["duration"] is not None

@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from gmlm_lib.book import runner, sources
+from gmlm_lib.book import checks, runner, sources
 from gmlm_lib.core import records, timing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -364,7 +364,10 @@ def test_promote_moves_the_staged_source_and_its_run_together(tmp_path):
     with pytest.raises(ValueError, match="smoke overrides of \\['stutter'\\]"):
         runner.promote(tree, out)
     (staged / "smoke.yaml").unlink()
+    page = tree / "book" / "provenance.md"
+    page.write_text("a page from before the promotion")
     assert runner.promote(tree, out) == ["stutter"]
+    assert page.read_text() == checks.provenance_page(tree)  # regenerated from the promoted notebooks
     assert (tree / "notebooks" / "stutter.md").read_text() == text and not staged.exists()
     assert (tree / "notebooks" / "stutter.ipynb").read_bytes() == (out / "stutter.ipynb").read_bytes()
     with pytest.raises(FileNotFoundError, match="no executed chapter"):
@@ -558,6 +561,63 @@ def test_the_records_archive_reads_the_run_folders_where_the_kernels_make_them(t
     archive = runner._records_archive(root, tmp_path)
     with tarfile.open(archive) as tar:
         assert sorted(tar.getnames()) == ["runs/padir/en-de/ar/run.json", "runs/padir/en-de/sizing.json"]
+
+
+def test_a_batch_keeps_its_records_and_log_up_to_date_after_every_chapter(tmp_path, monkeypatch, capsys):
+    """After each chapter, finished or failed, the batch has already written run-records.tar.gz with that
+    chapter's run records, and the log names each chapter's source as it starts (in log.txt and on the batch's
+    output): a batch killed during a later chapter (a machine's time limit) keeps what came before."""
+    root = _book_copy(tmp_path / "root")
+    out = tmp_path / "out"
+    archives = []
+
+    def members(archive):
+        with tarfile.open(archive) as tar:
+            return sorted(tar.getnames())
+
+    def fake_run(name, profile, params, *, root, staged=None):
+        archive = out / "run-records.tar.gz"
+        archives.append(members(archive) if archive.is_file() else None)
+        folder = root / runner.KERNEL_CWD / "runs" / name
+        folder.mkdir(parents=True)
+        (folder / "run.json").write_text("{}")
+        if name == "ablations":
+            raise RuntimeError("a chapter that fails after its training")
+        return _executed(root, name, profile)
+
+    monkeypatch.setattr(runner, "run_notebook", fake_run)
+    names = ["stutter", "ablations", "dependency_decoding"]
+    assert runner.run_batch(names, "smoke", out, root=root) == 1
+    assert archives == [None, ["runs/stutter/run.json"], ["runs/ablations/run.json", "runs/stutter/run.json"]]
+    assert members(out / "run-records.tar.gz") == [f"runs/{name}/run.json" for name in sorted(names)]
+    log, printed = (out / "log.txt").read_text(), capsys.readouterr().out
+    assert re.search(r"batch of 3 chapter\(s\), profile smoke, commit \S+, .+, JAX \S+, Flax \S+, Python ", log)
+    for name in names:
+        started = f"{name}: started from notebooks/{name}.md"
+        assert started in log and started in printed
+
+
+def test_a_batch_restores_the_sizing_decisions_before_its_first_chapter_and_logs_it(tmp_path, monkeypatch):
+    """run_batch(sizing_from=...) (make gpu-run GPU_SIZING_FROM=...): the earlier batch's decision is in
+    place when the first chapter starts, and the log says which file came from which archive."""
+    first = _book_copy(tmp_path / "first")
+    folder = first / runner.KERNEL_CWD / "runs" / "padir" / "en-de"
+    folder.mkdir(parents=True)
+    (folder / "sizing.json").write_text('{"factor": 0.5}')
+    archive = runner._records_archive(first, tmp_path)
+    later = _book_copy(tmp_path / "later")
+    decision = later / runner.KERNEL_CWD / "runs" / "padir" / "en-de" / "sizing.json"
+    seen = []
+
+    def fake_run(name, profile, params, *, root, staged=None):
+        seen.append(decision.read_text())
+        return _executed(root, name, profile)
+
+    monkeypatch.setattr(runner, "run_notebook", fake_run)
+    assert runner.run_batch(["stutter"], "smoke", tmp_path / "out", root=later, sizing_from=archive) == 0
+    assert seen == ['{"factor": 0.5}']
+    log = (tmp_path / "out" / "log.txt").read_text()
+    assert f"sizing decision {decision.relative_to(later)} restored from {archive}: the models train" in log
 
 
 def test_a_later_batch_trains_the_updates_an_earlier_one_decided(tmp_path):

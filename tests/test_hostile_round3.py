@@ -440,6 +440,27 @@ def test_the_command_line_stops_with_one_line(capsys, monkeypatch):
     # a system error without advice keeps its whole message (not its first argument, the errno)
     assert cli.describe(OSError(errno.EIO, "Input/output error", "/x")) == "OSError: [Errno 5] Input/output error: '/x'"
     assert cli.describe(KeyError("padir")) == "KeyError: padir"
+    with pytest.raises(SystemExit) as stop:  # nothing to run: a usage error (status 2), not a silent success
+        cli.main(["run", "smoke"])
+    assert stop.value.code == 2 and "name at least one notebook, or pass --all" in capsys.readouterr().err
+    monkeypatch.setenv("GMLM_TRACEBACK", "1")  # the whole traceback, for debugging the tools
+    with pytest.raises(FileNotFoundError, match="'nope' is not a chapter of the book"):
+        cli.main(["run", "smoke", "nope"])
+
+
+def test_the_command_line_names_each_finished_run_and_where_it_went(capsys, monkeypatch):
+    from gmlm_lib.book import __main__ as cli
+    from gmlm_lib.book import runner, sources
+
+    monkeypatch.chdir(sources.find_root(pathlib.Path(__file__).parent))
+    ran = []
+    monkeypatch.setattr(runner, "run_notebook", lambda name, profile, overrides, root: ran.append(
+        (name, profile, overrides)) or {"total_wall_time_s": 12.34})
+    assert cli.main(["run", "smoke", "masking_more", "padir", "-p", "seed", "3"]) == 0
+    assert ran == [("masking_more", "smoke", {"seed": 3}), ("padir", "smoke", {"seed": 3})]
+    assert capsys.readouterr().out.splitlines() == [
+        "masking_more: smoke run finished in 12.3 s -> _build/smoke/masking_more.ipynb",
+        "padir: smoke run finished in 12.3 s -> _build/smoke/padir.ipynb"]
 
 
 @pytest.mark.parametrize("call, error, words", [

@@ -52,6 +52,13 @@ def test_page_is_up_to_date_and_every_label_accounted_for():
     assert labels.problems(ROOT) == []
 
 
+def test_write_page_writes_the_generated_page(monkeypatch, tmp_path):
+    (tmp_path / "book").mkdir()
+    monkeypatch.setattr(labels, "page", lambda root: f"# the index of {root.name}\n")
+    assert labels.write_page(tmp_path) == tmp_path / labels.PAGE
+    assert (tmp_path / labels.PAGE).read_text() == f"# the index of {tmp_path.name}\n"
+
+
 def test_a_new_docstring_tag_or_a_removed_test_fails_the_check(monkeypatch):
     real_lib, real_tests = labels.library_tags, labels.test_tags
     monkeypatch.setattr(labels, "library_tags", lambda root: {**real_lib(root), "Lemma 4": ["gmlm_lib.x.hoeffding"]})

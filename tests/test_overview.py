@@ -91,6 +91,15 @@ def test_the_pages_are_written_and_a_missing_one_is_reported(tmp_path, monkeypat
         assert any(p.startswith(f"{page} does not match") for p in overview.problems(tmp_path))
 
 
+def test_a_row_whose_verdict_is_not_one_of_the_three_is_refused(monkeypatch):
+    row = overview.ROWS[0]
+    monkeypatch.setattr(overview, "ROWS", (overview.Row(row.claim, row.chapter, row.paper, row.ours,
+                                                        lambda g: "almost met"),))
+    with pytest.raises(ValueError, match=r"overview row 'Theorem 2: masking more never hurts': verdict 'almost met' "
+                                         r"is not met, missed or not comparable"):
+        overview.rows(ROOT)
+
+
 def test_a_run_without_a_needed_value_is_shown_and_reported(monkeypatch):
     monkeypatch.setattr(overview, "glued", lambda path: {})
     table = overview.table(ROOT)  # the page can always be written (the provenance page is written with it)

@@ -77,6 +77,9 @@ def test_a_damaged_store_is_refused_by_name(tmp_path):
     (root / run_times.FILE).write_text("{not json")
     with pytest.raises(ValueError, match="run_times.json is not valid JSON"):
         run_times.collect(root)
+    (root / run_times.FILE).write_text("[]")
+    with pytest.raises(ValueError, match=r"run_times.json must hold an object \(chapter -> hardware -> run\)"):
+        run_times.collect(root)
 
 
 def test_the_book_holds_every_committed_run_and_the_running_page_includes_the_table():
