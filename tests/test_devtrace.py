@@ -87,3 +87,14 @@ def test_a_traced_call_on_this_backend():
     assert devtrace.trace_calls(lambda: f(x), calls=1).ops == pytest.approx(busy.ops)  # one call is enough
     with pytest.raises(ValueError, match="calls must be a positive int"):
         devtrace.trace_calls(lambda: f(x), calls=0)
+
+
+def test_a_trace_that_wrote_no_profile_is_an_error_and_leaves_no_folder(monkeypatch, tmp_path):
+    import contextlib
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(jax.profiler, "trace", lambda folder: contextlib.nullcontext())  # a profiler that wrote nothing
+    with pytest.raises(RuntimeError, match=r"trace_calls: jax.profiler.trace wrote no .xplane.pb under .*gmlm-trace-"):
+        devtrace.trace_calls(lambda: jnp.ones(3) * 2, calls=1)
+    assert list(tmp_path.iterdir()) == []  # the temporary folder is removed on the error too

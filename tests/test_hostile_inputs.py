@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import gzip
 
+import jax
+import jax.numpy as jnp
 import pytest
 
-from gmlm_lib.mt import batching, corpus, decoding, metrics, translate
+from gmlm_lib.mt import batching, config, corpus, decoding, metrics, seq2seq, translate
 from gmlm_lib.mt import vocab as V
 
 # --- corpus files -------------------------------------------------------------------------------------------
@@ -101,6 +103,19 @@ def test_vocab_boundaries(vocab, tmp_path):
     (lambda: translate.Method("beam", alpha=float("nan")), ValueError, ["Method.alpha"]),
     (lambda: translate.Method("beam", alpha=-0.1), ValueError, ["Method.alpha", "finite number >= 0"]),
     (lambda: translate.Method("beam", alpha=float("inf")), ValueError, ["Method.alpha", "finite number >= 0"]),
+    (lambda: translate.Method("padir", padir="T=4"), TypeError,
+     ["Method.padir must be decoding.PadirOptions or decoding.StrategyOptions", "got str"]),
+    (lambda: corpus.Parallel(["a"], ["b"]).take(0), ValueError, ["take(n): n must be >= 1; got 0"]),
+    (lambda: batching.pad([[7] * 9], 8), ValueError, ["a sequence of 9 tokens does not fit in length 8"]),
+    (lambda: metrics.bleu([], []), ValueError, ["hyps is empty"]),
+    (lambda: batching.corrupt(jax.random.key(0), jnp.full((1, 3), 7), jnp.ones((1, 3), bool), 40, 0.5, fill="zeros"),
+     ValueError, ["fill must be 'random' or 'mask'; got 'zeros'"]),
+    (lambda: config.get("multi30k_tiny", [("ar_steps", 3)]), TypeError, ["overrides must be a dict", "got list"]),
+    (lambda: config.get("multi30k_tiny", dict(beam=0)), ValueError, ["beam must be >= 1; got 0"]),
+    (lambda: seq2seq.ModelConfig(vocab=V.FIRST_PIECE, causal=True), ValueError,
+     [f"ModelConfig.vocab = {V.FIRST_PIECE} must exceed the {V.FIRST_PIECE} special ids"]),
+    (lambda: seq2seq.ModelConfig(vocab=40, causal=True, dropout_rng="philox"), ValueError,
+     ["ModelConfig.dropout_rng must be 'threefry' or 'hash'; got 'philox'"]),
 ])
 def test_translation_option_boundaries(call, error, words):
     with pytest.raises(error) as info:
@@ -125,8 +140,45 @@ def translator(vocab):
     (lambda t: t.translate_one(["a dog"], translate.Method("greedy")), TypeError, ["one sentence"]),
     (lambda t: t.translate(["a dog"], translate.Method("padir")), ValueError, ["does not fit this model"]),
     (lambda t: t.translate(["a dog " * 30], translate.Method("greedy")), ValueError, ["exceeds the largest bucket"]),
+    (lambda t: t.passes(["a dog"], translate.Method("greedy")), ValueError,
+     ["Translator.passes counts the passes of a StrategyOptions strategy"]),
+    (lambda t: t.warm_calls(translate.Method("beam", beam=2), passes=True), ValueError,
+     ["warm_calls(passes=True) compiles the pass count of a StrategyOptions strategy"]),
 ])
 def test_translator_boundaries(translator, call, error, words):
     with pytest.raises(error) as info:
         call(translator)
     assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_only_the_ar_decoder_decodes_incrementally():
+    padir = seq2seq.build(seq2seq.ModelConfig(vocab=40, causal=False, d_model=16, heads=2, enc_layers=1,
+                                              dec_layers=1, d_ff=32, max_len=16, dropout=0.0))
+    with pytest.raises(ValueError, match=r"init_cache: only the AR decoder \(causal = True\) decodes incrementally"):
+        padir.init_cache(1, 8)
+
+
+def test_a_sentencepiece_model_without_the_books_special_ids_is_refused(tmp_path):
+    """A SentencePiece model trained with its own defaults (unk 0, bos 1, eos 2, no pad, no [MASK]) would
+    put the model's padding, end and mask on ordinary pieces: refused, naming the ids found and wanted."""
+    import io
+
+    import sentencepiece as spm
+
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter([f"a dog number {i} runs home" for i in range(200)]),
+                                   model_writer=proto, vocab_size=30)
+    with pytest.raises(ValueError, match=r"SentencePiece model has special ids .*; expected \(0, 1, 2, 3, 4, 5\)"):
+        V.Vocab(proto.getvalue())
+
+
+def test_an_unreadable_corpus_file_is_named_with_its_reason(tmp_path, monkeypatch):
+    f = tmp_path / "train.en"
+    f.write_text("a dog\n")
+
+    def denied(self):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(type(f), "read_bytes", denied)  # chmod 000 does not stop root, who runs CI
+    with pytest.raises(OSError, match=rf"cannot read corpus file {f} \(Permission denied\); check its permissions"):
+        corpus.read_lines(f)

@@ -291,6 +291,15 @@ def test_one_program_padir_gives_the_two_call_ids(opts):
     assert used == set(widths), used
 
 
+def test_a_traced_number_of_passes_is_refused_where_it_cannot_be_honoured():
+    """_refine takes a traced T (the batch-1 decoder's ``steps`` argument) only without per-pass records
+    (a row a pass) and without unrolled passes (their count is fixed when the program is built)."""
+    with pytest.raises(ValueError, match=r"a traced number of passes needs history=False"):
+        decoding._refine(None, None, None, None, None, decoding.PadirOptions(), 8, history=True, steps=3)
+    with pytest.raises(ValueError, match=r"unrolled passes need a constant T \(options.steps\), not a traced one"):
+        decoding._refine(None, None, None, None, None, decoding.PadirOptions(unroll=True), 8, history=False, steps=3)
+
+
 def test_unrolled_passes_decode_as_the_loop_does_with_no_loop_in_the_program():
     """``PadirOptions(unroll=True)``: the same ids as the device loop (early stop included: the passes
     after it are computed and discarded), T a constant of the program instead of an argument, and no
