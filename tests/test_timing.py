@@ -1,9 +1,11 @@
 """The timing rules every latency, unit cost and throughput of the book rests on (gmlm_lib.core.timing),
 on a fake clock: the fastest call over a minimum time, interleaved rounds, the matmul peak's FLOP count,
-and the compile counters read as differences."""
+and the compile counters read as differences (and, on the real clock, counted once a program)."""
 
 import types
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 from gmlm_lib.core import timing
@@ -76,3 +78,15 @@ def test_compiling_in_parallel_reports_the_wall_seconds_from_its_start(monkeypat
     done = []
     assert timing.compile_in_parallel([lambda: done.append(1), lambda: done.append(2)], threads=2) == 3.5
     assert sorted(done) == [1, 2]
+
+
+def test_compile_clock_counts_each_compilation_once_however_often_it_is_called():
+    """compile_clock registers its listeners with jax.monitoring on its first call only (a chapter calls it
+    before each step it times; compiles_since calls it too): a program is counted once, not once a call."""
+    x = jnp.ones((8, 8))
+    start = timing.compile_clock()
+    for _ in range(3):
+        timing.compile_clock()
+    jax.jit(lambda y: jnp.tanh(y @ y.T).sum() + 1.5)(x).block_until_ready()  # one new program
+    assert timing.compiles_since(start)["compilations"] == 1
+    assert timing.compiles_since(timing.compile_clock())["compilations"] == 0
