@@ -945,7 +945,7 @@ def test_an_interrupted_run_keeps_the_cells_that_finished(tmp_path, sigint_raise
                           "os.kill(os.getppid(), signal.SIGINT)  # the runner's process, as timeout does\ntime.sleep(60)",
                           "provenance.finish(run);"])
     failed = tmp_path / "_build" / "failed" / "smoke-tiny.ipynb"
-    assert not failed.parent.exists()  # the runner makes the folder (an earlier failure there: the next test)
+    assert not failed.parent.exists()  # the runner makes the folder (an earlier failure in it: the never-finishes test)
     t0 = time.perf_counter()
     with pytest.raises(KeyboardInterrupt):
         runner.run_notebook("tiny", "smoke", root=tmp_path)
