@@ -355,7 +355,6 @@ def _gpu_runs(book_copy, seconds, commits):
 def test_provenance_page_grades_the_gpu_run_of_the_translation_chapters(book_copy, seconds, verdict):
     """Four chapters at 120 s are exactly the 8-minute budget; 0.1 s more is over it. A chapter that ran
     on a CPU leaves the budget unmeasured, and the page says where each ran."""
-    assert "have not all run on an accelerator" in "\n".join(checks.accelerator_run(book_copy))
     nb, ipynb = _gpu_runs(book_copy, seconds, ["a" * 40] * 4)
     text = " ".join(checks.accelerator_run(book_copy))
     assert f"in one batch, on 1 x NVIDIA H100 80GB HBM3 (`make gpu-run`): {4 * seconds / 60:.2f} min of wall time " \
@@ -363,7 +362,7 @@ def test_provenance_page_grades_the_gpu_run_of_the_translation_chapters(book_cop
     assert f"Of the {4 * seconds / 60:.2f} min, 1.00 went to compiling 160 XLA programs (20 of them read from the " \
            "compilation cache" in text
     assert f"| {{doc}}`../notebooks/stutter` | `aaaaaaaaaaaa` | 2026-11-28 10:01 | {seconds / 60:.2f} | 0.25 | 40 |" in text
-    nb.metadata["gmlm"]["provenance"]["backend"] = "cpu"
+    nb.metadata["gmlm"]["provenance"].update(backend="cpu", cpu_count=2)  # as a run on this book's 2-core machine
     nbformat.write(nb, ipynb)
     assert "outputs come from 1 x NVIDIA H100 80GB HBM3 (padir, stutter, dependency_decoding) and 2 CPU cores " \
            "(ablations)." in " ".join(checks.accelerator_run(book_copy))
