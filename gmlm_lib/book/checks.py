@@ -242,7 +242,9 @@ def accelerator_run(root: Path) -> list[str]:
         programs = sum(int(rec["compilations"]) for rec, _ in runs.values())
         hits = sum(int(rec.get("cache_hits", 0)) for rec, _ in runs.values())
         lines.append(f"Of the {total_min:.2f} min, {compile_min:.2f} went to compiling {programs:,} XLA programs ({hits:,} of them "
-                     "read from the compilation cache the kernels of a batch share; a chapter run alone compiles its own).")
+                     "read from JAX's persistent compilation cache, which the kernels of a batch share and which a batch may "
+                     "fill first from an earlier batch's archive, as its log in `benchmarks/gpu_runs/` says; a chapter run "
+                     "alone compiles its own).")
     return lines
 
 
