@@ -149,9 +149,10 @@ GPU_XLA_FLAGS ?=
 GPU_SIZING_FROM ?=
 # compiled programs across lent machines (on a GPU most of a chapter's first run is compiling): GPU_CACHE_OUT=1
 # packs the batch's programs into OUT/jax-cache.tar.gz at its end (at most 15 MiB, the earliest written first:
-# the PaDIR chapter's, which the others share; one more file in OUT); GPU_JAX_CACHE_FROM=that archive (put it in an
-# ignored folder such as .gpu-cache/ and carry it) fills GPU_JAX_CACHE with them first. A program compiled on
-# another kind of device, driver or JAX version is not read (its key differs): it compiles again, as without.
+# the PaDIR chapter's, which the others share; those restored before it began last; one more file in OUT);
+# GPU_JAX_CACHE_FROM=that archive (put it in an ignored folder such as .gpu-cache/ and carry it) fills
+# GPU_JAX_CACHE with them first. A program compiled on another kind of device, driver or JAX version is not read
+# (its key differs): it compiles again, as without.
 GPU_CACHE_OUT ?=
 GPU_JAX_CACHE_FROM ?=
 PLATFORMS   := $(foreach n,2_28 2_27 2_17 2014 1,--platform $(if $(filter 2014 1,$(n)),manylinux$(n),manylinux_$(n))_x86_64)

@@ -828,6 +828,14 @@ def test_the_compile_cache_packs_the_earliest_programs_within_the_limit_and_unpa
     assert not (tmp_path / "none.tar.gz").exists()  # nothing fits: no archive
     assert runner.pack_compile_cache(tmp_path / "absent", tmp_path / "x.tar.gz") == dict(
         programs=0, bytes=0, packed=0, packed_bytes=0)
+    # programs named last (those in a batch's cache before its first chapter, written first) go after the
+    # others: within 700 bytes the earliest two without it (400 + 300), the two after it with it (300 + 250)
+    for last, kept in ((frozenset(), ["jit__padir_pass-bb", "jit_step-aa"]),
+                       (frozenset({"jit_step-aa-cache"}), ["jit__padir_pass-bb", "jit_f-dd"])):
+        packed = runner.pack_compile_cache(cache, tmp_path / "last.tar.gz", limit=700, last=last)
+        assert packed == dict(programs=4, bytes=1850, packed=2, packed_bytes=700 if not last else 550)
+        with tarfile.open(tmp_path / "last.tar.gz") as tar:
+            assert sorted(n.removesuffix("-cache") for n in tar.getnames() if n.endswith("-cache")) == kept
 
 
 def test_a_compile_cache_archive_from_elsewhere_is_checked(tmp_path):
@@ -871,9 +879,21 @@ def test_a_batch_restores_the_cache_first_and_packs_it_at_its_end(tmp_path, monk
     assert seen == [["jit_step-aa-atime", "jit_step-aa-cache"]]
     log = (out / "log.txt").read_text()
     assert "compilation cache: 1 programs restored from jax-cache.tar.gz" in log
-    assert "compilation cache: 2 programs, 0.0 MiB; 2 of them" in log, log
+    assert "compilation cache: 2 programs, 0.0 MiB; 2 of them (0.0 MiB, the earliest written first, the 1 there " \
+           "before the first chapter last) packed" in log, log
     with tarfile.open(out / runner.CACHE_ARCHIVE) as tar:
         assert {"jit_step-aa-cache", "jit_stutter-ee-cache"} <= set(tar.getnames())
+    # what was in the cache before the first chapter (restored, or left there earlier) is packed after the
+    # chapters' own programs, though it was written first
+    packs = []
+    monkeypatch.setattr(runner, "pack_compile_cache", lambda *a, **k: packs.append(k.get("last")) or dict(
+        programs=0, bytes=0, packed=0, packed_bytes=0))
+    _fake_cache(cache, {"jit_old-ff": 10})
+    assert runner.run_batch(["stutter"], "smoke", tmp_path / "out2", root=root,
+                            cache_from=tmp_path / runner.CACHE_ARCHIVE, cache_out=True) == 0
+    assert packs == [frozenset({"jit_step-aa-cache", "jit_old-ff-cache", "jit_stutter-ee-cache"})]
+    assert runner.run_batch(["stutter"], "smoke", tmp_path / "out3", root=root, cache_out=True) == 0
+    assert packs[-1] == frozenset({"jit_step-aa-cache", "jit_old-ff-cache", "jit_stutter-ee-cache"})
 
 
 def test_gpu_run_passes_the_cache_options_to_the_batch(tmp_path):

@@ -100,7 +100,8 @@ def _main(argv: list[str] | None) -> int:
                             "compiling them")
     batch.add_argument("--cache-out", action="store_true",
                        help=f"pack the batch's compiled programs into --out/{runner.CACHE_ARCHIVE} at its end (at most "
-                            f"{runner.CACHE_RETURN_BYTES // 2**20} MiB, the earliest written first)")
+                            f"{runner.CACHE_RETURN_BYTES // 2**20} MiB, the earliest written first; those in the "
+                            "cache before the first chapter, such as --cache-from's, last)")
     promote = sub.add_parser("promote", help="take a batch's executed notebooks (make gpu-run's OUT) into the book, "
                              "with their staged sources")
     promote.add_argument("results", help="the folder holding the executed NAME.ipynb files")

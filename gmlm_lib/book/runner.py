@@ -260,19 +260,22 @@ most 16 MiB, and the archive travels to the next one beside the wheels and the c
 _CACHE_SUFFIX, _ATIME_SUFFIX = "-cache", "-atime"  # a program's files in JAX's persistent cache (jax._src.lru_cache)
 
 
-def pack_compile_cache(cache: Path, dest: Path, limit: int = CACHE_RETURN_BYTES) -> dict:
+def pack_compile_cache(cache: Path, dest: Path, limit: int = CACHE_RETURN_BYTES, *,
+                       last: frozenset[str] = frozenset()) -> dict:
     """JAX's persistent compilation cache ``cache`` into the gzip tar ``dest``, so that a later batch on a
     machine of the same kind (device, driver, JAX version: they are part of each program's key) reads the
     programs instead of compiling them (:func:`unpack_compile_cache`); on a GPU most of a translation
     chapter's first run is compiling. Programs go in the order they were written, the earliest first
     (the PaDIR chapter's, which every later chapter and a rebuilt run folder share), while their bytes
     stay within ``limit`` (uncompressed, so the archive does too); a program's access-time file goes
-    with it. Returns ``programs``, ``bytes`` (the whole cache), ``packed``, ``packed_bytes``; writes
-    nothing when nothing fits or the cache is empty."""
+    with it. The programs named in ``last`` (file names: those in a batch's cache before its first
+    chapter, restored from an earlier batch's archive, which holds them already, and written first) go
+    after all the others. Returns ``programs``, ``bytes`` (the whole cache), ``packed``, ``packed_bytes``;
+    writes nothing when nothing fits or the cache is empty."""
     import tarfile
 
     cache, dest = Path(cache), Path(dest)
-    entries = sorted(cache.glob(f"*{_CACHE_SUFFIX}"), key=lambda p: (p.stat().st_mtime, p.name)) \
+    entries = sorted(cache.glob(f"*{_CACHE_SUFFIX}"), key=lambda p: (p.name in last, p.stat().st_mtime, p.name)) \
         if cache.is_dir() else []
     total = sum(p.stat().st_size for p in entries)
     chosen, used = [], 0
@@ -450,6 +453,9 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
     if cache_from is not None:
         log(f"compilation cache: {unpack_compile_cache(cache_from, Path(cache_dir))} programs restored from "
             f"{cache_from.name} into {cache_dir} (a machine of another kind or JAX version compiles them again)")
+    # the programs in the cache before the first chapter (restored, or left by an earlier run): packed after the
+    # chapters' own, which a later batch lacks (an archive it was given holds those already)
+    before = frozenset(p.name for p in Path(cache_dir).glob(f"*{_CACHE_SUFFIX}")) if cache_out else frozenset()
     status = 0
     t_all = time.perf_counter()
 
@@ -504,10 +510,11 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
         gather()
     archive = gather()
     if cache_out:
-        packed = pack_compile_cache(Path(cache_dir), out / CACHE_ARCHIVE)
+        packed = pack_compile_cache(Path(cache_dir), out / CACHE_ARCHIVE, last=before)
         mib = 2**20
         log(f"compilation cache: {packed['programs']} programs, {packed['bytes'] / mib:.1f} MiB; "
-            f"{packed['packed']} of them ({packed['packed_bytes'] / mib:.1f} MiB, the earliest written) packed into "
+            f"{packed['packed']} of them ({packed['packed_bytes'] / mib:.1f} MiB, the earliest written"
+            + (f" first, the {len(before)} there before the first chapter last" if before else "") + ") packed into "
             f"{CACHE_ARCHIVE if packed['packed'] else 'nothing'} for a later batch (make gpu-run GPU_JAX_CACHE_FROM=)")
     shutil.rmtree(compile_log.parent, ignore_errors=True)  # summed in the log after each chapter
     if shared is not None:
