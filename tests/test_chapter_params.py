@@ -90,6 +90,13 @@ def _edge(chapter, **changes):
     return PARAMS[chapter](**{**_defaults(chapter), **changes})
 
 
+def test_an_experiment_error_that_names_no_parameter_is_raised_with_its_text():
+    """The model config's ``vocab`` (the cell's ``vocab_size``) is no parameter of the cell: its error is the
+    experiment's, with the preset and its text, not a "parameter ... is out of range" naming another."""
+    with pytest.raises(ValueError, match=r"do not form an experiment of preset 'multi30k_cpu': ModelConfig\.vocab = 5 "):
+        _edge("padir", preset="multi30k_cpu", vocab_size=5).experiment()
+
+
 @pytest.mark.parametrize("chapter, good, bad, name", [
     ("kgibbs_vs_parallel", dict(n=5, cliques=[5], figure_clique=5), dict(n=5, cliques=[6], figure_clique=5), "cliques"),
     ("kgibbs_vs_parallel", dict(bench_ks=[64]), dict(bench_ks=[65]), "bench_ks"),
@@ -226,6 +233,8 @@ def test_the_ablations_ranges(name, bad):
     ("ablations", dict(variants={"1 training stage": {"stages": 1}}), dict(variants={}), "variants"),
     ("stutter", dict(test_sentences=0, train_sentences=1), dict(train_sentences=0), "train_sentences"),
     ("dependency_decoding", dict(passes=[4]), dict(passes=[3, 5]), "passes"),
+    ("dependency_decoding", dict(passes=[1, 4]), dict(passes=[0, 4]), "passes"),
+    ("dependency_decoding", dict(rule_passes=[1, 4]), dict(rule_passes=[4, 2.5]), "rule_passes"),
     ("dependency_decoding", dict(confidence=[0.0, 1.0]), dict(confidence=[1.001]), "confidence"),
     ("dependency_decoding", dict(ising_n=6, clique=6), dict(ising_n=7), "ising_n"),
     ("dependency_decoding", dict(clique=2), dict(clique=1), "clique"),

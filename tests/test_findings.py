@@ -258,3 +258,9 @@ def test_the_training_table_shows_each_record_and_leaves_a_missing_field_missing
     assert "1.235" in html and "7,600,000" in html and "61.5 s" in html and "1.234567" not in html
     with pytest.raises(ValueError, match="no training record"):
         padir.training_table({})
+
+
+def test_selection_needs_a_validated_model():
+    with pytest.raises(ValueError, match="selection: no validated model"):
+        padir.selection({})
+

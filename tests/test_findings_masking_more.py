@@ -3,6 +3,8 @@ each bar met and missed by a hair, the k = n rows (NaN by design) ignored, nothi
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -65,6 +67,12 @@ def test_nothing_is_graded_from_a_missing_column_or_an_empty_one():
         theorem2.findings(_checks().drop(columns=theorem2.COLUMNS["order"]))
     with pytest.raises(ValueError, match="holds no value to grade"):
         theorem2.findings(_checks(order=(np.nan, np.nan)))
+    for key in ("cond", "trace"):  # the envelope's own columns, named as the table names them
+        with pytest.raises(KeyError, match=f"the checks table has no column '{re.escape(theorem2.COLUMNS[key])}'"):
+            theorem2.envelopes(_checks().drop(columns=theorem2.COLUMNS[key]))
+    # order values, but no row with a rounding envelope (cond unknown): nothing is graded in envelopes
+    with pytest.raises(ValueError, match="holds no value to grade"):
+        theorem2.findings(_checks().assign(**{theorem2.COLUMNS["cond"]: np.nan}))
 
 
 

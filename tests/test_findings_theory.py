@@ -245,6 +245,14 @@ def test_theorem4_counts_the_fits_where_the_key_step_holds():
     assert got["thm4_holds"] == "2 of 3" and got["ratio_max"] == 3.001  # KL / gap: 2, 1, 3.001
 
 
+@pytest.mark.parametrize("verdict, table", [(bounds.sandwich, _cat().drop(columns="upper")),
+                                            (bounds.sandwich, _cat().iloc[:0]),
+                                            (bounds.theorem4, pd.DataFrame({"KL": [1.0], "gap": [0.5]}))])
+def test_the_c_at_verdicts_name_a_table_without_its_columns_or_rows(verdict, table):
+    with pytest.raises(ValueError, match="table needs rows and the columns"):
+        verdict(table)
+
+
 def _sweep(**at_top):
     """Three rules at couplings 0 and 0.8; ``at_top`` overrides (learn, mix) of a rule at 0.8."""
     rows = []

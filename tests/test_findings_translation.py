@@ -135,6 +135,11 @@ def test_findings_grade_the_budget_and_count_supported_choices():
     assert ablations.findings(table, cells, train_min=100.0, eval_min=20.001, **kw)["budget_met"] == "missed"
     with pytest.raises(ValueError, match="'baseline' row"):
         ablations.findings(table.drop(index="baseline"), cells, train_min=1.0, eval_min=1.0, **kw)
+    for call in (lambda t: ablations.choice_verdict(t, "u3"), lambda t: ablations.rates(t, **kw)):
+        with pytest.raises(ValueError, match="'baseline' row and the columns"):
+            call(table.drop(index="baseline"))
+        with pytest.raises(ValueError, match=r"missing columns \['p vs baseline'\]"):
+            call(table.drop(columns="p vs baseline"))
 
 
 # --- stutter ------------------------------------------------------------------------------------------
@@ -177,8 +182,10 @@ def test_stutter_findings_read_the_steps_and_refuse_a_missing_model():
     assert (got["h1"], got["h2"]) == ("supported", "supported")
     assert (got["st1"], got["stT"], got["st1_raw"], got["stT_raw"], got["stT_drop"]) == (5.0, 2.0, 8.0, 4.0, 0.5)
     assert got["self_bwd_s"] == 0.2 and got["auc_cos"] == 0.6
-    with pytest.raises(KeyError, match="padir_raw"):
+    with pytest.raises(KeyError, match="by_step has no rows of the model 'padir_raw'"):
         stutter.findings(tables, by_step[by_step.model != "padir_raw"], analysed="padir_distilled")
+    with pytest.raises(KeyError, match="no summary table for the statistic 'tv'; have"):
+        stutter.hypothesis({"cos": _summary((0.6, 0.7), (0.6, 0.7))}, ("tv", "cos"))
 
 
 @pytest.mark.parametrize("same, want", [
