@@ -93,7 +93,8 @@ def _edge(chapter, **changes):
 def test_an_experiment_error_that_names_no_parameter_is_raised_with_its_text():
     """The model config's ``vocab`` (the cell's ``vocab_size``) is no parameter of the cell: its error is the
     experiment's, with the preset and its text, not a "parameter ... is out of range" naming another."""
-    with pytest.raises(ValueError, match=r"do not form an experiment of preset 'multi30k_cpu': ModelConfig\.vocab = 5 "):
+    with pytest.raises(ValueError,
+                       match=r"do not form an experiment of preset 'multi30k_cpu': ModelConfig\.vocab = 5 "):
         _edge("padir", preset="multi30k_cpu", vocab_size=5).experiment()
 
 
