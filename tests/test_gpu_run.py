@@ -154,6 +154,17 @@ def test_glue_in_a_book_run_needs_myst_nb(monkeypatch):
         glue.glue("x", 1.0)
 
 
+def test_glue_stores_the_value_through_myst_nb(monkeypatch):
+    import myst_nb
+
+    from gmlm_lib.book import glue
+
+    stored = []
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: stored.append((name, value, display)))
+    assert glue.glue("gap", 0.5) is None and glue.glue("table", "x", display=True) is None
+    assert stored == [("gap", 0.5, False), ("table", "x", True)]
+
+
 @pytest.mark.parametrize("name", [("threshold", 4), "", None])
 def test_a_glue_name_that_the_text_cannot_cite_is_refused(name):
     """A loop that reuses a variable holding (rule, T) keys once glued values under tuples: the notebook

@@ -53,7 +53,9 @@ def test_a_rerun_elsewhere_keeps_the_earlier_hardware_and_the_check_asks_for_mak
     nb = nbformat.v4.new_notebook()
     nb.metadata["gmlm"] = _meta("gpu", 475.4, "c" * 40, "2026-11-27T21:42:47+00:00", compile_s=426.05)
     nbformat.write(nb, root / "notebooks" / "one.ipynb")
-    assert any("run `make provenance`" in p for p in run_times.problems(root))
+    assert run_times.problems(root) == [  # the store lacks the new run, and the page its cell
+        f"{run_times.FILE} does not hold every chapter's committed run; run `make provenance`.",
+        f"{run_times.PAGE} does not match the chapters' runs; run `make provenance`."]
     run_times.write(root)
     assert run_times.problems(root) == []
     stored = json.loads((root / run_times.FILE).read_text())
