@@ -192,6 +192,11 @@ SRC, TGT = [[7, 8, 9], [10, 11]], [[7, 8], [9, 10, 11]]
      "tgt_mask must be a boolean mask"),
     (lambda: batching.ar_inputs(jnp.ones((2, 4), jnp.int32), jnp.ones((2, 3), bool)), ValueError,
      "tgt_mask must have shape (2, 4)"),
+    # one sentence without its batch axis (its mask of the same shape): named, not read as a batch of tokens
+    (lambda: batching.ar_inputs(jnp.ones((4,), jnp.int32), jnp.ones((4,), bool)), ValueError,
+     "tgt must have shape (any, any) (batch, length); got (4,)"),
+    (lambda: batching.corrupt(KEY, jnp.ones((4,), jnp.int32), jnp.ones((4,), bool), 10, 0.5), ValueError,
+     "tgt must have shape (any, any) (batch, length); got (4,)"),
     (lambda: training.TrainConfig(kind="ar", model=MODEL, steps=6, warmup=1, buckets=(16, 8)), ValueError,
      "TrainConfig.buckets must be strictly increasing"),
     (lambda: training.TrainConfig.from_dict({"kind": "ar", "steps": 3}), ValueError, "a 'model' mapping"),

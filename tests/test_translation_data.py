@@ -144,6 +144,25 @@ def test_vocab_special_ids_and_round_trip():
         vocab.train(["", " "], 60)
     with pytest.raises(ValueError, match="size"):
         vocab.train(texts, 5)
+    with pytest.raises(TypeError, match="texts must hold strings, one sentence each; item 1 is int"):
+        vocab.train(["a dog", 3], 60)
+
+
+def test_a_saved_vocabulary_loads_as_the_same_model(tmp_path):
+    texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras"] * 20
+    v = vocab.train(texts, 60)
+    path = v.save(tmp_path / "spm.model")
+    assert path.read_bytes() == v.proto and vocab.Vocab.load(path).encode(texts) == v.encode(texts)
+
+
+def test_the_batch_fingerprint_depends_on_every_token_and_length():
+    src, tgt = [[6, 7, 8], [9, 10]], [[11, 12], [13]]
+    print_of = lambda s, t: batching.Batcher(s, t, batch_tokens=64, buckets=(8,)).fingerprint()  # noqa: E731
+    base = print_of(src, tgt)
+    assert base == print_of([list(r) for r in src], [list(r) for r in tgt])
+    assert print_of([[6, 7, 8], [9, 11]], tgt) != base  # one token of the source differs
+    assert print_of(src, [[11, 12], [14]]) != base  # one token of the target differs
+    assert print_of([[6, 7], [8, 9, 10]], tgt) != base  # the same tokens, split into other sentences
 
 
 def test_batcher_is_deterministic_and_sized_for_the_devices():
@@ -311,3 +330,24 @@ def test_paired_bootstrap_is_sacrebleus_and_reproducible():
         mt_metrics.paired_bootstrap([("base", base[:3]), ("other", other)], refs)
     with pytest.raises(ValueError, match="at least two"):  # a baseline alone compares nothing
         mt_metrics.paired_bootstrap([("base", base)], refs)
+
+
+def test_the_metrics_refuse_what_they_would_score_wrongly():
+    hyps, refs = ["a dog runs", "a cat"], ["a dog runs", "a cat sits"]
+    with pytest.raises(ValueError, match="must be one of SacreBLEU's tokenizers .* got 'words'"):
+        mt_metrics.bleu(hyps, refs, tokenize="words")
+    with pytest.raises(ValueError, match="hyps and refs must be aligned; got 1 hypotheses and 2 references"):
+        mt_metrics.stutter_rate(hyps[:1], refs)
+    with pytest.raises(ValueError, match=r"system names must differ \(they index the table\); got \['a', 'a'\]"):
+        mt_metrics.paired_bootstrap([("a", hyps), ("a", hyps)], refs, n_samples=10)
+    with pytest.raises(TypeError, match="words\\(text\\) needs one sentence as a string; got list"):
+        mt_metrics.words(["a", "dog"])
+
+
+def test_a_multi30k_folder_that_is_not_one_is_named(tmp_path, monkeypatch):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(FileNotFoundError, match="root = .*nowhere' is not a folder; point it at the folder"):
+        corpus.multi30k_dir(missing)
+    monkeypatch.setenv(corpus.ENV_VAR, str(missing))
+    with pytest.raises(FileNotFoundError, match=f"{corpus.ENV_VAR} = .*nowhere' is not a folder"):
+        corpus.multi30k_dir()
