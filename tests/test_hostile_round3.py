@@ -154,6 +154,8 @@ def test_ising_counts_masks_and_keys_are_checked(call, error, words):
     ([2.0, 0.0], [0.5, 0.5], "q must be a law"),
     ([0.5, 0.5], [0.2, 0.3, 0.5], "q and p must be laws on the same states"),
     (0.5, [0.5, 0.5], "got a scalar"),
+    # the same states, but batches of laws whose leading axes do not broadcast
+    ([[0.5, 0.5]] * 2, [[0.5, 0.5]] * 3, "leading axes broadcastable; got shapes (2, 2) and (3, 2)"),
 ])
 def test_divergences_refuse_what_is_not_a_pair_of_laws(q, p, words):
     with jax.enable_x64(True):

@@ -6,6 +6,7 @@ import matplotlib as mpl
 import numpy as np
 import pandas as pd
 import pytest
+import seaborn as sns
 
 from gmlm_lib.book.browser import MIN_DENSITY
 from gmlm_lib.core import plotting
@@ -127,6 +128,7 @@ def test_figure_style_asks_a_notebook_for_retina_pngs_and_nothing_elsewhere(monk
     asked = []
     monkeypatch.setattr(inline, "set_matplotlib_formats", lambda *formats: asked.append(formats))
     with mpl.rc_context():
+        mpl.rcdefaults()  # matplotlib's own style, whatever an earlier test set (the context restores it)
         monkeypatch.setattr(IPython, "get_ipython", lambda: None)
         plotting.set_style()
         assert asked == []
@@ -134,4 +136,8 @@ def test_figure_style_asks_a_notebook_for_retina_pngs_and_nothing_elsewhere(monk
         plotting.set_style()
         assert asked == [("retina",)]
         assert mpl.rcParams["savefig.dpi"] / mpl.rcParams["figure.dpi"] >= MIN_DENSITY
+        # seaborn's whitegrid theme with the colour-blind-safe palette, lines told apart by colour
+        assert mpl.rcParams["axes.grid"] and mpl.rcParams["axes.facecolor"] == "white"
+        cycle = [mpl.colors.to_hex(c["color"]) for c in mpl.rcParams["axes.prop_cycle"]]
+        assert cycle[:7] == [mpl.colors.to_hex(c) for c in sns.color_palette(plotting.PALETTE, 7)]
     assert len(plotting.colors(7)) == 7
