@@ -79,6 +79,14 @@ def test_a_passed_commit_must_be_a_commit(monkeypatch):
             records.passed_commit()
 
 
+def test_a_record_is_written_whole_and_replaces_the_old_one(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text('{"old": true}')
+    records.write_record(path, {"steps": 3, "loss": 1.5})
+    assert json.loads(path.read_text()) == {"steps": 3, "loss": 1.5}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]  # no .part left beside it
+
+
 def test_a_git_checkout_names_its_head_and_marks_changed_sources_dirty(tmp_path, monkeypatch):
     """In a git checkout the record names HEAD, with "-dirty" when the library, a chapter's source, the
     parameter files or pyproject.toml differ from it, and without it for changes elsewhere (a note, a test)."""

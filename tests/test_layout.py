@@ -129,6 +129,10 @@ def test_packages_list_their_modules():
             assert listed == files, (pkg, listed - files)
         for name in module.__all__:
             assert getattr(module, name) is not None
+        # a misspelt module is an AttributeError, as for any module, not a silent None
+        with pytest.raises(AttributeError, match=f"module 'gmlm_lib.{pkg}' has no attribute 'samplrs'"):
+            getattr(module, "samplrs")
+        assert not hasattr(module, "samplrs")
 
 
 def test_no_flat_module_names():

@@ -43,6 +43,11 @@ def test_refusals_say_what_was_expected_and_where(value, kind, item, expected, p
     assert isinstance(info.value, TypeError)
 
 
+def test_a_refusal_reads_as_a_sentence():
+    assert str(settings.SettingError("an integer", "two", "[1]")) == "[1] must be an integer; got 'two' (str)."
+    assert str(settings.SettingError("true or false", 1)) == "the value must be true or false; got 1 (int)."
+
+
 def test_an_unknown_kind_is_a_value_error():
     with pytest.raises(ValueError, match="kind and item must be one of"):
         settings.coerce(1, complex)
