@@ -504,6 +504,26 @@ def book_copy(tmp_path):
     return tmp_path
 
 
+def test_make_provenance_writes_all_three_generated_pages(book_copy):
+    """The provenance page, the landing page's results overview and the running page's table of run times,
+    each rewritten from the notebooks (check_all names each page that is out of date)."""
+    from gmlm_lib.book import overview, run_times
+
+    for page in (checks.PROVENANCE_PAGE, overview.PAGE, run_times.PAGE):
+        (book_copy / page).write_text("stale\n")
+    (book_copy / run_times.FILE).write_text("{}\n")  # a store that holds no run
+    assert len(checks.check_all(book_copy)) == 4
+    assert checks.write_provenance_page(book_copy) == book_copy / checks.PROVENANCE_PAGE
+    assert checks.check_all(book_copy) == []
+    assert (book_copy / overview.PAGE).read_text() == overview.page(book_copy)
+    assert (book_copy / run_times.PAGE).read_text() == run_times.page(book_copy)
+
+
+def test_the_provenance_page_lists_a_chapter_never_run_as_not_run(book_copy):
+    (book_copy / "notebooks" / "stutter.ipynb").unlink()
+    assert "| {doc}`../notebooks/stutter` | not run | | | | | | |" in checks.provenance_page(book_copy)
+
+
 def _edit_first_code_cell(nb):
     cell = next(c for c in nb.cells if c.cell_type == "code"
                 and not {"parameters", sources.INJECTED_TAG} & set(c.metadata.get("tags", [])))
