@@ -78,15 +78,17 @@ def test_bad_tables_are_refused(table, match):
         F.findings(table, li_cai(0.1), [3], ["strong"])
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: F.best_by_budget(frontier(0.1).drop(columns="kl"), [3]), "frontier lacks the columns"),
-    (lambda: F.best_by_budget(frontier(0.1).to_dict(), [3]), "frontier must be a pandas DataFrame; got dict"),
-    (lambda: F.li_cai_check(li_cai(0.1).drop(columns="bound")), "li_cai lacks the columns"),
-    (lambda: F.li_cai_check(li_cai(0.1).assign(kl=float("nan"))), "li_cai has a missing passes/kl/bound value"),
-    (lambda: F.best_2025_by_T(translation_table(33.0).drop(columns="BLEU")), "table lacks the columns"),
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: F.best_by_budget(frontier(0.1).drop(columns="kl"), [3]), ValueError, "frontier lacks the columns"),
+    (lambda: F.best_by_budget(frontier(0.1).to_dict(), [3]), TypeError,
+     "frontier must be a pandas DataFrame; got dict"),
+    (lambda: F.li_cai_check(li_cai(0.1).drop(columns="bound")), ValueError, "li_cai lacks the columns"),
+    (lambda: F.li_cai_check(li_cai(0.1).assign(kl=float("nan"))), ValueError,
+     "li_cai has a missing passes/kl/bound value"),
+    (lambda: F.best_2025_by_T(translation_table(33.0).drop(columns="BLEU")), ValueError, "table lacks the columns"),
 ])
-def test_each_verdict_checks_its_own_table(call, match):
-    with pytest.raises((ValueError, TypeError), match=match):
+def test_each_verdict_checks_its_own_table(call, error, match):
+    with pytest.raises(error, match=match):
         call()
 
 

@@ -90,11 +90,6 @@ def test_auto_picks_the_preset_of_the_backend(backend, preset):
     assert config.resolve("multi30k_tiny", backend="gpu") == "multi30k_tiny"  # a named preset stays itself
 
 
-def test_an_unknown_backend_is_named():
-    with pytest.raises(ValueError, match="backend must be one of .* got 'opencl'"):
-        config.resolve("auto", backend="opencl")
-
-
 def test_auto_here_is_the_backend_of_this_process():
     import jax
 
@@ -157,7 +152,6 @@ def test_deep_shallow_baseline_is_the_teacher_with_one_decoder_layer():
     (dict(train_files=["a.en", "a.de"], test_files=["t.en", "t.de"], val_files=["v.en"]), "val_files must be empty"),
     (dict(test_sentences=-1), "test_sentences must be >= 0 (0: all); got -1."),
     (dict(warmup=-1), "warmup must be >= 0 (0: none); got -1."),
-    (dict(train_buckets=[64, 32]), "train_buckets must be strictly increasing"),
     (dict(decode_buckets=[]), "decode_buckets must hold at least one length"),
     # the trainer's own checks run when the experiment is made, before any work, not when a model trains
     (dict(warmup=10**6), "TrainConfig.warmup must be in [0, steps = 1200); got 1000000."),
