@@ -144,6 +144,13 @@ def translator(vocab):
      ["Translator.passes counts the passes of a StrategyOptions strategy"]),
     (lambda t: t.warm_calls(translate.Method("beam", beam=2), passes=True), ValueError,
      ["warm_calls(passes=True) compiles the pass count of a StrategyOptions strategy"]),
+
+    # a PaDIR method on this AR model, asked of each public entry that decodes by itself
+    (lambda t: t.device_ids(jnp.zeros((1, 16), jnp.int32), jnp.ones((1, 16), bool), translate.Method("padir")),
+     ValueError, ["does not fit this model (AR)"]),
+    (lambda t: t.passes(["a dog"], translate.Method("padir", padir=decoding.StrategyOptions("threshold"))),
+     ValueError, ["does not fit this model (AR)"]),
+    (lambda t: t.warm_calls(translate.Method("padir")), ValueError, ["does not fit this model (AR)"]),
 ])
 def test_translator_boundaries(translator, call, error, words):
     with pytest.raises(error) as info:

@@ -543,14 +543,42 @@ def test_trained_models_and_flat_params_hold_device_arrays_not_host_copies(train
                                   decoding.ar_greedy(g, p, src, sm, max_len=16))
 
 
+def test_the_parameter_fingerprint_holds_each_parameters_shape_as_well_as_its_bytes():
+    """Two models of one seed share a fingerprint; the same bytes in another shape (a kernel stored
+    transposed, say) are another model, and so is one changed value."""
+    m = tiny(True)
+    fp = seq2seq.params_fingerprint(m)
+    assert seq2seq.params_fingerprint(tiny(True)) == fp
+    var = next(v for _, v in nnx.to_flat_state(nnx.state(m, nnx.Param))
+               if np.ndim(v[...]) == 2 and v[...].shape[0] != v[...].shape[1])
+    before = var[...]
+    var.set_value(before.reshape(before.shape[::-1]))
+    assert seq2seq.params_fingerprint(m) != fp
+    var.set_value(before.at[0, 0].add(1.0))
+    assert seq2seq.params_fingerprint(m) != fp
+    var.set_value(before)
+    assert seq2seq.params_fingerprint(m) == fp
+
 def test_clear_compiled_drops_the_decoders_and_they_compile_again_to_the_same_result():
     m = tiny(True)
     g, p = nnx.split(m)
     src, sm = ids(7, (2, 8)), jnp.ones((2, 8), bool)
     first = np.asarray(decoding.ar_greedy(g, p, src, sm, max_len=16))
     f = decoding.jitted(decoding._ar_greedy, g, max_len=16)
+    decoding._dynamic(decoding.PadirOptions(steps=3))  # a decoder's settings split once per options
+    assert decoding._SPLITS
+    compiles, listening = [], [False]
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, d, **_: compiles.append(event)
+        if listening[0] and event == "/jax/core/compile/backend_compile_duration" else None)
     assert decoding.clear_compiled() >= 1
-    assert decoding._COMPILED == {} and decoding.clear_compiled() == 0
+    assert decoding._COMPILED == {} and decoding._SPLITS == {} and decoding.clear_compiled() == 0
+    listening[0] = True
+    try:
+        np.testing.assert_array_equal(f(p, src, sm), first)  # a decoder held elsewhere lost its executable too
+    finally:
+        listening[0] = False
+    assert compiles  # the point of clearing: the programs' memory is released
     assert decoding.jitted(decoding._ar_greedy, g, max_len=16) is not f
     np.testing.assert_array_equal(decoding.ar_greedy(g, p, src, sm, max_len=16), first)
 
@@ -608,7 +636,7 @@ def test_unit_costs_and_the_speedup_bound(monkeypatch):
     for pair in ((pd_, ar), (ar, ar), (pd_, pd_)):
         with pytest.raises(ValueError, match="AR model first"):
             decode_costs.unit_costs(*pair)
-    with pytest.raises(ValueError, match="max_len = 16"):
+    with pytest.raises(ValueError, match=r"unit_costs: widths \[32\] exceed ar_model.cfg.max_len = 16; nothing is"):
         decode_costs.unit_costs(ar, pd_, widths=(32,))
 
 
@@ -1208,6 +1236,51 @@ def test_translator_rejects_a_mismatched_method_and_long_sources():
     rate = tr.throughput(texts[:4], greedy, batch_size=2)
     assert 4 / (time.perf_counter() - t0) <= rate < float("inf")
 
+
+def test_warm_calls_warm_up_and_throughput_run_the_programs_they_name(monkeypatch):
+    """warm_calls gives one decode per (batch size, bucket) of that shape (with ``passes``: the pass
+    count of a strategy), warm_up compiles them side by side, a translation runs the first batch of
+    each shape side by side before the rest (with the same outputs), reports each batch to its
+    progress bar, and throughput warms up, then times one translation of all the texts."""
+    texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras"] * 20
+    v = V.train(texts, 60)
+    cfg = seq2seq.ModelConfig(vocab=v.size, causal=True, d_model=32, heads=4, enc_layers=1, dec_layers=1,
+                              d_ff=64, max_len=16)
+    tr = translate.Translator(seq2seq.build(cfg), v, buckets=(8, 16))
+    greedy = translate.Method("greedy")
+    calls = tr.warm_calls(greedy, (1, 2))
+    assert [c.args[0].shape for c in calls] == [(1, 8), (1, 16), (2, 8), (2, 16)]
+    assert [c().shape[0] for c in calls] == [1, 1, 2, 2]
+    real, seen = timing.compile_in_parallel, []
+    monkeypatch.setattr(timing, "compile_in_parallel", lambda calls, threads=None: seen.append(len(calls)) or
+                        real(calls, threads))
+    tr.warm_up(greedy, (1, 2))
+    assert seen == [4]
+    lengths = {len(v.encode([texts[0][:n]])[0]): texts[0][:n] for n in range(1, len(texts[0]) + 1)}
+    pair = [lengths[min(lengths)], lengths[max(n for n in lengths if n <= 16)]]  # one source in each bucket
+    assert sorted(tr.bucket(len(r)) for r in v.encode(pair)) == [8, 16]
+
+    class Bar:
+        n = 0
+
+        def update(self, k):
+            self.n += k
+
+    seen.clear()
+    bar = Bar()
+    assert tr.translate(pair * 2, greedy, batch_size=1, progress=bar) == [tr.translate_one(t, greedy) for t in pair * 2]
+    assert seen == [2] and bar.n == 4  # the first batch of each of the two shapes, side by side; every sentence
+    order = []
+    monkeypatch.setattr(tr, "warm_up", lambda method, sizes: order.append(("warm_up", sizes)))
+    monkeypatch.setattr(tr, "translate", lambda t, method, batch_size: order.append(("translate", len(t), batch_size)))
+    assert tr.throughput(pair * 2, greedy, batch_size=2) > 0
+    assert order == [("warm_up", (2,)), ("translate", 4, 2)]
+    pcfg = dataclasses.replace(cfg, causal=False)
+    ptr = translate.Translator(seq2seq.build(pcfg), v, buckets=(8, 16))
+    strategy = translate.Method("padir", padir=decoding.StrategyOptions("threshold", steps=3))
+    counted = ptr.warm_calls(strategy, (1,), passes=True)
+    assert [c.args[2].shape for c in counted] == [(1, 8), (1, 16)]
+    assert all(np.asarray(c()).shape == (1,) and 1 <= int(np.asarray(c())[0]) <= 3 for c in counted)
 
 def test_method_labels_and_no_length_penalty():
     mp = decoding.StrategyOptions("mask_predict", steps=3, hyps=2)

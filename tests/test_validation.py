@@ -382,6 +382,35 @@ def test_a_budget_for_no_models_and_no_repeats_is_refused():
     assert cfg == _cfg() and record["update_s"] is None and record["factor"] == 1.0
     with pytest.raises(ValueError, match="updates_seconds\\(repeats=...\\) must be >= 1; got 0"):
         sizing.update_seconds(_cfg(), _batcher(24, 1), repeats=0)
+    with pytest.raises(TypeError):  # no number is not "no budget" (0): refused before anything is timed
+        sizing.fit_config(_cfg(), _batcher(24, 1), 1, None)
+
+
+def test_update_seconds_reads_each_loss_after_the_next_update_is_dispatched(monkeypatch):
+    """The timing waits for the device: every update's loss is read (what blocks until it is computed),
+    the first untimed, each timed one after the next update is dispatched, the last before the clock
+    stops; a loss never read would leave its update's time out of the measurement."""
+    from gmlm_lib.mt import sizing
+
+    events = []
+
+    class Loss:
+        def __float__(self):
+            events.append("read")
+            time.sleep(0.01)
+            return 1.0
+
+    def update(leaves, batch, key):
+        events.append("update")
+        return leaves, Loss(), None
+
+    n = training.mesh().devices.size
+    job = dict(update=update, leaves=[], host=np.zeros((n, 2), np.int32), key=jax.random.key(0), bucket=8, size=n)
+    monkeypatch.setattr(sizing, "_update_jobs", lambda models, buckets=None: {"m": job})
+    monkeypatch.setattr(sizing, "_compile_updates", lambda jobs: 0.0)
+    got = sizing.updates_seconds({"m": (None, None)}, repeats=3)["m"]
+    assert events == ["update", "read", "update", "update", "read", "update", "read", "read"]
+    assert got["update_s"] >= 0.01  # three timed reads of 10 ms over three updates
 
 
 def test_update_seconds_times_a_compiled_update(monkeypatch):
