@@ -12,7 +12,7 @@ import pytest
 
 from gmlm_lib.core import divergences
 from gmlm_lib.ising import model as ising
-from gmlm_lib.ising import product, samplers
+from gmlm_lib.ising import masks, mple, product, samplers, tensorization
 from gmlm_lib.mt import metrics, seq2seq, training
 
 MODEL = seq2seq.ModelConfig(vocab=40, causal=True, d_model=32, heads=4, enc_layers=1, dec_layers=1, d_ff=64, max_len=16)
@@ -87,6 +87,26 @@ def test_the_command_line_refuses_ambiguous_parameters(args, words):
     (lambda: ising.enumerate_states(-1), ["n must be an integer >= 0"]),
     (lambda: ising.enumerate_states(2.5), ["n must be an integer", "never rounded"]),
     (lambda: ising.ising_model(1e200 * (1 - np.eye(3)), np.zeros(3)), ["too large", "Scale J and h down"]),
+
+    (lambda: masks.all_k_subsets(26, 13), ["C(26, 13) = 10,400,600 subsets is too many to list", "uniform_k_subsets"]),
+    (lambda: masks.from_weights(np.ones(3, bool), np.ones(1)), ["subsets must be a (M, n) boolean array", "(3,)"]),
+    (lambda: masks.from_weights(np.array([[2, 0]]), np.ones(1)), ["subsets must be boolean masks (or 0/1)"]),
+    (lambda: masks.check_distribution(masks.MaskDistribution(np.ones((1, 2), bool), np.ones((3, 1))), 2),
+     ["adaptive weights must have 2^n = 4 rows; got 3"]),
+    (lambda: ising.marginal(ising.curie_weiss(3, 0.5, 0.1), []), ["subset must name at least one site"]),
+    (lambda: mple.fit_repeats(jax.random.key(0), ising.curie_weiss(3, 0.5, 0.1), 10, 1, 1, max_iter=0),
+     ["max_iter must be >= 1; got 0"]),
+    (lambda: product.site_marginals(np.full(3, 1 / 3)), ["rows must be laws over 2^n states", "has 3 entries"]),
+    (lambda: product.min_tv_pair(np.full(3, 1 / 3)), ["joint must be a law over the 4 states of a pair", "(3,)"]),
+    (lambda: tensorization.upper_bound(ising.curie_weiss(2, 0.5, 0.1), masks.adaptive(
+        masks.all_k_subsets(2, 1), lambda states: np.full((states.shape[0], 2), 0.5))),
+     ["Definition 9 is stated here for a fixed mask distribution w; got an adaptive one"]),
+    (lambda: tensorization.ratio(ising.curie_weiss(2, 0.5, 0.1), masks.adaptive(
+        masks.all_k_subsets(2, 1), lambda states: np.full((states.shape[0], 2), 0.5)), np.full(4, 0.25)),
+     ["Definition 9 is stated here for a fixed mask distribution w; got an adaptive one"]),
+
+    (lambda: ising.clique_magnetisation_law(0, 0.5, 0.1), ["the clique must have at least one site: c = 0"]),
+    (lambda: mple.fit_likelihood(np.ones((2, 21))), ["n = 21 is too large for exact enumeration"]),
 ])
 def test_ising_side_wrong_numbers_are_refused(call, words):
     """A NaN law, a probability outside [0, 1], a matrix that is not stochastic, a negative n and

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -206,8 +207,14 @@ def test_exact_numerics_refuse_float32():
     from gmlm_lib import ising
     from gmlm_lib.ising import mple
 
-    for call in (lambda: ising.ising_model(np.zeros((2, 2)), np.zeros(2)),
-                 lambda: ising.random_model(__import__("jax").random.key(0), 3, 1.0, 1.0),
-                 lambda: mple.fit_likelihood(np.ones((3, 2))), lambda: ising.enumerate_states(3)):
-        with pytest.raises(RuntimeError, match=r"64-bit mode is off.*JAX_ENABLE_X64=1.*jax\.enable_x64\(True\)"):
+    for call, what in ((lambda: ising.ising_model(np.zeros((2, 2)), np.zeros(2)), "gmlm_lib.ising.model.ising_model"),
+                       (lambda: ising.random_model(__import__("jax").random.key(0), 3, 1.0, 1.0),
+                        "gmlm_lib.ising.model.random_model"),
+                       (lambda: mple.fit_likelihood(np.ones((3, 2))), "exact enumeration (gmlm_lib.ising)"),
+                       (lambda: mple.fit_pseudolikelihood(np.ones((3, 2)), np.eye(2, dtype=bool)[[0, 1, 0]]),
+                        "gmlm_lib.ising.mple (fitting)"),
+                       (lambda: ising.enumerate_states(3), "exact enumeration (gmlm_lib.ising)")):
+        with pytest.raises(RuntimeError) as err:  # each names itself: the first refusal on the way is its own
             call()
+        assert re.match(re.escape(what) + r" computes exactly in float64, but JAX's 64-bit mode is off.*"
+                        r"JAX_ENABLE_X64=1.*jax\.enable_x64\(True\)", str(err.value), re.S), str(err.value)

@@ -227,6 +227,20 @@ def test_bad_rules_are_refused(call, match):
         call()
 
 
+def test_the_sampler_refuses_a_rule_built_for_another_n(strong_model):
+    with pytest.raises(ValueError, match=f"rule is for n = {N - 1} positions but the model has n = {N}"):
+        um.sampler(strong_model, um.make_rule("random", N - 1, 2))
+
+
+def test_exact_law_stops_when_its_output_loses_mass(strong_model, monkeypatch):
+    """The output law is checked to sum to one before its KL and TV are computed: a pass that dropped
+    probability mass stops with the rule named, instead of a KL against a law that is not one."""
+    spread = um._spread
+    monkeypatch.setattr(um, "_spread", lambda *args: (lambda new, patterns, w: (new, patterns, 0.5 * w))(
+        *spread(*args)))
+    with pytest.raises(RuntimeError, match=r"exact_law lost mass: the output law sums to 0\.\d+, not 1 \(random"):
+        um.exact_law(strong_model, um.make_rule("random", N, 2))
+
 def test_site_statistics_of_a_certain_position_are_finite():
     """0 log 0 = 0: a position already certain has confidence 1 and entropy 0, not NaN."""
     for xp in (np, jax.numpy):
