@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gmlm_lib import ising
-from gmlm_lib.ising import blocks, fisher, markov, masks
+from gmlm_lib.ising import blocks, fisher, markov, masks, tensorization
 
 TOL = 1e-10
 
@@ -316,6 +316,8 @@ def test_over_the_exact_limit():
     (fisher.loss_hessian_autodiff, 9, fisher.MAX_AUTODIFF_N),
     (fisher.score_covariance_autodiff, 9, fisher.MAX_AUTODIFF_N),
     (lambda m, d: markov.second_eigenvalue(m, d, method="dense"), 13, markov.MAX_DENSE_N),
+
+    (tensorization.upper_bound, 11, tensorization.MAX_N),
 ])
 def test_each_exact_quantity_refuses_a_model_over_its_own_limit(call, n, limit):
     """Each sum over all states and masks has its limit, checked before anything is enumerated."""

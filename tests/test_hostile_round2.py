@@ -12,7 +12,7 @@ import pytest
 
 from gmlm_lib.core import divergences
 from gmlm_lib.ising import model as ising
-from gmlm_lib.ising import masks, mple, product, samplers, tensorization
+from gmlm_lib.ising import masks, mple, product, samplers, tensorization, transformer
 from gmlm_lib.mt import metrics, seq2seq, training
 
 MODEL = seq2seq.ModelConfig(vocab=40, causal=True, d_model=32, heads=4, enc_layers=1, dec_layers=1, d_ff=64, max_len=16)
@@ -101,6 +101,13 @@ def test_the_command_line_refuses_ambiguous_parameters(args, words):
     (lambda: tensorization.upper_bound(ising.curie_weiss(2, 0.5, 0.1), masks.adaptive(
         masks.all_k_subsets(2, 1), lambda states: np.full((states.shape[0], 2), 0.5))),
      ["Definition 9 is stated here for a fixed mask distribution w; got an adaptive one"]),
+    (lambda: tensorization.lower_bound(jax.random.key(0), ising.curie_weiss(2, 0.5, 0.1), masks.adaptive(
+        masks.all_k_subsets(2, 1), lambda states: np.full((states.shape[0], 2), 0.5))),
+     ["Definition 9 is stated here for a fixed mask distribution w; got an adaptive one"]),
+    (lambda: tensorization.excess_loss(ising.curie_weiss(2, 0.5, 0.1), ising.curie_weiss(2, 0.4, 0.1), masks.adaptive(
+        masks.all_k_subsets(2, 1), lambda states: np.full((states.shape[0], 2), 0.5))),
+     ["Definition 9 is stated here for a fixed mask distribution w; got an adaptive one"]),
+    (lambda: transformer.Config(vocab=0, outputs=2, length=4), ["Config.vocab", ">= 1"]),
     (lambda: tensorization.ratio(ising.curie_weiss(2, 0.5, 0.1), masks.adaptive(
         masks.all_k_subsets(2, 1), lambda states: np.full((states.shape[0], 2), 0.5)), np.full(4, 0.25)),
      ["Definition 9 is stated here for a fixed mask distribution w; got an adaptive one"]),

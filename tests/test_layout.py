@@ -205,7 +205,9 @@ def test_exact_numerics_refuse_float32():
     import numpy as np
 
     from gmlm_lib import ising
-    from gmlm_lib.ising import mple
+    from gmlm_lib.ising import mple, unmasking
+
+    bare = ising.IsingModel(J=np.zeros((3, 3)), h=np.zeros(3))  # built without ising_model's own check
 
     for call, what in ((lambda: ising.ising_model(np.zeros((2, 2)), np.zeros(2)), "gmlm_lib.ising.model.ising_model"),
                        (lambda: ising.random_model(__import__("jax").random.key(0), 3, 1.0, 1.0),
@@ -213,7 +215,13 @@ def test_exact_numerics_refuse_float32():
                        (lambda: mple.fit_likelihood(np.ones((3, 2))), "exact enumeration (gmlm_lib.ising)"),
                        (lambda: mple.fit_pseudolikelihood(np.ones((3, 2)), np.eye(2, dtype=bool)[[0, 1, 0]]),
                         "gmlm_lib.ising.mple (fitting)"),
-                       (lambda: ising.enumerate_states(3), "exact enumeration (gmlm_lib.ising)")):
+                       (lambda: ising.enumerate_states(3), "exact enumeration (gmlm_lib.ising)"),
+                       (lambda: unmasking.families(__import__("jax").random.key(0), 3),
+                        "gmlm_lib.ising.unmasking.families"),
+                       (lambda: unmasking.exact_law(bare, unmasking.make_rule("random", 3, 2)),
+                        "gmlm_lib.ising.unmasking.exact_law"),
+                       (lambda: unmasking.mutual_information_sum(bare),
+                        "gmlm_lib.ising.unmasking.mutual_information_sum")):
         with pytest.raises(RuntimeError) as err:  # each names itself: the first refusal on the way is its own
             call()
         assert re.match(re.escape(what) + r" computes exactly in float64, but JAX's 64-bit mode is off.*"

@@ -227,9 +227,12 @@ def test_bad_rules_are_refused(call, match):
         call()
 
 
-def test_the_sampler_refuses_a_rule_built_for_another_n(strong_model):
+def test_the_sampler_refuses_a_rule_for_another_n_and_both_decoders_a_model_that_is_none(strong_model):
     with pytest.raises(ValueError, match=f"rule is for n = {N - 1} positions but the model has n = {N}"):
         um.sampler(strong_model, um.make_rule("random", N - 1, 2))
+    for decode in (um.exact_law, um.sampler):  # each checks its model before reading its size
+        with pytest.raises(TypeError, match="model must be an IsingModel .*; got ndarray"):
+            decode(np.zeros((N, N)), um.make_rule("random", N, 2))
 
 
 def test_exact_law_stops_when_its_output_loses_mass(strong_model, monkeypatch):
