@@ -309,14 +309,12 @@ def test_over_the_exact_limit():
     assert two.mean.shape == two.se.shape == (10, 10)  # M = 2, the fewest with a standard error
 
 
-
 @pytest.mark.parametrize("call, n, limit", [
     (fisher.score_covariance, 13, fisher.MAX_EXACT_N),
     (fisher.all_masks_score_covariance, 13, fisher.MAX_EXACT_N),
     (fisher.loss_hessian_autodiff, 9, fisher.MAX_AUTODIFF_N),
     (fisher.score_covariance_autodiff, 9, fisher.MAX_AUTODIFF_N),
     (lambda m, d: markov.second_eigenvalue(m, d, method="dense"), 13, markov.MAX_DENSE_N),
-
     (tensorization.upper_bound, 11, tensorization.MAX_N),
 ])
 def test_each_exact_quantity_refuses_a_model_over_its_own_limit(call, n, limit):
@@ -337,6 +335,7 @@ def test_each_exact_quantity_refuses_a_mask_law_over_another_n(call):
     m, _, _ = _model(0, 4)
     with pytest.raises(ValueError, match="the mask distribution is over n = 3 sites but the model has n = 4"):
         call(m, masks.uniform_k(3, 1))
+
 
 def test_conditional_given_mask_is_bayes_on_the_joint():
     """Lemma 3: p(x_S | x_-S, S) from blocks equals Bayes' rule on pi(x, S) = p(x) w(S|x); for a

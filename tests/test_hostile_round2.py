@@ -73,6 +73,11 @@ def test_the_command_line_refuses_ambiguous_parameters(args, words):
     assert "Traceback" not in done.stderr
 
 
+def _adaptive_pair():
+    """An adaptive mask law on two sites (each site masked with probability 1/2 whatever the state)."""
+    return masks.adaptive(masks.all_k_subsets(2, 1), lambda states: np.full((states.shape[0], 2), 0.5))
+
+
 @pytest.mark.parametrize("call,words", [
     (lambda: divergences.kl(np.array([0.5, np.nan]), np.array([0.5, 0.5])), ["q must hold probabilities", "1 NaN"]),
     (lambda: divergences.kl(np.array([0.5, 0.5]), np.array([np.nan, 0.5])), ["p must hold probabilities"]),
@@ -87,7 +92,6 @@ def test_the_command_line_refuses_ambiguous_parameters(args, words):
     (lambda: ising.enumerate_states(-1), ["n must be an integer >= 0"]),
     (lambda: ising.enumerate_states(2.5), ["n must be an integer", "never rounded"]),
     (lambda: ising.ising_model(1e200 * (1 - np.eye(3)), np.zeros(3)), ["too large", "Scale J and h down"]),
-
     (lambda: masks.all_k_subsets(26, 13), ["C(26, 13) = 10,400,600 subsets is too many to list", "uniform_k_subsets"]),
     (lambda: masks.from_weights(np.ones(3, bool), np.ones(1)), ["subsets must be a (M, n) boolean array", "(3,)"]),
     (lambda: masks.from_weights(np.array([[2, 0]]), np.ones(1)), ["subsets must be boolean masks (or 0/1)"]),
@@ -98,26 +102,23 @@ def test_the_command_line_refuses_ambiguous_parameters(args, words):
      ["max_iter must be >= 1; got 0"]),
     (lambda: product.site_marginals(np.full(3, 1 / 3)), ["rows must be laws over 2^n states", "has 3 entries"]),
     (lambda: product.min_tv_pair(np.full(3, 1 / 3)), ["joint must be a law over the 4 states of a pair", "(3,)"]),
-    (lambda: tensorization.upper_bound(ising.curie_weiss(2, 0.5, 0.1), masks.adaptive(
-        masks.all_k_subsets(2, 1), lambda states: np.full((states.shape[0], 2), 0.5))),
+    (lambda: tensorization.upper_bound(ising.curie_weiss(2, 0.5, 0.1), _adaptive_pair()),
      ["Definition 9 is stated here for a fixed mask distribution w; got an adaptive one"]),
-    (lambda: tensorization.lower_bound(jax.random.key(0), ising.curie_weiss(2, 0.5, 0.1), masks.adaptive(
-        masks.all_k_subsets(2, 1), lambda states: np.full((states.shape[0], 2), 0.5))),
+    (lambda: tensorization.lower_bound(jax.random.key(0), ising.curie_weiss(2, 0.5, 0.1), _adaptive_pair()),
      ["Definition 9 is stated here for a fixed mask distribution w; got an adaptive one"]),
-    (lambda: tensorization.excess_loss(ising.curie_weiss(2, 0.5, 0.1), ising.curie_weiss(2, 0.4, 0.1), masks.adaptive(
-        masks.all_k_subsets(2, 1), lambda states: np.full((states.shape[0], 2), 0.5))),
+    (lambda: tensorization.excess_loss(ising.curie_weiss(2, 0.5, 0.1), ising.curie_weiss(2, 0.4, 0.1),
+                                       _adaptive_pair()),
+     ["Definition 9 is stated here for a fixed mask distribution w; got an adaptive one"]),
+    (lambda: tensorization.ratio(ising.curie_weiss(2, 0.5, 0.1), _adaptive_pair(), np.full(4, 0.25)),
      ["Definition 9 is stated here for a fixed mask distribution w; got an adaptive one"]),
     (lambda: transformer.Config(vocab=0, outputs=2, length=4), ["Config.vocab", ">= 1"]),
-    (lambda: tensorization.ratio(ising.curie_weiss(2, 0.5, 0.1), masks.adaptive(
-        masks.all_k_subsets(2, 1), lambda states: np.full((states.shape[0], 2), 0.5)), np.full(4, 0.25)),
-     ["Definition 9 is stated here for a fixed mask distribution w; got an adaptive one"]),
-
     (lambda: ising.clique_magnetisation_law(0, 0.5, 0.1), ["the clique must have at least one site: c = 0"]),
     (lambda: mple.fit_likelihood(np.ones((2, 21))), ["n = 21 is too large for exact enumeration"]),
 ])
 def test_ising_side_wrong_numbers_are_refused(call, words):
-    """A NaN law, a probability outside [0, 1], a matrix that is not stochastic, a negative n and
-    couplings too large for float64 each give an error naming the argument, never a wrong number."""
+    """A NaN law, a probability outside [0, 1], a matrix that is not stochastic, a negative n, couplings
+    too large for float64, masks or laws of the wrong shape, an adaptive law where Definition 9 needs a
+    fixed one and sizes past an exact sum's limit each give an error naming the argument, never a wrong number."""
     with jax.enable_x64(True):
         with pytest.raises((ValueError, TypeError)) as err:  # TypeError: a count given as a float
             call()

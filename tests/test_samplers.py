@@ -399,7 +399,6 @@ def test_progress_bar_honours_tqdm_disable(monkeypatch, capsys):
     assert capsys.readouterr().err == ""
 
 
-
 @pytest.mark.parametrize("stop", [False, True])
 def test_run_chains_reports_its_steps_to_the_bar_and_closes_it(monkeypatch, stop):
     """The bar advances by the steps each chunk ran and is closed when the run ends (early, once every
@@ -419,6 +418,7 @@ def test_run_chains_reports_its_steps_to_the_bar_and_closes_it(monkeypatch, stop
     samplers.run_chains(jax.random.key(0), s, jnp.ones((2, 5), jnp.int8), 12, thin=2, chunk=4, target=target,
                         stop_when_all_hit=stop)
     assert events == ([4, "close"] if stop else [4, 4, 4, "close"])
+
 
 CORES_SCRIPT = r"""
 import json, sys

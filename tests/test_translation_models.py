@@ -559,6 +559,7 @@ def test_the_parameter_fingerprint_holds_each_parameters_shape_as_well_as_its_by
     var.set_value(before)
     assert seq2seq.params_fingerprint(m) == fp
 
+
 def test_clear_compiled_drops_the_decoders_and_they_compile_again_to_the_same_result():
     m = tiny(True)
     g, p = nnx.split(m)
@@ -1280,7 +1281,9 @@ def test_warm_calls_warm_up_and_throughput_run_the_programs_they_name(monkeypatc
     strategy = translate.Method("padir", padir=decoding.StrategyOptions("threshold", steps=3))
     counted = ptr.warm_calls(strategy, (1,), passes=True)
     assert [c.args[2].shape for c in counted] == [(1, 8), (1, 16)]
-    assert all(np.asarray(c()).shape == (1,) and 1 <= int(np.asarray(c())[0]) <= 3 for c in counted)
+    passes = [np.asarray(c()) for c in counted]
+    assert all(p.shape == (1,) and 1 <= int(p[0]) <= 3 for p in passes)  # at most the strategy's T = 3
+
 
 def test_method_labels_and_no_length_penalty():
     mp = decoding.StrategyOptions("mask_predict", steps=3, hyps=2)

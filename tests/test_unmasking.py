@@ -244,6 +244,7 @@ def test_exact_law_stops_when_its_output_loses_mass(strong_model, monkeypatch):
     with pytest.raises(RuntimeError, match=r"exact_law lost mass: the output law sums to 0\.\d+, not 1 \(random"):
         um.exact_law(strong_model, um.make_rule("random", N, 2))
 
+
 def test_site_statistics_of_a_certain_position_are_finite():
     """0 log 0 = 0: a position already certain has confidence 1 and entropy 0, not NaN."""
     for xp in (np, jax.numpy):
