@@ -72,8 +72,10 @@ def test_every_page_reads_in_a_browser(built_book):
 @pytest.mark.timeout(600)
 @pytest.mark.xdist_group("book")
 def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
-    """The check fails a page without MathJax (raw TeX), with a role left unrendered, with a broken image
-    link, and with a table wider than the column; the unchanged page passes."""
+    """The check fails a page without MathJax (raw TeX), with a MathJax error, with a role left unrendered,
+    with a broken image link, with a table wider than the column, with an error on the browser's console
+    (and only that page), and the other planted faults below; the unchanged page passes, and its screenshot
+    is saved."""
     _need_browser()
     proc, html = built_book
     assert proc.returncode == 0
@@ -106,6 +108,10 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
         "boxes": text.replace("</article>", "".join(
             f'<div class="admonition" style="height: {h}px; box-sizing: border-box; margin: 0; padding: 0">'
             '<p class="admonition-title">What this run found</p></div>' for h in (900, 901)) + "</article>", 1),
+        "math error": text.replace("</article>", r'<p><span class="math notranslate nohighlight">\(x^1^2\)</span></p>'
+                                   "</article>", 1),
+        "console error": text.replace("</article>", '<script>console.error("planted failure")</script></article>', 1),
+        "after a console error": text,  # a page's console holds only its own messages
     }
     for name, size in [("at-limit", 12), ("small", 10)]:  # 400 user units shown 400 px wide: size * 0.75 pt
         (page.parent / f"{name}.svg").write_text(
@@ -117,11 +123,17 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
         for name, body in variants.items():
             probe = page.with_name(f"probe-{name.replace(' ', '-')}.html")
             probe.write_text(body)
-            found[name] = browser.check_page(drv, probe, site).problems
+            shots = tmp_path / "shots" if name == "as built" else None
+            report = browser.check_page(drv, probe, site, screenshots=shots)
+            found[name] = report.problems
+            if name == "as built":
+                assert report.screenshot == tmp_path / "shots" / f"notebooks__{probe.stem}.png"
+                assert report.screenshot.stat().st_size > 0
     finally:
         drv.quit()
     assert found["as built"] == [], found["as built"]
-    assert any("untypeset TeX" in p or "none rendered" in p for p in found["no MathJax"]), found["no MathJax"]
+    assert any(p.startswith("untypeset TeX in the text: ") for p in found["no MathJax"]) and \
+        any(p.endswith(" formulas and none rendered by MathJax") for p in found["no MathJax"]), found["no MathJax"]
     assert any(p.startswith("broken image: no-such-figure.png") for p in found["broken image"]), found["broken image"]
     assert any(p.startswith("table ") and "px wide" in p for p in found["wide table"]), found["wide table"]
     assert found["long decimals"] == ["table cell with more than 4 decimals: '1411.006051'"], found["long decimals"]
@@ -134,6 +146,10 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     assert found["svg text at the limit"] == [] and found["sharp figure"] == [], found
     assert found["svg figures"] == ["SVG figure text renders at 7.5 pt (at least 9): small.svg"], found["svg figures"]
     assert found["boxes"] == ["'What this run found' box is 901 px tall, more than the 900 px screen"], found["boxes"]
+    assert found["math error"] == ["1 MathJax error(s)"], found["math error"]
+    assert len(found["console error"]) == 1 and found["console error"][0].startswith("console: ") and \
+        "planted failure" in found["console error"][0], found["console error"]
+    assert found["after a console error"] == [], found["after a console error"]
 
 
 def test_svg_figure_text_is_measured_at_its_displayed_size(tmp_path):
@@ -162,6 +178,10 @@ def test_svg_figure_text_is_measured_at_its_displayed_size(tmp_path):
     (tmp_path / "h.svg").write_text('<svg width="100" height="50"><rect width="1" height="1"/></svg>')
     assert browser.svg_text_pt(tmp_path / "h.svg", 50) is None and browser.svg_text_pt(None, 50) is None
 
+
+def test_the_book_check_needs_a_built_book(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"no built book at .* \(no index.html\); run `make book` first"):
+        browser.check_book(tmp_path)
 
 def test_a_redirect_page_is_read_not_loaded(tmp_path):
     """Jupyter Book's root index.html only redirects: loading it races the browser's own navigation (the
