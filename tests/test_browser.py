@@ -183,6 +183,7 @@ def test_the_book_check_needs_a_built_book(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no built book at .* \(no index.html\); run `make book` first"):
         browser.check_book(tmp_path)
 
+
 def test_a_redirect_page_is_read_not_loaded(tmp_path):
     """Jupyter Book's root index.html only redirects: loading it races the browser's own navigation (the
     check's script once ran on a document without a body), so the check reads its target instead and
