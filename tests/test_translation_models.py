@@ -1206,12 +1206,18 @@ def test_call_parts_time_a_translation_its_program_and_an_empty_call_with_the_sa
             decode_costs.call_parts(tr, method, texts[0], min_time=bad)
 
 
+def _toy_translator(texts, causal):
+    """A Translator of an untrained one-layer model (d_model 32, max_len 16, buckets 8 and 16) on a
+    vocabulary of 60 pieces trained on ``texts``."""
+    v = V.train(texts, 60)
+    cfg = seq2seq.ModelConfig(vocab=v.size, causal=causal, d_model=32, heads=4, enc_layers=1, dec_layers=1,
+                              d_ff=64, max_len=16)
+    return translate.Translator(seq2seq.build(cfg), v, buckets=(8, 16))
+
+
 def test_translator_rejects_a_mismatched_method_and_long_sources():
     texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras"] * 20
-    v = V.train(texts, 60)
-    cfg = seq2seq.ModelConfig(vocab=v.size, causal=True, d_model=32, heads=4, enc_layers=1, dec_layers=1,
-                              d_ff=64, max_len=16)
-    tr = translate.Translator(seq2seq.build(cfg), v, buckets=(8, 16))
+    tr = _toy_translator(texts, causal=True)
     with pytest.raises(ValueError, match="does not fit"):
         tr.translate(texts[:1], translate.Method("padir"))
     with pytest.raises(ValueError, match="nothing is clipped"):
@@ -1231,7 +1237,7 @@ def test_translator_rejects_a_mismatched_method_and_long_sources():
     assert any(a == b for r in rows for a, b in zip(r, r[1:]))  # the test's power: the model repeats
     by_chunk = [i for chunk, *_ in tr.batches(texts, 4) for i in chunk]
     got = tr.translate(texts, greedy, batch_size=4)
-    assert [got[i] for i in by_chunk] == v.decode(rows)
+    assert [got[i] for i in by_chunk] == tr.vocab.decode(rows)
     # sentences per second: no more than the sentences over the whole call's seconds allow
     t0 = time.perf_counter()
     rate = tr.throughput(texts[:4], greedy, batch_size=2)
@@ -1244,10 +1250,8 @@ def test_warm_calls_warm_up_and_throughput_run_the_programs_they_name(monkeypatc
     each shape side by side before the rest (with the same outputs), reports each batch to its
     progress bar, and throughput warms up, then times one translation of all the texts."""
     texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras"] * 20
-    v = V.train(texts, 60)
-    cfg = seq2seq.ModelConfig(vocab=v.size, causal=True, d_model=32, heads=4, enc_layers=1, dec_layers=1,
-                              d_ff=64, max_len=16)
-    tr = translate.Translator(seq2seq.build(cfg), v, buckets=(8, 16))
+    tr = _toy_translator(texts, causal=True)
+    v = tr.vocab
     greedy = translate.Method("greedy")
     calls = tr.warm_calls(greedy, (1, 2))
     assert [c.args[0].shape for c in calls] == [(1, 8), (1, 16), (2, 8), (2, 16)]
@@ -1276,8 +1280,7 @@ def test_warm_calls_warm_up_and_throughput_run_the_programs_they_name(monkeypatc
     monkeypatch.setattr(tr, "translate", lambda t, method, batch_size: order.append(("translate", len(t), batch_size)))
     assert tr.throughput(pair * 2, greedy, batch_size=2) > 0
     assert order == [("warm_up", (2,)), ("translate", 4, 2)]
-    pcfg = dataclasses.replace(cfg, causal=False)
-    ptr = translate.Translator(seq2seq.build(pcfg), v, buckets=(8, 16))
+    ptr = _toy_translator(texts, causal=False)
     strategy = translate.Method("padir", padir=decoding.StrategyOptions("threshold", steps=3))
     counted = ptr.warm_calls(strategy, (1,), passes=True)
     assert [c.args[2].shape for c in counted] == [(1, 8), (1, 16)]
@@ -1687,10 +1690,7 @@ def test_strategy_passes_refuses_plain_refinement():
 @pytest.mark.slow  # compiles a decoder per setting
 def test_translator_counts_each_sentences_passes():
     texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras", "two men", "a cat"] * 10
-    v = V.train(texts, 60)
-    cfg = seq2seq.ModelConfig(vocab=v.size, causal=False, d_model=32, heads=4, enc_layers=1, dec_layers=1,
-                              d_ff=64, max_len=16)
-    tr = translate.Translator(seq2seq.build(cfg), v, buckets=(8, 16))
+    tr = _toy_translator(texts, causal=False)
     method = translate.Method("padir", padir=decoding.StrategyOptions("threshold", steps=3, hyps=1, confidence=0.9))
     texts = ["a small dog", "two men", "a cat", "ein Hund"]
     got = tr.passes(texts, method, batch_size=3)
