@@ -74,8 +74,9 @@ def test_every_page_reads_in_a_browser(built_book):
 def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     """The check fails a page without MathJax (raw TeX), with a MathJax error, with a role left unrendered,
     with a broken image link, with a table wider than the column, with an error on the browser's console
-    (and only that page), and the other planted faults below; the unchanged page passes, and its screenshot
-    is saved."""
+    (and only that page), with a MathJax whose startup fails, and the other planted faults below; the unchanged
+    page passes, and its screenshot is saved. A page that the check's own script cannot read stops the check
+    with an error naming the page, not a report."""
     _need_browser()
     proc, html = built_book
     assert proc.returncode == 0
@@ -112,6 +113,10 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
                                    "</article>", 1),
         "console error": text.replace("</article>", '<script>console.error("planted failure")</script></article>', 1),
         "after a console error": text,  # a page's console holds only its own messages
+        "MathJax startup fails": re.sub(  # its startup promise rejects after the check has begun to wait on it
+            r'<script[^>]*mathjax/tex-chtml\.js[^>]*></script>',
+            '<script>window.MathJax = {startup: {promise: new Promise((_, no) => setTimeout(() => '
+            'no(new Error("planted startup failure")), 300))}};</script>', text),
     }
     for name, size in [("at-limit", 12), ("small", 10)]:  # 400 user units shown 400 px wide: size * 0.75 pt
         (page.parent / f"{name}.svg").write_text(
@@ -129,6 +134,12 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
             if name == "as built":
                 assert report.screenshot == tmp_path / "shots" / f"notebooks__{probe.stem}.png"
                 assert report.screenshot.stat().st_size > 0
+        probe = page.with_name("probe-script-failure.html")  # the check's own script cannot read the page
+        probe.write_text(text.replace("</head>", "<script>Node.prototype.cloneNode = function () { "
+                                      'throw new Error("planted script failure"); };</script></head>', 1))
+        with pytest.raises(RuntimeError, match=r"^notebooks/probe-script-failure\.html: the check's script failed: "
+                                               r"Error: planted script failure$"):
+            browser.check_page(drv, probe, site)
     finally:
         drv.quit()
     assert found["as built"] == [], found["as built"]
@@ -150,6 +161,8 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     assert len(found["console error"]) == 1 and found["console error"][0].startswith("console: ") and \
         "planted failure" in found["console error"][0], found["console error"]
     assert found["after a console error"] == [], found["after a console error"]
+    assert found["MathJax startup fails"][0] == "MathJax did not finish typesetting (error: Error: planted startup " \
+        "failure)", found["MathJax startup fails"]
 
 
 def test_svg_figure_text_is_measured_at_its_displayed_size(tmp_path):
