@@ -202,7 +202,8 @@ def test_compile_probe_leaves_the_chosen_settings_programs_in_the_runs_cache(tmp
     assert any(name.startswith("jit_step-") for name in kept), kept
     flags = " ".join(f for f in (os.environ.get("XLA_FLAGS", ""), chosen.read_text().strip()) if f)
     ran = subprocess.run([sys.executable, "-c", _CHAPTER_PATH], capture_output=True, text=True, cwd=tmp_path,
-                         env={**env, "JAX_COMPILATION_CACHE_DIR": str(cache), "XLA_FLAGS": flags}, timeout=600)
+                         env={**env, "JAX_COMPILATION_CACHE_DIR": str(cache), "XLA_FLAGS": flags,
+                              "TMPDIR": str(tmp_path)}, timeout=600)  # its temporary folders go with tmp_path
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     got = json.loads(ran.stdout.strip().splitlines()[-1])
     assert got["sizing"]["cache_hits"] >= 1 and got["decode"]["cache_hits"] >= 1, got

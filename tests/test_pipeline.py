@@ -7,6 +7,7 @@ import dataclasses
 import json
 import pathlib
 import shutil
+import tempfile
 
 import pytest
 
@@ -122,11 +123,15 @@ def test_train_padir_names_what_it_needs(tmp_path):
         pipeline.train_padir(TINY, vocab, PAIRS, PAIRS.tgt, tmp_path, "both", progress=False)
 
 
-def test_run_folder_is_under_run_root_or_temporary(tmp_path):
+def test_run_folder_is_under_run_root_or_temporary(tmp_path, monkeypatch):
     exp = config.get("multi30k_tiny", dict(run_root=str(tmp_path), src_lang="de", tgt_lang="en"))
     assert pipeline.run_folder(exp) == tmp_path / "de-en"
     assert pipeline.run_folder(exp, tmp_path / "x") == tmp_path / "x"
-    assert pipeline.run_folder(TINY).name == "en-de" and pipeline.run_folder(TINY) != pipeline.run_folder(TINY)
+    (scratch := tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # the temporary folders: made here, removed with tmp_path
+    first, second = pipeline.run_folder(TINY), pipeline.run_folder(TINY)
+    assert first.name == second.name == "en-de" and first != second
+    assert first.parent.parent == second.parent.parent == scratch and first.parent.name.startswith("padir-")
 
 
 def test_a_folder_whose_vocabulary_is_not_its_models_is_refused(built, tmp_path):
@@ -157,10 +162,12 @@ def test_reuse_turns_the_cache_on_beside_the_run_then_opens_it_or_trains_a_stand
     # the stand-in reads the corpus from data_dir, not from GMLM_MULTI30K_DIR (pointed at a folder without it)
     m30k = str(corpus.multi30k_dir(download_missing=False))
     monkeypatch.setenv(corpus.ENV_VAR, str(tmp_path))
+    (scratch := tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # the stand-in's temporary folders: made here
     stand_in = pipeline.reuse("", dataclasses.replace(TINY, data_dir=m30k), stand_in_sentences=40, seed=3,
                               padir_init="teacher")
-    assert len(caches) == 2 and caches[1] != caches[0] and "jax-cache-" in caches[1]
-    assert len(stand_in.distilled) == 40 and stand_in.root.name == "en-de" and stand_in.root != root
+    assert len(caches) == 2 and pathlib.Path(caches[1]).parent == scratch and "jax-cache-" in caches[1]
+    assert len(stand_in.distilled) == 40 and stand_in.root.name == "en-de" and stand_in.root.parent.parent == scratch
     assert stand_in.records["padir_raw"]["init"]["start"] == "teacher"
 
 
