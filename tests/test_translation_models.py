@@ -197,6 +197,12 @@ def test_beam_of_one_is_greedy_and_beam_is_at_least_as_likely(trained_ar):
     np.testing.assert_allclose(scores, logp(four), atol=1e-4)
 
 
+@nnx.jit
+def _full_decoder(model, seqs, enc, em):
+    """The decoder's logits at every position of ``seqs`` (n, L), no cache: one compiled program per shape."""
+    return model.decode(seqs, jnp.ones(seqs.shape, bool), enc, em)
+
+
 def _beam_by_definition(model, src, sm, beam, alpha, max_len):
     """fairseq's beam search for one sentence, written out with the full decoder (no cache): the 2k best
     (hypothesis, next token) pairs are the candidates; an EOS among the k best finishes its hypothesis,
@@ -212,9 +218,9 @@ def _beam_by_definition(model, src, sm, beam, alpha, max_len):
     for t in range(max_len):
         if len(finished) >= beam or (finished and finished[0][1] >= alive[0][1] / penalty(max_len)):
             break
-        seqs = jnp.asarray([s for s, _ in alive])
-        n = len(alive)
-        logits = model.decode(seqs, jnp.ones(seqs.shape, bool), jnp.repeat(enc, n, 0), jnp.repeat(em, n, 0))[:, -1]
+        n = len(alive)  # each prefix padded to max_len + 1: the causal decoder's logits at t ignore what follows
+        seqs = jnp.asarray([list(s) + [V.PAD] * (max_len - t) for s, _ in alive])
+        logits = _full_decoder(model, seqs, jnp.repeat(enc, n, 0), jnp.repeat(em, n, 0))[:, t]
         lp = np.asarray(jax.nn.log_softmax(logits.at[:, jnp.array(decoding._AR_FORBIDDEN)].set(-jnp.inf)))
         cands = sorted(((a + float(lp[i, v]), s + (v,)) for i, (s, a) in enumerate(alive)
                         for v in range(lp.shape[1]) if np.isfinite(lp[i, v])), key=lambda c: -c[0])[: 2 * beam]
