@@ -46,8 +46,9 @@ def _need_browser():
 def test_every_page_reads_in_a_browser(built_book):
     """Every page of the build: MathJax typeset everything (no TeX left, no error), every image
     loads, no table is wider than the content column, every "What this run found" box fits a
-    1400 x 900 screen, and the console holds no error; a screenshot of each page is saved under
-    ``_build/screenshots/`` for review."""
+    1400 x 900 screen, and the console holds no error; on a phone's screen no page is wider than
+    the screen and every table wider than its box shows the scroll cue. A screenshot of each page
+    is saved under ``_build/screenshots/`` for review."""
     _need_browser()
     proc, html = built_book
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -76,7 +77,9 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     with a broken image link, with a table wider than the column, with an error on the browser's console
     (and only that page), with a MathJax whose startup fails, and the other planted faults below; the unchanged
     page passes, and its screenshot is saved. A page that the check's own script cannot read stops the check
-    with an error naming the page, not a report."""
+    with an error naming the page, not a report. On a phone's screen: a page wider than the screen, and a
+    table wider than its box without the book's scroll cue, or with a row painted over it; a long name in
+    code breaks instead of widening the page."""
     _need_browser()
     proc, html = built_book
     assert proc.returncode == 0
@@ -140,6 +143,27 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
         with pytest.raises(RuntimeError, match=r"^notebooks/probe-script-failure\.html: the check's script failed: "
                                                r"Error: planted script failure$"):
             browser.check_page(drv, probe, site)
+        wide = "<tr>" + "<td>1234567.891</td>" * 12 + "</tr>"
+        box = '<div class="pst-scrollable-table-container"><table class="table">{}</table></div>'  # the theme's
+
+        def at_end(html):
+            return text.replace("</article>", html + "</article>", 1)
+
+        phone_variants = {  # on a phone's screen
+            "as built": text,
+            "fixed-width block": at_end('<div style="width: 600px">a block 600 px wide</div>'),
+            "long code name": at_end('<p>see <code class="docutils literal notranslate"><span class="pre">'
+                                     f'tests/test_{"x" * 120}.py</span></code></p>'),
+            "table with its cue": at_end(box.format(wide)),
+            "table without a cue": at_end(f'<div style="overflow-x: auto"><table>{wide}</table></div>'),
+            "cue painted over": at_end(box.format(wide.replace("<tr>", '<tr style="background: #eee">'))),
+        }
+        found_phone = {}
+        for name, body in phone_variants.items():
+            probe = page.with_name(f"phone-{name.replace(' ', '-')}.html")
+            probe.write_text(body)
+            found_phone[name] = browser.check_phone(drv, probe, site)
+        assert drv.execute_script("return window.innerWidth") == browser.WINDOW[0]  # the browser's own screen is back
     finally:
         drv.quit()
     assert found["as built"] == [], found["as built"]
@@ -163,6 +187,13 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     assert found["after a console error"] == [], found["after a console error"]
     assert found["MathJax startup fails"][0] == "MathJax did not finish typesetting (error: Error: planted startup " \
         "failure)", found["MathJax startup fails"]
+    assert found_phone["as built"] == found_phone["long code name"] == found_phone["table with its cue"] == [], \
+        found_phone
+    assert len(found_phone["fixed-width block"]) == 1 and re.fullmatch(
+        r'page \d+ px wide on a 390 px phone screen: div "a block 600 px wide"', found_phone["fixed-width block"][0])
+    assert found_phone["table without a cue"] == ["table wider than a phone screen with no scroll cue: "
+                                                  "'1234567.891 1234567.891 1234567.891 1234567.891 1234567.891'"]
+    assert found_phone["cue painted over"] == found_phone["table without a cue"], found_phone
 
 
 def test_svg_figure_text_is_measured_at_its_displayed_size(tmp_path):
@@ -195,6 +226,25 @@ def test_svg_figure_text_is_measured_at_its_displayed_size(tmp_path):
 def test_the_book_check_needs_a_built_book(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no built book at .* \(no index.html\); run `make book` first"):
         browser.check_book(tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_book_check_reads_each_page_on_a_phone_too(tmp_path):
+    """check_book adds each loaded page's phone problems to its report: a block 600 px wide passes on the
+    1400 px screen and fails on the phone's; the redirect page is read, not loaded, on either."""
+    _need_browser()
+    (tmp_path / "index.html").write_text('<meta http-equiv="Refresh" content="0; url=book/page.html" />\n')
+    (tmp_path / "book").mkdir()
+    body = ('<html><head><meta name="viewport" content="width=device-width, initial-scale=1"></head>'  # as the theme's
+            '<body><article class="bd-article"><p>{}</p></article></body></html>')
+    (tmp_path / "book" / "page.html").write_text(body.format('<div style="width: 600px">a block 600 px wide</div>'))
+    (tmp_path / "book" / "narrow.html").write_text(body.format("fits a phone"))
+    reports = {r.page: r.problems for r in browser.check_book(tmp_path)}
+    assert reports.keys() == {"index.html", "book/page.html", "book/narrow.html"}
+    assert reports["index.html"] == reports["book/narrow.html"] == [], reports
+    assert len(reports["book/page.html"]) == 1 and re.fullmatch(
+        r'page \d+ px wide on a 390 px phone screen: div "a block 600 px wide"', reports["book/page.html"][0]), reports
 
 
 def test_a_redirect_page_is_read_not_loaded(tmp_path):

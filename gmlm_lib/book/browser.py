@@ -21,6 +21,11 @@ reports what a reader would see as broken:
 - a redirect-only page (Jupyter Book's root ``index.html``) whose target is not in the build: such a
   page is read, not loaded (:func:`redirect_target`).
 
+Then it loads each page again on a phone's screen (:data:`PHONE`, emulated: :func:`check_phone`) and
+reports a page wider than the screen (a reader would scroll the whole page sideways), and a table
+wider than its box that shows no scroll cue (the box's shadow at the edge, ``book/_static/tables.css``,
+missing or painted over by a row).
+
 It saves a screenshot of each loaded page (the first screen, 1400 x 900) for review. It drives Debian's
 ``chromium`` and ``chromedriver`` through Selenium, which is imported only here; Selenium is told
 where the driver is, so it never downloads one.
@@ -33,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 WINDOW = (1400, 900)  # the screen a "What this run found" box must fit
+PHONE = (390, 844)
+"""A phone's screen in CSS pixels (an iPhone 14's), emulated at 3 device pixels per CSS pixel."""
 MAX_DECIMALS = 4
 """The most digits after the decimal point a number in a table cell may show."""
 MIN_DENSITY = 2.0
@@ -96,6 +103,43 @@ Promise.race([ready.then(() => "ok", e => "error: " + e), timeout]).then(state =
   done({state, column: Math.round(column), tex, markup, mathSpans, rendered,
         mathErrors: document.querySelectorAll("mjx-merror").length, images, tables, boxes, decimals, rasters,
         svgImages, smallestSvgText, unnumbered});
+  } catch (e) { done({state: "the check's script failed: " + e}); }
+});
+"""
+
+_PHONE_SCRIPT = r"""
+const done = arguments[arguments.length - 1];
+const ready = (window.MathJax && MathJax.startup && MathJax.startup.promise) || Promise.resolve();
+const timeout = new Promise(r => setTimeout(() => r("timeout"), 90000));
+Promise.race([ready.then(() => "ok", e => "error: " + e), timeout]).then(state => {
+  try {
+  const root = document.documentElement;
+  const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
+  const scrolls = e => ["auto", "scroll"].includes(getComputedStyle(e).overflowX);
+  const inScrollBox = e => {
+    for (let a = e.parentElement; a && a !== root; a = a.parentElement) { if (scrolls(a)) return true; }
+    return false;
+  };
+  const shown = e => (e.innerText || e.textContent).replace(/\s+/g, " ").trim().slice(0, 60).trimEnd();
+  let widest = "";
+  if (root.scrollWidth > root.clientWidth + 1) {  // name what reaches furthest right, outside the boxes that scroll
+    let right = root.clientWidth + 1;
+    for (const e of article.querySelectorAll("*")) {
+      const r = e.getBoundingClientRect().right;
+      if (r >= right && !inScrollBox(e)) {
+        right = r;
+        widest = e.tagName.toLowerCase() + " " + JSON.stringify(shown(e));
+      }
+    }
+  }
+  // a scroll cue: the box's shadows (a gradient background), with no row or cell painted over them
+  const clear = c => /^rgba\(.*,\s*0\)$|^transparent$/.test(getComputedStyle(c).backgroundColor);
+  const uncued = Array.from(article.querySelectorAll("*"))
+    .filter(b => scrolls(b) && b.querySelector("table") && b.scrollWidth > b.clientWidth + 1)
+    .filter(b => !getComputedStyle(b).backgroundImage.includes("gradient")
+                 || !Array.from(b.querySelectorAll("tr, th, td")).every(clear))
+    .map(shown);
+  done({state, width: root.clientWidth, scrollWidth: root.scrollWidth, widest, uncued});
   } catch (e) { done({state: "the check's script failed: " + e}); }
 });
 """
@@ -191,6 +235,28 @@ def check_page(drv, path: Path, html_root: Path, screenshots: Path | None = None
     return report
 
 
+def check_phone(drv, path: Path, html_root: Path) -> list[str]:
+    """Load ``path`` on an emulated phone screen (:data:`PHONE`) and return what is broken there: the
+    page wider than the screen (with what reaches furthest right), or a table wider than its box with
+    no visible scroll cue. The browser's own screen is put back afterwards."""
+    name = path.relative_to(html_root).as_posix()
+    drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                        {"width": PHONE[0], "height": PHONE[1], "deviceScaleFactor": 3, "mobile": True})
+    try:
+        drv.get(path.resolve().as_uri())
+        seen = drv.execute_async_script(_PHONE_SCRIPT)
+    finally:
+        drv.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    if seen["state"].startswith("the check's script failed"):
+        raise RuntimeError(f"{name} (phone): {seen['state']}")
+    problems = []
+    if seen["scrollWidth"] > seen["width"] + 1:
+        problems.append(f"page {seen['scrollWidth']} px wide on a {PHONE[0]} px phone screen: "
+                        f"{seen['widest'] or 'nothing in the article'}")
+    problems += [f"table wider than a phone screen with no scroll cue: {t!r}" for t in seen["uncued"]]
+    return problems
+
+
 def redirect_target(page: Path) -> Path | None:
     """The local file a redirect-only page (``<meta http-equiv="Refresh" content="0; url=...">`` and
     nothing a reader sees, as Jupyter Book's root ``index.html``) sends the reader to; ``None`` for a
@@ -250,12 +316,18 @@ def book_pages(html_root: Path) -> list[Path]:
 
 
 def check_book(html_root: Path, screenshots: Path | None = None) -> list[PageReport]:
-    """Every page of the build at ``html_root`` through :func:`check_page`, in one browser."""
+    """Every page of the build at ``html_root`` through :func:`check_page`, then each loaded page again
+    through :func:`check_phone` (its problems added to the page's report), in one browser."""
     html_root = Path(html_root)
     if not (html_root / "index.html").is_file():
         raise FileNotFoundError(f"no built book at {html_root} (no index.html); run `make book` first.")
+    pages = book_pages(html_root)
     drv = open_browser()
     try:
-        return [check_page(drv, page, html_root, screenshots) for page in book_pages(html_root)]
+        reports = [check_page(drv, page, html_root, screenshots) for page in pages]
+        for page, report in zip(pages, reports):
+            if redirect_target(page) is None:
+                report.problems += check_phone(drv, page, html_root)
+        return reports
     finally:
         drv.quit()
