@@ -105,6 +105,23 @@ def test_results_beyond_the_paper_are_listed_and_checked(monkeypatch):
     assert any("test_nothing does not exist" in p for p in found)
 
 
+def test_a_label_the_library_implements_needs_a_chapter_or_a_reason(monkeypatch):
+    """The page promises that its last column says where the book treats each label or why it does not:
+    Definition 1 (the MLE, stated in the k-pseudolikelihood box) without its chapter tag and without a
+    reason would leave that cell empty, and the check says so; with a reason it passes."""
+    real_book = labels.chapter_tags(ROOT)
+    assert "Definition 1" in real_book and "Definition 1" in labels.library_tags(ROOT)
+    without = {k: v for k, v in real_book.items() if k != "Definition 1"}
+    monkeypatch.setattr(labels, "chapter_tags", lambda root: without)
+    row = next(line for line in labels.page(ROOT).splitlines() if line.startswith("| Definition 1 |"))
+    assert row.endswith("| — |")
+    assert [p for p in labels.problems(ROOT) if "Definition 1" in p] == [
+        "labels: Definition 1 is implemented but no chapter states it (no prf box title or heading carries it) and "
+        "NOT_TREATED gives no reason; tag the chapter where it is used or say why not."]
+    monkeypatch.setattr(labels, "NOT_TREATED", {**labels.NOT_TREATED, "Definition 1": "a reason"})
+    assert not [p for p in labels.problems(ROOT) if "Definition 1" in p and "no chapter states it" in p]
+
+
 def test_not_treated_is_refused_only_for_a_label_both_implemented_and_stated(monkeypatch):
     """NOT_TREATED may keep a label that only the library or only a chapter mentions (a helper, a
     remark), and the page shows its reason beside where it appears; a label both implemented and

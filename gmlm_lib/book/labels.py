@@ -296,7 +296,9 @@ def page(root: Path) -> str:
 
 def problems(root: Path) -> list[str]:
     """What is wrong with the index: a tag naming no label of the paper, a label neither treated
-    anywhere nor given a reason, a reason for a label the book does treat, a page out of date."""
+    anywhere nor given a reason, a label the library implements that no chapter states and no reason
+    explains (its "In the book" cell would be empty), a reason for a label the book does treat, a page
+    out of date."""
     out = []
     lib, tests, book = library_tags(root), test_tags(root), chapter_tags(root)
     for found, what in ((lib, "docstring"), (tests, "test"), (book, "chapter")):
@@ -307,6 +309,9 @@ def problems(root: Path) -> list[str]:
         if not treated and label not in NOT_TREATED:
             out.append(f"labels: {label} is neither implemented, tested nor stated in the book, and NOT_TREATED "
                        "gives no reason; tag it where it is treated or say why not.")
+        elif label not in book and label not in NOT_TREATED:
+            out.append(f"labels: {label} is implemented but no chapter states it (no prf box title or heading "
+                       "carries it) and NOT_TREATED gives no reason; tag the chapter where it is used or say why not.")
         if label in NOT_TREATED and label in book and label in lib:
             out.append(f"labels: {label} is treated (library and book) but NOT_TREATED says it is not.")
     boxes = _box_chapters(root)
