@@ -164,6 +164,13 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
             probe.write_text(body)
             found_phone[name] = browser.check_phone(drv, probe, site)
         assert drv.execute_script("return window.innerWidth") == browser.WINDOW[0]  # the browser's own screen is back
+        probe = page.with_name("phone-script-failure.html")
+        probe.write_text(text.replace("</head>", "<script>window.getComputedStyle = function () { "
+                                      'throw new Error("planted phone failure"); };</script></head>', 1))
+        with pytest.raises(RuntimeError, match=r"^notebooks/phone-script-failure\.html \(phone\): the check's script "
+                                               r"failed: Error: planted phone failure$"):
+            browser.check_phone(drv, probe, site)
+        assert drv.execute_script("return window.innerWidth") == browser.WINDOW[0]  # back after a failure too
     finally:
         drv.quit()
     assert found["as built"] == [], found["as built"]
