@@ -46,7 +46,8 @@ def _need_browser():
 def test_every_page_reads_in_a_browser(built_book):
     """Every page of the build: MathJax typeset everything (no TeX left, no error), every image
     loads, no table is wider than the content column, every "What this run found" box fits a
-    1400 x 900 screen, and the console holds no error; on a phone's screen no page is wider than
+    1400 x 900 screen, every chapter's verdict ends on that first screen, and the console holds no
+    error; on a phone's screen no page is wider than
     the screen and every table wider than its box shows the scroll cue. A screenshot of each page
     is saved under ``_build/screenshots/`` for review."""
     _need_browser()
@@ -75,11 +76,12 @@ def test_every_page_reads_in_a_browser(built_book):
 def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     """The check fails a page without MathJax (raw TeX), with a MathJax error, with a role left unrendered,
     with a broken image link, with a table wider than the column, with an error on the browser's console
-    (and only that page), with a MathJax whose startup fails, and the other planted faults below; the unchanged
-    page passes, and its screenshot is saved. A page that the check's own script cannot read stops the check
-    with an error naming the page, not a report. On a phone's screen: a page wider than the screen, and a
-    table wider than its box without the book's scroll cue, or with a row painted over it; a long name in
-    code breaks instead of widening the page."""
+    (and only that page), with a MathJax whose startup fails, with the chapter's verdict missing or pushed
+    below the first screen, and the other planted faults below; the unchanged page passes, and its
+    screenshot is saved. A page that the check's own script cannot read stops the check with an error
+    naming the page, not a report. On a phone's screen: a page wider than the screen, and a table wider
+    than its box without the book's scroll cue, or with a row painted over it; a long name in code breaks
+    instead of widening the page."""
     _need_browser()
     proc, html = built_book
     assert proc.returncode == 0
@@ -87,7 +89,8 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     shutil.copytree(html, site)
     page = site / "notebooks" / f"{sources.toc_notebooks(ROOT)[0]}.html"
     text = page.read_text()
-    assert "mathjax/tex-chtml.js" in text and "</article>" in text
+    verdict = "<p><strong>Verdict of this run.</strong>"  # how a chapter's opening paragraph renders
+    assert "mathjax/tex-chtml.js" in text and "</article>" in text and verdict in text
     variants = {
         "as built": text,
         "no MathJax": re.sub(r'<script[^>]*mathjax/tex-chtml\.js[^>]*></script>', "", text),
@@ -116,6 +119,8 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
                                    "</article>", 1),
         "console error": text.replace("</article>", '<script>console.error("planted failure")</script></article>', 1),
         "after a console error": text,  # a page's console holds only its own messages
+        "verdict below the fold": text.replace(verdict, '<div style="height: 900px"></div>' + verdict, 1),
+        "no verdict": text.replace(verdict, "<p><strong>Summary.</strong>", 1),
         "MathJax startup fails": re.sub(  # its startup promise rejects after the check has begun to wait on it
             r'<script[^>]*mathjax/tex-chtml\.js[^>]*></script>',
             '<script>window.MathJax = {startup: {promise: new Promise((_, no) => setTimeout(() => '
@@ -192,6 +197,9 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     assert len(found["console error"]) == 1 and found["console error"][0].startswith("console: ") and \
         "planted failure" in found["console error"][0], found["console error"]
     assert found["after a console error"] == [], found["after a console error"]
+    assert len(found["verdict below the fold"]) == 1 and re.fullmatch(
+        r"the verdict ends \d+ px down, below the first 900 px screen", found["verdict below the fold"][0]), found
+    assert found["no verdict"] == ["no 'Verdict of this run.' paragraph"], found["no verdict"]
     assert found["MathJax startup fails"][0] == "MathJax did not finish typesetting (error: Error: planted startup " \
         "failure)", found["MathJax startup fails"]
     assert found_phone["as built"] == found_phone["long code name"] == found_phone["table with its cue"] == [], \

@@ -17,6 +17,8 @@ reports what a reader would see as broken:
 - a cross-reference without its number ("Proposition " where "Proposition 3" was meant: a
   reference to a box that has no number needs its own text);
 - a "What this run found" box taller than one 1400 x 900 screen;
+- a chapter (a page under ``notebooks/``) whose "Verdict of this run." paragraph is missing or ends
+  below that first screen, where a reader who has not scrolled cannot see it;
 - a JavaScript error or a failed request in the browser's console;
 - a redirect-only page (Jupyter Book's root ``index.html``) whose target is not in the build: such a
   page is read, not loaded (:func:`redirect_target`).
@@ -100,9 +102,12 @@ Promise.race([ready.then(() => "ok", e => "error: " + e), timeout]).then(state =
   const boxes = Array.from(article.querySelectorAll(".admonition"))
     .filter(b => (b.querySelector(".admonition-title") || {}).textContent === "What this run found")
     .map(b => Math.round(b.getBoundingClientRect().height));
+  const verdict = Array.from(article.querySelectorAll("p"))
+    .find(v => v.textContent.trim().startsWith("Verdict of this run."));
+  const verdictBottom = verdict ? Math.round(verdict.getBoundingClientRect().bottom + window.scrollY) : null;
   done({state, column: Math.round(column), tex, markup, mathSpans, rendered,
         mathErrors: document.querySelectorAll("mjx-merror").length, images, tables, boxes, decimals, rasters,
-        svgImages, smallestSvgText, unnumbered});
+        svgImages, smallestSvgText, unnumbered, verdictBottom});
   } catch (e) { done({state: "the check's script failed: " + e}); }
 });
 """
@@ -224,6 +229,11 @@ def check_page(drv, path: Path, html_root: Path, screenshots: Path | None = None
     p += [f"cross-reference without its number: {t!r}" for t in seen["unnumbered"]]
     p += [f"'What this run found' box is {h} px tall, more than the {WINDOW[1]} px screen" for h in seen["boxes"]
           if h > WINDOW[1]]
+    if name.startswith("notebooks/"):  # a chapter opens with its verdict, on the first screen
+        if seen["verdictBottom"] is None:
+            p.append("no 'Verdict of this run.' paragraph")
+        elif seen["verdictBottom"] > WINDOW[1]:
+            p.append(f"the verdict ends {seen['verdictBottom']} px down, below the first {WINDOW[1]} px screen")
     for entry in drv.get_log("browser"):
         if entry.get("level") == "SEVERE":
             p.append(f"console: {entry.get('message', '')[:200]}")
