@@ -122,6 +122,26 @@ def test_a_label_the_library_implements_needs_a_chapter_or_a_reason(monkeypatch)
     assert not [p for p in labels.problems(ROOT) if "Definition 1" in p and "no chapter states it" in p]
 
 
+def test_a_label_nothing_treats_needs_a_reason(monkeypatch):
+    """A label that neither the library nor a chapter tags, and that NOT_TREATED does not explain, is a
+    problem, named with whether a test still tags it; a reason makes it none."""
+    lib, book, tests = labels.library_tags(ROOT), labels.chapter_tags(ROOT), labels.test_tags(ROOT)
+    assert "Definition 2" in lib and "Definition 2" in book and "Definition 2" in tests
+
+    def drop(tags):
+        return {k: v for k, v in tags.items() if k != "Definition 2"}
+
+    monkeypatch.setattr(labels, "library_tags", lambda root: drop(lib))
+    monkeypatch.setattr(labels, "chapter_tags", lambda root: drop(book))
+    says = "labels: Definition 2 is neither implemented nor stated in the book{}, and NOT_TREATED gives no reason; " \
+           "tag it where it is treated or say why not."
+    assert [p for p in labels.problems(ROOT) if "Definition 2 is" in p] == [says.format(" (only a test tags it)")]
+    monkeypatch.setattr(labels, "test_tags", lambda root: drop(tests))
+    assert [p for p in labels.problems(ROOT) if "Definition 2 is" in p] == [says.format("")]
+    monkeypatch.setattr(labels, "NOT_TREATED", {**labels.NOT_TREATED, "Definition 2": "a reason"})
+    assert [p for p in labels.problems(ROOT) if "Definition 2 is" in p] == []
+
+
 def test_not_treated_is_refused_only_for_a_label_both_implemented_and_stated(monkeypatch):
     """NOT_TREATED may keep a label that only the library or only a chapter mentions (a helper, a
     remark), and the page shows its reason beside where it appears; a label both implemented and

@@ -307,7 +307,8 @@ def problems(root: Path) -> list[str]:
     for label in PAPER_LABELS:
         treated = label in lib or label in book
         if not treated and label not in NOT_TREATED:
-            out.append(f"labels: {label} is neither implemented, tested nor stated in the book, and NOT_TREATED "
+            only_tests = " (only a test tags it)" if label in tests else ""
+            out.append(f"labels: {label} is neither implemented nor stated in the book{only_tests}, and NOT_TREATED "
                        "gives no reason; tag it where it is treated or say why not.")
         elif label not in book and label not in NOT_TREATED:
             out.append(f"labels: {label} is implemented but no chapter states it (no prf box title or heading "
