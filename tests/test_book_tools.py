@@ -42,14 +42,34 @@ def test_library_reference_lists_every_module():
                                     f"not modules: {sorted(set(listed) - modules)}")
 
 
+def _next_source(name):
+    """The chapter's source its next run executes: ``staged/NAME.md`` while staged, else ``notebooks/NAME.md``."""
+    staged = ROOT / "staged" / f"{name}.md"
+    return staged if staged.is_file() else ROOT / "notebooks" / f"{name}.md"
+
+
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_every_figure_has_a_caption(name):
     """A cell that draws a figure carries a ``mystnb: figure: caption:`` saying what it shows and asks."""
-    nb = sources.read_text_notebook(ROOT / "notebooks" / f"{name}.md")
+    nb = sources.read_text_notebook(_next_source(name))
     for cell in nb.cells:
         if cell.cell_type == "code" and "plt.show()" in cell.source:
             caption = cell.metadata.get("mystnb", {}).get("figure", {}).get("caption", "")
             assert caption.strip(), f"{name}: a figure without a caption:\n{cell.source[:200]}"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_a_figure_cell_shows_only_its_figure(name):
+    """myst-nb puts a cell's caption under each of its outputs: a table or text shown by the figure's cell
+    would become a captioned figure too, and every later figure number would be off by one. So a cell
+    with a caption draws one figure and shows nothing else (a table goes in the next cell)."""
+    nb = sources.read_text_notebook(_next_source(name))
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.metadata.get("mystnb", {}).get("figure"):
+            shows = cell.source.count("plt.show()")
+            shown = [call for call in ("present(", "display(", "print(") if call in cell.source]
+            assert shows == 1 and not shown, \
+                f"{name}: a captioned cell shows {shows} figures and {shown}:\n{cell.source[:200]}"
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
