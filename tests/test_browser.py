@@ -142,6 +142,8 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
             if name == "as built":
                 assert report.screenshot == tmp_path / "shots" / f"notebooks__{probe.stem}.png"
                 assert report.screenshot.stat().st_size > 0
+                box = drv.execute_script("return document.querySelector('.cell_output img').parentElement.clientWidth")
+                assert box == browser.FIGURE_WIDTH, box  # the width the figure-text test scales figures to
         probe = page.with_name("probe-script-failure.html")  # the check's own script cannot read the page
         probe.write_text(text.replace("</head>", "<script>Node.prototype.cloneNode = function () { "
                                       'throw new Error("planted script failure"); };</script></head>', 1))

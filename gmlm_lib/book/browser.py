@@ -48,6 +48,9 @@ MIN_DENSITY = 2.0
 """The fewest image pixels per displayed (CSS) pixel of a raster figure: sharp on a high-density screen."""
 MIN_TEXT_PT = 9.0
 """The smallest text size, in points (1 pt = 4/3 CSS px), of an SVG figure at its displayed size."""
+FIGURE_WIDTH = 768
+"""The widest a chapter's figure is shown on the ``WINDOW`` screen, in CSS px (the theme's cell output box;
+the browser test measures it): a figure drawn wider is scaled down to it, its text with it."""
 NUMBERED = ("Proposition", "Definition", "Theorem", "Lemma", "Corollary", "Figure", "Fig.", "Table", "Equation",
             "Example", "Exercise", "Remark", "Algorithm", "Assumption", "Conjecture", "Axiom", "Claim", "Listing")
 """The words a numbered cross-reference starts with; one of them alone is a reference that lost its number."""
