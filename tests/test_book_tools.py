@@ -79,25 +79,24 @@ MIN_TEXT_PT = browser.MIN_TEXT_PT  # the browser check's bar, for the raster fig
 SMALL_TEXT_UNTIL_RERUN = {"ablations": "10 in wide, 8 pt legend; its full run needs the GPU"}
 
 
-def figure_text_pt(source: str) -> tuple[float, float] | None:
-    """(width in inches, smallest text in CSS points as shown) of the figure a cell draws, or None without
-    a ``figsize``. A notebook figure is a retina PNG of ``figsize`` at the style's ``figure.dpi`` CSS px
-    an inch, plus the 0.1 in that the inline backend's tight bounding box may pad each side with, shown
-    at that size or scaled down to ``FIGURE_PX``: text set at s pt shows at
-    s * dpi / 96 * min(1, FIGURE_PX / ((width + 0.2) * dpi)) pt. The smallest set size is the least of
-    the sizes the cell names (``fontsize=``, ``labelsize=``, ``size=``, ``{"size": ...}``, named sizes) and
-    the style's tick-label size, which every axis shows."""
+def figure_text_pt(source: str) -> tuple[float, float]:
+    """(width in inches, smallest text in CSS points as shown) of the figure a cell draws (the style's
+    ``figure.figsize`` where the cell names no ``figsize``). A notebook figure is a retina PNG drawn at
+    the style's ``figure.dpi`` CSS px an inch, plus the 0.1 in that the inline backend's tight bounding
+    box may pad each side with, shown at that size or scaled down to ``FIGURE_PX``: text set at s pt
+    shows at s * dpi / 96 * min(1, FIGURE_PX / ((width + 0.2) * dpi)) pt. The smallest set size is the
+    least of the sizes the cell names (``fontsize=``, ``labelsize=``, ``size=``, ``{"size": ...}``, named
+    sizes) and the style's tick-label size, which every axis shows."""
     import matplotlib as mpl
     from matplotlib.font_manager import FontProperties
 
     from gmlm_lib.core import plotting
 
     widths = [float(w) for w in re.findall(r"figsize\s*=\s*\(\s*([\d.]+)\s*,", source)]
-    if not widths:
-        return None
     with mpl.rc_context():
         plotting.set_style()
         dpi = mpl.rcParams["figure.dpi"]
+        widths = widths or [mpl.rcParams["figure.figsize"][0]]
         ticks = FontProperties(size=mpl.rcParams["xtick.labelsize"]).get_size_in_points()
         named = [FontProperties(size=n).get_size_in_points() for n in
                  re.findall(r"\b(?:fontsize|labelsize|size)\s*=\s*[\"']((?:xx?-)?(?:small|large)|medium)[\"']", source)]
@@ -109,7 +108,7 @@ def figure_text_pt(source: str) -> tuple[float, float] | None:
 
 
 def test_figure_text_size_is_what_the_formula_says():
-    assert figure_text_pt("plt.plot()") is None
+    assert figure_text_pt("plt.plot()") == (6.4, pytest.approx(11 * 110 / 96))  # matplotlib's 6.4 in
     w, pt = figure_text_pt("fig, ax = plt.subplots(figsize=(6.5, 3))")  # shown at its own size: 11 pt ticks
     assert w == 6.5 and pt == pytest.approx(11 * 110 / 96)
     wide = figure_text_pt("plt.subplots(figsize=(13.8, 3)); ax.legend(fontsize=9)")  # scaled to the column
@@ -127,7 +126,7 @@ def test_figure_text_reads_at_9pt_at_the_column_width(name):
     wider than the column is scaled down with its text, so draw it at most 6.8 in wide."""
     nb = sources.read_text_notebook(_next_source(name))
     small = [(w, round(pt, 1)) for cell in nb.cells if cell.cell_type == "code" and "plt.show()" in cell.source
-             for w, pt in [figure_text_pt(cell.source) or (0, MIN_TEXT_PT)] if pt < MIN_TEXT_PT]
+             for w, pt in [figure_text_pt(cell.source)] if pt < MIN_TEXT_PT]
     if name in SMALL_TEXT_UNTIL_RERUN:
         assert small, f"{name}'s figures now read at 9 pt: remove it from SMALL_TEXT_UNTIL_RERUN"
     else:

@@ -47,9 +47,8 @@ def test_every_page_reads_in_a_browser(built_book):
     """Every page of the build: MathJax typeset everything (no TeX left, no error), every image
     loads, no table is wider than the content column, every "What this run found" box fits a
     1400 x 900 screen, every chapter's verdict ends on that first screen, and the console holds no
-    error; on a phone's screen no page is wider than
-    the screen and every table wider than its box shows the scroll cue. A screenshot of each page
-    is saved under ``_build/screenshots/`` for review."""
+    error; on a phone's screen no page is wider than the screen and every table wider than its box
+    shows the scroll cue. A screenshot of each page is saved under ``_build/screenshots/`` for review."""
     _need_browser()
     proc, html = built_book
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -142,8 +141,9 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
             if name == "as built":
                 assert report.screenshot == tmp_path / "shots" / f"notebooks__{probe.stem}.png"
                 assert report.screenshot.stat().st_size > 0
-                box = drv.execute_script("return document.querySelector('.cell_output img').parentElement.clientWidth")
-                assert box == browser.FIGURE_WIDTH, box  # the width the figure-text test scales figures to
+                widest = drv.execute_script("return document.querySelector('.cell_output img').parentElement"
+                                            ".clientWidth")
+                assert widest == browser.FIGURE_WIDTH, widest  # the width the figure-text test scales figures to
         probe = page.with_name("probe-script-failure.html")  # the check's own script cannot read the page
         probe.write_text(text.replace("</head>", "<script>Node.prototype.cloneNode = function () { "
                                       'throw new Error("planted script failure"); };</script></head>', 1))
