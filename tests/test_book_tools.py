@@ -43,9 +43,8 @@ def test_library_reference_lists_every_module():
 
 
 def _next_source(name):
-    """The chapter's source its next run executes: ``staged/NAME.md`` while staged, else ``notebooks/NAME.md``."""
-    staged = ROOT / "staged" / f"{name}.md"
-    return staged if staged.is_file() else ROOT / "notebooks" / f"{name}.md"
+    """The chapter's source its next run executes (the staged one while staged)."""
+    return runner.chapter_source(ROOT, name, ROOT / runner.STAGED)
 
 
 @pytest.mark.parametrize("name", CHAPTERS)

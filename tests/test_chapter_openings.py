@@ -10,15 +10,14 @@ import re
 
 import pytest
 
-from gmlm_lib.book import sources
+from gmlm_lib.book import runner, sources
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MAX_LINES = 12  # source lines of about 100 characters: about ten rendered lines at 1400 px
 
 
 def _source(name: str) -> pathlib.Path:
-    staged = ROOT / "staged" / f"{name}.md"
-    return staged if staged.is_file() else ROOT / "notebooks" / f"{name}.md"
+    return runner.chapter_source(ROOT, name, ROOT / runner.STAGED)
 
 
 def _opening(text: str) -> str:

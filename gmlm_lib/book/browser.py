@@ -56,14 +56,19 @@ NUMBERED = ("Proposition", "Definition", "Theorem", "Lemma", "Corollary", "Figur
 """The words a numbered cross-reference starts with; one of them alone is a reference that lost its number."""
 SKIP = ("genindex.html", "search.html", "py-modindex.html")  # Sphinx's generated index pages
 
-_PAGE_SCRIPT = r"""
+_AFTER_MATHJAX = r"""
 const done = arguments[arguments.length - 1];
+const limits = arguments;
 const ready = (window.MathJax && MathJax.startup && MathJax.startup.promise) || Promise.resolve();
 const timeout = new Promise(r => setTimeout(() => r("timeout"), 90000));
-const limits = arguments;
 Promise.race([ready.then(() => "ok", e => "error: " + e), timeout]).then(state => {
   try {
-  const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
+"""
+"""The opening both page scripts share: once MathJax has typeset the page (or failed, or 90 s passed) the
+rest runs with ``state`` saying which, ``limits`` holding the script's arguments, and answers through
+``done``."""
+
+_PAGE_SCRIPT = _AFTER_MATHJAX + r"""  const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
   const column = article.getBoundingClientRect().width;
   const clone = article.cloneNode(true);
   clone.querySelectorAll("pre, code, script, style, mjx-container, .highlight").forEach(e => e.remove());
@@ -115,13 +120,7 @@ Promise.race([ready.then(() => "ok", e => "error: " + e), timeout]).then(state =
 });
 """
 
-_PHONE_SCRIPT = r"""
-const done = arguments[arguments.length - 1];
-const ready = (window.MathJax && MathJax.startup && MathJax.startup.promise) || Promise.resolve();
-const timeout = new Promise(r => setTimeout(() => r("timeout"), 90000));
-Promise.race([ready.then(() => "ok", e => "error: " + e), timeout]).then(state => {
-  try {
-  const root = document.documentElement;
+_PHONE_SCRIPT = _AFTER_MATHJAX + r"""  const root = document.documentElement;
   const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
   const scrolls = e => ["auto", "scroll"].includes(getComputedStyle(e).overflowX);
   const inScrollBox = e => {
