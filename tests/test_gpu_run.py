@@ -496,6 +496,7 @@ def test_a_smoke_batch_shares_padirs_run_folder_with_the_chapters_after_it(tmp_p
     def fake_run(name, profile, params, *, root, staged=None):
         got[name] = dict(params)
         if "run_root" in params:  # padir: what pipeline.complete looks for, in <run_root>/<src>-<tgt>
+            (Path(params["run_root"]) / "jax-cache").mkdir(parents=True)  # the chapter's, with no cache dir set
             folder = Path(params["run_root"]) / "en-de"
             for model in ("ar", "padir_raw", "padir_distilled"):
                 (folder / model / "checkpoints" / "1").mkdir(parents=True)

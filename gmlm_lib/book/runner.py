@@ -526,12 +526,13 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
 
 
 def _finished_run(run_root: Path) -> Path | None:
-    """The one run folder under ``run_root`` (``<src>-<tgt>``) when it holds every part the PaDIR
-    chapter trains (:func:`gmlm_lib.mt.pipeline.complete`), else None."""
+    """The one run folder under ``run_root`` (``<src>-<tgt>``) that holds every part the PaDIR chapter
+    trains (:func:`gmlm_lib.mt.pipeline.complete`), else None. Other folders beside it (the chapter's
+    ``jax-cache`` where no ``JAX_COMPILATION_CACHE_DIR`` is set) are not run folders."""
     from gmlm_lib.mt import pipeline
 
-    found = [p for p in run_root.iterdir() if p.is_dir()] if run_root.is_dir() else []
-    return found[0] if len(found) == 1 and pipeline.complete(found[0]) else None
+    found = [p for p in run_root.iterdir() if p.is_dir() and pipeline.complete(p)] if run_root.is_dir() else []
+    return found[0] if len(found) == 1 else None
 
 
 STAGED = "staged"  # the folder of staged chapter sources (run_batch)
