@@ -132,6 +132,33 @@ def test_figure_text_reads_at_9pt_at_the_column_width(name):
         assert not small, f"{name}: figures (width in, smallest text pt as shown) under {MIN_TEXT_PT} pt: {small}"
 
 
+def unformatted_counts(values: dict, markdown: str) -> list[str]:
+    """The glued names, among ``values``, holding a whole number of 1,000 or more that ``markdown`` shows
+    through ``{glue:text}`` with no format (so as 1000, not 1,000)."""
+    counts = {k for k, v in values.items() if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 1000}
+    return sorted({m for m in re.findall(r"\{glue:text\}`([A-Za-z_][A-Za-z0-9_]*)`", markdown) if m in counts})
+
+
+def test_unformatted_counts_are_found():
+    text = "{glue:text}`steps` updates, {glue:text}`n:,` sentences, {glue:text}`small`, {glue:text}`bleu:.1f`"
+    values = {"steps": 2640, "n": 1000, "small": 999, "bleu": 35.0, "flag": True}
+    assert unformatted_counts(values, text) == ["steps"]
+    assert unformatted_counts({"steps": -1000}, "{glue:text}`steps`") == ["steps"]
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_glued_counts_show_thousands_separators(name):
+    """A whole number of 1,000 or more glued into the prose (updates, sentences, samples) reads 1,000, as
+    the tables and the rest of the text write it (issue 46, item 3: one format per quantity): each
+    reference names a format (``{glue:text}`name:,```), in the committed source and in the next run's.
+    The values are those of the committed notebook's last full run."""
+    values = sources.glued_values(nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4))
+    for path in {ROOT / "notebooks" / f"{name}.md", _next_source(name)}:
+        markdown = "\n".join(sources.markdown_cells(sources.read_text_notebook(path)))
+        assert not unformatted_counts(values, markdown), \
+            f"{path.relative_to(ROOT)}: write {{glue:text}}`name:,` for {unformatted_counts(values, markdown)}"
+
+
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_every_exercise_has_one_solution_that_runs_code(name):
     """Exercises (sphinx-exercise) each have exactly one gated solution, closed before the
