@@ -90,12 +90,24 @@ def _edge(chapter, **changes):
     return PARAMS[chapter](**{**_defaults(chapter), **changes})
 
 
-def test_an_experiment_error_that_names_no_parameter_is_raised_with_its_text():
-    """The model config's ``vocab`` (the cell's ``vocab_size``) is no parameter of the cell: its error is the
-    experiment's, with the preset and its text, not a "parameter ... is out of range" naming another."""
-    with pytest.raises(ValueError,
-                       match=r"do not form an experiment of preset 'multi30k_cpu': ModelConfig\.vocab = 5 "):
+def test_a_model_setting_is_named_by_the_cells_name_for_it():
+    """The model config's ``vocab`` is the cell's ``vocab_size``: its error names ``vocab_size``."""
+    with pytest.raises(ValueError, match=r"parameter vocab_size = 5 is out of range: ModelConfig\.vocab = 5 "):
         _edge("padir", preset="multi30k_cpu", vocab_size=5).experiment()
+
+
+def test_an_experiment_error_that_names_no_parameter_is_raised_with_its_text(monkeypatch):
+    """An error that starts with no parameter's name is the experiment's, with the preset and its text, not a
+    "parameter ... is out of range" naming another."""
+    from gmlm_lib.mt import config
+
+    def refuse(preset, values):
+        raise ValueError("the corpus and the vocabulary disagree")
+
+    monkeypatch.setattr(config, "from_parameters", refuse)
+    with pytest.raises(ValueError, match=r"do not form an experiment of preset 'multi30k_cpu': the corpus and the "
+                                         r"vocabulary disagree$"):
+        _edge("padir", preset="multi30k_cpu").experiment()
 
 
 @pytest.mark.parametrize("chapter, good, bad, name", [

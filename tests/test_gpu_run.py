@@ -334,10 +334,11 @@ def test_persistent_cache_turns_on_after_compiling_and_keeps_a_folder_set_before
     """timing.persistent_cache, which each translation chapter calls: turned on after the process has
     compiled something, the folder it names receives the later programs; a folder set before
     (JAX_COMPILATION_CACHE_DIR, as make gpu-run sets for the four chapters) is kept and used instead,
-    so the chapters share one cache."""
+    so the chapters share one cache. Asked for no folder (a stand-in run), it makes a temporary one only
+    where none is set."""
     script = ("import sys, jax, jax.numpy as jnp\nfrom gmlm_lib.core import timing\n"
               "jnp.ones(3).sum()\n"  # something compiled before the cache is on
-              "print(timing.persistent_cache(sys.argv[1]))\n"
+              "print(timing.persistent_cache(sys.argv[1] or None))\n"
               "jax.jit(lambda x: jnp.tanh(x @ x.T).sum())(jnp.ones((64, 64)))")
     env = {**os.environ, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "PYTHONPATH": str(ROOT)}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
@@ -350,6 +351,14 @@ def test_persistent_cache_turns_on_after_compiling_and_keeps_a_folder_set_before
     assert run(alone) == str(alone) and any(alone.iterdir())
     assert run(beside, JAX_COMPILATION_CACHE_DIR=str(shared)) == str(shared)
     assert any(shared.iterdir()) and not (beside.exists() and any(beside.iterdir()))
+    # no folder named: a new temporary one, made only where no cache folder is set
+    (scratch := tmp_path / "tmp").mkdir()
+    made = Path(run("", TMPDIR=str(scratch)))
+    assert made.parent == scratch and made.name.startswith("jax-cache-") and any(made.iterdir())
+    for old in scratch.iterdir():
+        shutil.rmtree(old)
+    assert run("", TMPDIR=str(scratch), JAX_COMPILATION_CACHE_DIR=str(shared)) == str(shared)
+    assert not any(scratch.iterdir())
 
 
 def _fake_result(md: Path, out: Path, profile: str = "full") -> Path:

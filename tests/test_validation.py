@@ -382,8 +382,11 @@ def test_a_budget_for_no_models_and_no_repeats_is_refused():
     assert cfg == _cfg() and record["update_s"] is None and record["factor"] == 1.0
     with pytest.raises(ValueError, match="updates_seconds\\(repeats=...\\) must be >= 1; got 0"):
         sizing.update_seconds(_cfg(), _batcher(24, 1), repeats=0)
-    with pytest.raises(TypeError):  # no number is not "no budget" (0): refused before anything is timed
-        sizing.fit_config(_cfg(), _batcher(24, 1), 1, None)
+    for no_number in (None, "60", True):  # not "no budget" (0): refused by name before anything is timed
+        with pytest.raises(ValueError, match=rf"train_seconds must be a finite number >= 0 \(0: no budget\); "
+                                             rf"got {re.escape(repr(no_number))}\."):
+            sizing.fit_config(_cfg(), _batcher(24, 1), 1, no_number)
+    assert sizing.factor(np.float64(2.0), {"ar": (10, 0.1)}) == 1.0  # a NumPy number is a number
 
 
 def test_update_seconds_reads_each_loss_after_the_next_update_is_dispatched(monkeypatch):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -143,15 +144,16 @@ def compiles_since(snapshot: dict) -> dict:
                 cache_hits=now["cache_hits"] - snapshot["cache_hits"])
 
 
-def persistent_cache(folder) -> str:
-    """Turn on JAX's persistent compilation cache in ``folder``, unless a cache folder is set
-    already (``JAX_COMPILATION_CACHE_DIR``: ``make gpu-run`` gives the four translation chapters
-    one, so the later chapters read the programs the PaDIR chapter compiled for the same models),
-    and return the folder in use. A chapter calls it before its first compilation, never a module on
-    import (it changes JAX's configuration): JAX opens the cache at the first compilation after a
-    folder is set and keeps that one for the process."""
+def persistent_cache(folder=None) -> str:
+    """Turn on JAX's persistent compilation cache in ``folder`` (``None``: a new temporary folder),
+    unless a cache folder is set already (``JAX_COMPILATION_CACHE_DIR``: ``make gpu-run`` gives the
+    four translation chapters one, so the later chapters read the programs the PaDIR chapter
+    compiled for the same models; then no folder is made), and return the folder in use. A
+    chapter calls it before its first compilation, never a module on import (it changes JAX's
+    configuration): JAX opens the cache at the first compilation after a folder is set and keeps
+    that one for the process."""
     if not jax.config.jax_compilation_cache_dir:
-        jax.config.update("jax_compilation_cache_dir", str(folder))
+        jax.config.update("jax_compilation_cache_dir", str(folder or tempfile.mkdtemp(prefix="jax-cache-")))
     return str(jax.config.jax_compilation_cache_dir)
 
 

@@ -288,7 +288,7 @@ def reuse(padir_run: str, exp: config.Experiment, *, stand_in_sentences: int = 1
     if padir_run:
         timing.persistent_cache(pathlib.Path(padir_run).parent / "jax-cache")
         return ensure(padir_run, exp, padir=padir)
-    timing.persistent_cache(tempfile.mkdtemp(prefix="jax-cache-"))
+    timing.persistent_cache()  # a temporary folder, unless one is set
     pairs = corpus.multi30k("train", exp.src_lang, exp.tgt_lang, root=exp.data_dir or None).take(stand_in_sentences)
     root = pathlib.Path(tempfile.mkdtemp(prefix="padir-stand-in-")) / f"{exp.src_lang}-{exp.tgt_lang}"
     return experiment.tiny_run(root, pairs, seed=seed, padir_init=padir_init)

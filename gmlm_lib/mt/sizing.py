@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import pathlib
 import time
 
@@ -138,7 +139,8 @@ def factor(seconds: float, planned: dict[str, tuple[int, float]]) -> float:
     """The factor (at most 1) by which every model's updates shrink so that they take at most
     ``seconds``: ``planned`` maps a model to ``(updates, seconds per update)``. ``seconds`` = 0 means
     no budget (factor 1)."""
-    if not seconds >= 0 or not math.isfinite(seconds):
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not seconds >= 0 \
+            or not math.isfinite(seconds):
         raise ValueError(f"train_seconds must be a finite number >= 0 (0: no budget); got {seconds!r}.")
     for name, (steps, per) in planned.items():
         if steps < 0 or not per > 0 or not math.isfinite(per):

@@ -318,6 +318,10 @@ def findings(quality: pd.DataFrame, speed: pd.DataFrame, cost: pd.DataFrame, *, 
     return out
 
 
+_CONFIG_NAMES = {"dtype": "compute_dtype", "init": "padir_init", "vocab": "vocab_size"}
+"""The parameters cell's name of each model or trainer setting whose name differs there."""
+
+
 @dataclasses.dataclass(frozen=True)
 class _Checks(ChapterParams):
     """The checks and resolution of :class:`Params` (whose fields are made from the settings'
@@ -340,7 +344,7 @@ class _Checks(ChapterParams):
             text = str(err).strip("'\"")
             # the experiment's errors start with the setting's name, its model's and trainer's with their own
             lead = re.match(r"(?:(?:Model|Train)Config\.)?(\w+)", text)
-            named = {"dtype": "compute_dtype", "init": "padir_init"}.get(lead[1], lead[1]) if lead else None
+            named = _CONFIG_NAMES.get(lead[1], lead[1]) if lead else None
             named = named if named in values else None
             if named is None:
                 raise ValueError(f"the translation settings of the parameters cell do not form an experiment of "
