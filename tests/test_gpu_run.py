@@ -236,7 +236,10 @@ def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
     assert not Path(shared[0]).exists(), "the batch removes padir's smoke run folder at its end"
     assert [line.split("]")[1].split(":")[0].strip() for line in log.splitlines() if "finished in" in line] == names
     for name in names:  # and which programs each chapter's compile time went to
-        assert re.search(rf"{name}: compiled or read from the cache: \d+ programs, [\d.]+ s summed: jit\(", log), log
+        assert re.search(rf"{name}: compiled or read from the cache: \d+ programs, [\d.]+ s summed, [\d.]+ s of wall "
+                         r"time: jit\(", log), log
+        assert re.search(rf"{name}: finished in [\d.]+ s \(compiling \d+ programs, \d+ from the compilation cache: "
+                         r"[\d.]+ s of wall time, [\d.]+ s summed over programs\)", log), log
     for name in names:
         nb = nbformat.read(out / f"{name}.ipynb", as_version=4)
         errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
@@ -264,6 +267,7 @@ def test_compile_clock_counts_compilations_and_persistent_cache_hits(tmp_path):
     runs = [json.loads(subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                                       check=True, timeout=120).stdout.splitlines()[-1]) for _ in range(2)]
     assert runs[0]["compilations"] >= 1 and runs[0]["cache_hits"] == 0 and runs[0]["compile_s"] > 0
+    assert 0 < runs[0]["compile_wall_s"] <= runs[0]["compile_s"] + 0.01  # rounded to 10 ms each
     assert runs[1]["compilations"] == runs[0]["compilations"] and runs[1]["cache_hits"] >= 1
 
 
@@ -702,13 +706,17 @@ def test_gpu_run_passes_the_earlier_runs_records_to_the_batch(tmp_path):
 
 def test_compile_summary_sums_the_logged_programs_since_a_time(tmp_path):
     """timing.compile_summary, which the batch log shows after each chapter: the lines of the
-    GMLM_COMPILE_LOG file at or after `since`, summed by program, the costliest first."""
+    GMLM_COMPILE_LOG file at or after `since`, summed by program, the costliest first, and the wall time
+    in which any of them compiled."""
     path = tmp_path / "compiles.tsv"
     path.write_text("10.0\t1\tjit(old)\t99.0\n"  # before `since`: another chapter's
                     "20.0\t2\tjit(step)\t3.0\n20.5\t2\tjit(f)\t0.5\n21.0\t3\tjit(step)\t4.0\nnot a line\n")
-    assert timing.compile_summary(path, since=15.0) == "3 programs, 7.5 s summed: jit(step) 2 x 7.0 s, jit(f) 1 x 0.5 s"
+    # the three since 15 s compiled in [17, 20], [20, 20.5] and [17, 21]: 7.5 s summed, 4 s of wall time
+    assert timing.compile_summary(path, since=15.0) == \
+        "3 programs, 7.5 s summed, 4.0 s of wall time: jit(step) 2 x 7.0 s, jit(f) 1 x 0.5 s"
     assert timing.compile_summary(path, since=15.0, top=1).endswith("jit(step) 2 x 7.0 s, ...")
-    assert timing.compile_summary(path).startswith("4 programs, 106.5 s summed: jit(old) 1 x 99.0 s")
+    assert timing.compile_summary(path).startswith("4 programs, 106.5 s summed, 103.0 s of wall time: jit(old) 1 x "
+                                                   "99.0 s")
     assert timing.compile_summary(tmp_path / "none.tsv") == "no compilation logged"
 
 

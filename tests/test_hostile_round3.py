@@ -426,6 +426,39 @@ def test_the_command_line_runs_check_sync_provenance_and_labels(capsys, monkeypa
                                                     "wrote book/labels.md"]
 
 
+def test_the_command_line_reports_a_batchs_compilations_by_chapter_process(capsys, tmp_path):
+    """`compiles` reads a compile log, or the run-records.tar.gz that holds one, and prints a line a
+    process: two programs side by side in [0, 10] and [5, 12] s are 17 s summed, 12 s of wall time. A
+    file that logs nothing, an archive without the log and a damaged archive each stop with one line."""
+    import tarfile
+
+    from gmlm_lib.book import __main__ as cli
+
+    log = tmp_path / "compiles.tsv"
+    log.write_text("1795000010.0\t7\tjit(step)\t10.0\n1795000012.0\t7\tjit(val)\t7.0\nnot a line\n"
+                   "1795000100.0\t9\tjit(f)\t1.0\n")
+    records = tmp_path / "run-records.tar.gz"
+    with tarfile.open(records, "w:gz") as tar:
+        tar.add(log, arcname="compiles.tsv")
+    for path in (log, records):
+        assert cli.main(["compiles", str(path)]) == 0
+        assert capsys.readouterr().out.splitlines() == [
+            "pid 7: 2 programs, 17.0 s summed, 12.0 s of wall time, 2026-11-18 11:06:40 to 2026-11-18 11:06:52 UTC",
+            "pid 9: 1 program, 1.0 s summed, 1.0 s of wall time, 2026-11-18 11:08:19 to 2026-11-18 11:08:20 UTC"]
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("not a line\n")
+    without = tmp_path / "old-records.tar.gz"
+    with tarfile.open(without, "w:gz") as tar:
+        tar.add(empty, arcname="runs.json")
+    damaged = tmp_path / "damaged.tar.gz"
+    damaged.write_bytes(b"not gzip")
+    for path, why in [(empty, "logs no compilation"), (without, "holds no compiles.tsv"),
+                      (damaged, "is not a readable .tar.gz")]:
+        assert cli.main(["compiles", str(path)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: ValueError: {path} {why}") and err.count("\n") == 1
+
+
 def test_the_command_line_stops_with_one_line(capsys, monkeypatch):
     import errno
 

@@ -35,8 +35,11 @@ def test_hardware_keys_and_entries():
     assert run_times.hardware_key(dict(backend="cpu", cpu_count=2)) == "2 CPU cores"
     assert run_times.hardware_key(dict(backend="gpu", device_count=1, device_kind="NVIDIA H100")) == "1 x NVIDIA H100"
     key, got = run_times.entry(_meta("gpu", 475.4, "a" * 40, "2026-11-27T21:42:47+00:00", compile_s=426.05))
-    assert key == "1 x NVIDIA H200" and got == dict(wall_s=475.4, compile_s=426.05, commit="a" * 40,
-                                                     started_at="2026-11-27T21:42:47+00:00", preset="multi30k_gpu")
+    assert key == "1 x NVIDIA H200" and got == dict(wall_s=475.4, compile_s=426.05, compile_wall_s=None,
+                                                     commit="a" * 40, started_at="2026-11-27T21:42:47+00:00",
+                                                     preset="multi30k_gpu")
+    _, got = run_times.entry(_meta("gpu", 475.4, "a" * 40, "2026-11-27", compile_s=426.05, compile_wall_s=180.2))
+    assert (got["compile_s"], got["compile_wall_s"]) == (426.05, 180.2)
     assert run_times.entry(_meta("cpu", 10.0, "a" * 40, "2026-11-27", profile="smoke")) is None
     assert run_times.entry({}) is None
 
@@ -63,7 +66,11 @@ def test_a_rerun_elsewhere_keeps_the_earlier_hardware_and_the_check_asks_for_mak
     assert stored["one"]["2 CPU cores"]["wall_s"] == 5249.07 and stored["one"]["1 x NVIDIA H200"]["wall_s"] == 475.4
     page = (root / run_times.PAGE).read_text()
     assert ("| {doc}`../notebooks/one` | 87.5 min (`bbbbbbbbbbbb`, 2026-11-25) | "
-            "7.9 min (7.1 compiling; `cccccccccccc`, 2026-11-27) |") in page
+            "7.9 min (7.1 compiling, summed; `cccccccccccc`, 2026-11-27) |") in page  # no wall time recorded
+    nb.metadata["gmlm"]["provenance"]["compile_wall_s"] = 180.2  # a run that recorded its wall time compiling
+    nbformat.write(nb, root / "notebooks" / "one.ipynb")
+    run_times.write(root)
+    assert "| 7.9 min (3.0 compiling; `cccccccccccc`, 2026-11-27) |" in (root / run_times.PAGE).read_text()
     # a rerun on the same hardware replaces that cell only
     nb.metadata["gmlm"] = _meta("gpu", 300.0, "d" * 40, "2026-11-28T10:00:00+00:00")
     nbformat.write(nb, root / "notebooks" / "one.ipynb")

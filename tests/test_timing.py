@@ -57,18 +57,56 @@ def test_compilations_are_counted_from_the_snapshot_on(monkeypatch):
     timing.compile_clock()  # listeners registered
     monkeypatch.setitem(timing._COMPILES, "compilations", 5)
     monkeypatch.setitem(timing._COMPILES, "compile_s", 4.0)
+    monkeypatch.setitem(timing._COMPILES, "compile_wall_s", 3.0)
     monkeypatch.setitem(timing._COMPILES, "cache_hits", 3)
-    since = timing.compiles_since(dict(compilations=2, compile_s=1.5, cache_hits=1))
-    assert since == dict(compilations=3, compile_s=2.5, cache_hits=2)
+    since = timing.compiles_since(dict(compilations=2, compile_s=1.5, compile_wall_s=1.0, cache_hits=1))
+    assert since == dict(compilations=3, compile_s=2.5, compile_wall_s=2.0, cache_hits=2)
+    # a snapshot from before the wall time was counted: all of it since the process started
+    assert timing.compiles_since(dict(compilations=2, compile_s=1.5, cache_hits=1))["compile_wall_s"] == 3.0
+
+
+def test_covered_adds_what_a_span_adds_to_the_time_the_spans_cover():
+    """Programs compiled side by side overlap: the wall time in which any compiled grows by the part of
+    a new span that no earlier span covers, in whatever order the spans come."""
+    spans = []
+    assert timing.covered(spans, 10.0, 20.0) == 10.0
+    assert timing.covered(spans, 12.0, 18.0) == 0.0  # inside: compiled while another was compiling
+    assert timing.covered(spans, 15.0, 25.0) == 5.0  # overlaps the end
+    assert timing.covered(spans, 30.0, 31.0) == 1.0 and spans == [[10.0, 25.0], [30.0, 31.0]]
+    assert timing.covered(spans, 0.0, 2.0) == 2.0 and spans[0] == [0.0, 2.0]  # earlier than every span
+    assert timing.covered(spans, 1.0, 40.0) == 8.0 + 5.0 + 9.0 and spans == [[0.0, 40.0]]
+    assert timing.covered(spans, 40.0, 40.0) == 0.0 and spans == [[0.0, 40.0]]
+    with pytest.raises(ValueError, match=r"covered: a span must end at or after its start; got \[2.0, 1.0\]"):
+        timing.covered(spans, 2.0, 1.0)
+
+
+def test_the_wall_time_of_compilations_side_by_side_is_less_than_their_sum(monkeypatch):
+    """The listener credits each compilation with its seconds (summed) and with what it adds to the wall time in
+    which something compiled: three programs ending at 10, 11 and 20 s after 10, 10 and 2 s took 22 s summed,
+    13 s of wall time ([0, 11] and [18, 20])."""
+    clock = iter([10.0, 11.0, 20.0])
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: next(clock), time=lambda: 0.0))
+    monkeypatch.setattr(timing, "_SPANS", [])
+    monkeypatch.setitem(timing._COMPILES, "compile_wall_s", 0.0)
+    monkeypatch.delenv(timing.COMPILE_LOG, raising=False)
+    before = dict(timing._COMPILES)
+    for seconds in (10.0, 10.0, 2.0):
+        timing._on_duration(timing._COMPILE_EVENT, seconds, fun_name="jit(f)")
+    assert timing._COMPILES["compile_s"] - before["compile_s"] == pytest.approx(22.0)
+    assert timing._COMPILES["compile_wall_s"] == pytest.approx(13.0)
+    assert timing._COMPILES["compilations"] - before["compilations"] == 3
 
 
 def test_a_summary_of_one_program_says_program(tmp_path):
     log = tmp_path / "compiles.tsv"
     log.write_text("100.0\t1\tjit(step)\t2.5\n99.0\t1\tjit(old)\t1.0\n")
-    assert timing.compile_summary(log, since=100.0) == "1 program, 2.5 s summed: jit(step) 1 x 2.5 s"
+    assert timing.compile_summary(log, since=100.0) == \
+        "1 program, 2.5 s summed, 2.5 s of wall time: jit(step) 1 x 2.5 s"
     assert timing.compile_summary(log, since=100.0005).startswith("1 program,")  # times are written rounded
     assert timing.compile_summary(log, since=100.01) == "no compilation logged"
-    assert timing.compile_summary(log, top=2) == "2 programs, 3.5 s summed: jit(step) 1 x 2.5 s, jit(old) 1 x 1.0 s"
+    # jit(old) compiled in [98, 99] while jit(step) did in [97.5, 100]: 3.5 s summed, 2.5 s of wall time
+    assert timing.compile_summary(log, top=2) == \
+        "2 programs, 3.5 s summed, 2.5 s of wall time: jit(step) 1 x 2.5 s, jit(old) 1 x 1.0 s"
     assert timing.compile_summary(log, top=1).endswith("jit(step) 1 x 2.5 s, ...")  # more programs than shown
 
 
@@ -90,3 +128,18 @@ def test_compile_clock_counts_each_compilation_once_however_often_it_is_called()
     jax.jit(lambda y: jnp.tanh(y @ y.T).sum() + 1.5)(x).block_until_ready()  # one new program
     assert timing.compiles_since(start)["compilations"] == 1
     assert timing.compiles_since(timing.compile_clock())["compilations"] == 0
+
+
+def test_programs_compiled_side_by_side_are_timed_summed_and_as_wall_time(tmp_path, monkeypatch):
+    """Four programs compiled by compile_in_parallel: the record's wall seconds (the union of their spans) are
+    at least the longest one's seconds, as the compile log writes them, and at most their sum."""
+    log = tmp_path / "compiles.tsv"
+    monkeypatch.setenv(timing.COMPILE_LOG, str(log))
+    start = timing.compile_clock()
+    x = jnp.ones((16, 16))
+    fns = [jax.jit(lambda y, k=k: jnp.sin(y @ y.T * (k + 0.25)).cumsum(axis=k % 2).sum()) for k in range(4)]
+    timing.compile_in_parallel([lambda f=f: f(x).block_until_ready() for f in fns], threads=4)
+    got = timing.compiles_since(start)
+    each = [float(line.split("\t")[3]) for line in log.read_text().splitlines()]
+    assert got["compilations"] == len(each) >= 4
+    assert max(each) - 0.01 <= got["compile_wall_s"] <= got["compile_s"] + 0.01

@@ -1,4 +1,4 @@
-"""Command line for the book: ``python -m gmlm_lib.book {run,batch,promote,check,sync,provenance,labels}``.
+"""Command line for the book: ``python -m gmlm_lib.book {run,batch,promote,check,sync,provenance,labels,compiles}``.
 
 Examples::
 
@@ -7,19 +7,23 @@ Examples::
     python -m gmlm_lib.book check
     python -m gmlm_lib.book batch full padir stutter dependency_decoding ablations --out gpu-out --staged staged
     python -m gmlm_lib.book promote gpu-out
+    python -m gmlm_lib.book compiles benchmarks/gpu_runs/2026-11-27c-h200/run-records.tar.gz
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import errno
 import os
 import sys
+import tarfile
 from pathlib import Path
 
 import yaml
 
 from gmlm_lib.book import checks, labels, runner, sources
+from gmlm_lib.core import timing
 
 
 def _parse_value(text: str, name: str = ""):
@@ -60,8 +64,37 @@ def describe(err: BaseException) -> str:
     return text if isinstance(err, runner.NotebookRunError) else f"{type(err).__name__}: {text}"
 
 
+def compile_report(path: Path) -> list[str]:
+    """One line per process of the compile log at ``path`` (``compiles.tsv``, or the ``run-records.tar.gz``
+    of a batch, which holds it): :func:`gmlm_lib.core.timing.compile_log_processes`, with UTC times."""
+    if path.name.endswith(".tar.gz"):
+        try:
+            with tarfile.open(path) as tar:
+                member = tar.extractfile("compiles.tsv")
+                lines = member.read().decode().splitlines() if member is not None else None
+        except KeyError:
+            lines = None
+        except tarfile.TarError as err:
+            raise ValueError(f"{path} is not a readable .tar.gz ({err}).") from None
+        if lines is None:
+            raise ValueError(f"{path} holds no compiles.tsv; pass a batch's "
+                             "run-records.tar.gz or its compile log.")
+    else:
+        lines = path.read_text().splitlines()
+    found = timing.compile_log_processes(lines)
+    if not found:
+        raise ValueError(f"{path} logs no compilation (lines of time, pid, program and seconds, tab-separated).")
+
+    def utc(t):
+        return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+    return [f"pid {pid}: {r['programs']} program{'s' if r['programs'] != 1 else ''}, {r['summed_s']:.1f} s summed, "
+            f"{r['wall_s']:.1f} s of wall time, {utc(r['first'])} to {utc(r['last'])} UTC" for pid, r in found.items()]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The ``python -m gmlm_lib.book`` command line (``run``, ``check``, ``sync``, ``provenance``, ``labels``);
+    """The ``python -m gmlm_lib.book`` command line (``run``, ``batch``, ``promote``, ``check``, ``sync``,
+    ``provenance``, ``labels``, ``compiles``);
     returns the exit status. An error it stops on (a failed cell, a bad parameter, a missing or unreadable
     file, a full disk) is one line on stderr, ``error: ...``, and exit status 1; a traceback is left only
     for a bug of the tools themselves (``GMLM_TRACEBACK=1`` shows one for every error)."""
@@ -109,6 +142,9 @@ def _main(argv: list[str] | None) -> int:
     sub.add_parser("sync", help="copy markdown edits from .md into .ipynb, keeping outputs")
     sub.add_parser("provenance", help="regenerate book/provenance.md from the notebooks' metadata")
     sub.add_parser("labels", help="regenerate book/labels.md, the paper-label index, from the tags")
+    compiles = sub.add_parser("compiles", help="a batch's compilations by chapter process: programs, seconds summed "
+                              "over them, and the wall time in which any compiled")
+    compiles.add_argument("log", help="a compile log (compiles.tsv) or a batch's run-records.tar.gz holding one")
     args = parser.parse_args(argv)
     root = sources.find_root()
 
@@ -146,6 +182,10 @@ def _main(argv: list[str] | None) -> int:
         return 0
     if args.command == "provenance":
         print(f"wrote {checks.write_provenance_page(root).relative_to(root)}")
+        return 0
+    if args.command == "compiles":
+        for line in compile_report(Path(args.log)):
+            print(line)
         return 0
     if args.command == "labels":
         print(f"wrote {labels.write_page(root).relative_to(root)}")

@@ -103,14 +103,25 @@ def artifact_summary(record: dict) -> dict:
                 commits=list(dict.fromkeys(s["commit"] for s in parts)), hardware=list(dict.fromkeys(hardware)))
 
 
+def compiling_phrase(rec: dict) -> str:
+    """What a run record (:func:`record`) says of its compilations, for the line it ends with and the
+    batch log: the wall seconds in which a program was compiling (``compile_wall_s``), and beside them
+    the seconds summed over the programs where that is more (programs compiled side by side overlap).
+    A record from before the wall seconds were counted has the sum only, and says so."""
+    hits = f", {rec['cache_hits']} read from the compilation cache" if rec.get("cache_hits") else ""
+    summed, wall = float(rec["compile_s"]), rec.get("compile_wall_s")
+    if wall is None:
+        return f"compiling {rec['compilations']} XLA programs{hits}: {summed:.1f} s summed over the programs"
+    side = f"; {summed:.1f} s summed over programs compiled side by side" if summed >= float(wall) + 0.05 else ""
+    return f"{float(wall):.1f} s of it compiling {rec['compilations']} XLA programs{hits}{side}"
+
+
 def summary_line(rec: dict) -> str:
     """The one visible line a notebook ends with."""
     params = ", ".join(f"{k}={v!r}" for k, v in rec["parameters"].items())
     return (
         f"Provenance: profile {rec['profile']}; parameters {params}; wall time {rec['wall_time_s']:.1f} s"
-        + (f" ({rec['compile_s']:.1f} s of it compiling {rec['compilations']} XLA programs"
-           + (f", {rec['cache_hits']} read from the compilation cache" if rec.get("cache_hits") else "") + "); "
-           if "compile_s" in rec else "; ")
+        + (f" ({compiling_phrase(rec)}); " if "compile_s" in rec else "; ")
         + f"gmlm_lib {short_commit(rec['gmlm_lib_commit'])}; JAX {rec['jax_version']} on {rec['backend']} "
         f"({rec['device_count']} x {rec['device_kind']}{'; ' + rec['cpu_model'] if rec.get('cpu_model') else ''}); "
         f"run started {rec['started_at']}."

@@ -42,6 +42,7 @@ def entry(meta: dict) -> tuple[str, dict] | None:
     if meta.get("profile") != "full" or meta.get("total_wall_time_s") is None or not rec.get("backend"):
         return None
     return hardware_key(rec), dict(wall_s=float(meta["total_wall_time_s"]), compile_s=rec.get("compile_s"),
+                                   compile_wall_s=rec.get("compile_wall_s"),
                                    commit=rec.get("gmlm_lib_commit", ""), started_at=rec.get("started_at", ""),
                                    preset=rec.get("parameters", {}).get("preset"))
 
@@ -82,7 +83,12 @@ def collect(root: Path) -> dict:
 def _cell(run: dict | None) -> str:
     if run is None:
         return "not run"
-    compiling = "" if run.get("compile_s") is None else f"{run['compile_s'] / 60:.1f} compiling; "
+    if run.get("compile_wall_s") is not None:
+        compiling = f"{run['compile_wall_s'] / 60:.1f} compiling; "
+    elif run.get("compile_s") is not None:
+        compiling = f"{run['compile_s'] / 60:.1f} compiling, summed; "
+    else:
+        compiling = ""
     day = run["started_at"][:10]
     return f"{run['wall_s'] / 60:.1f} min ({compiling}`{provenance.short_commit(run['commit'])}`, {day})"
 
@@ -104,7 +110,9 @@ def page(root: Path) -> str:
         table(collect(root)),
         "",
         "Each cell is the wall time of the chapter's last full run on that hardware, compilation included (its",
-        "share where the run recorded it), with the run's `gmlm_lib` commit and date: the committed outputs'",
+        "share where the run recorded it: the wall time in which a program was compiling, or, marked \"summed\",",
+        "the seconds of its programs' compilations added up, which exceeds that where programs compiled side",
+        "by side, as the translation chapters' do), with the run's `gmlm_lib` commit and date: the committed outputs'",
         "runs from the notebooks' metadata, runs on other hardware from `book/run_times.json` (earlier runs, or",
         "a staged chapter's full run whose outputs the book does not show: its records in `benchmarks/`). The",
         "translation chapters' settings differ by hardware (`preset = \"auto\"`: `multi30k_cpu` on a CPU,",

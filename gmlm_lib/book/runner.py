@@ -504,8 +504,9 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
         shutil.copy2(output_path(root, name, profile), out / f"{name}.ipynb")
         rec = meta.get("provenance", {})
         log(f"{name}: finished in {meta['total_wall_time_s']:.1f} s"
-            + (f" ({rec['compile_s']:.1f} s compiling {rec['compilations']} programs, {rec['cache_hits']} from the "
-               f"compilation cache)" if "compile_s" in rec else ""))
+            + (f" (compiling {rec['compilations']} programs, {rec['cache_hits']} from the compilation cache: "
+               + (f"{rec['compile_wall_s']:.1f} s of wall time, " if rec.get("compile_wall_s") is not None else "")
+               + f"{rec['compile_s']:.1f} s summed over programs)" if "compile_s" in rec else ""))
         log(f"{name}: compiled or read from the cache: {timing.compile_summary(compile_log, began)}")
         gather()
     archive = gather()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -69,8 +70,29 @@ def matmul_peak(size: int = 2048, dtype="float32", min_time: float = 2.0) -> flo
 #: time of reading it), and the one counting persistent-cache hits
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
-_COMPILES = {"compilations": 0, "compile_s": 0.0, "cache_hits": 0}
+_COMPILES = {"compilations": 0, "compile_s": 0.0, "compile_wall_s": 0.0, "cache_hits": 0}
 _LISTENING: list[bool] = []
+_SPANS: list[list[float]] = []  # the disjoint [start, end] wall-clock spans in which a program compiled, in order
+_SPANS_LOCK = threading.Lock()  # programs compiled side by side report from their own threads
+
+
+def covered(spans, start: float, end: float) -> float:
+    """Add the span ``[start, end]`` to ``spans`` (disjoint ``[start, end]`` lists in order, changed in
+    place) and return by how many seconds the time they cover grew: 0 for a span inside others, its
+    length for one that overlaps none. Why: programs compiled side by side (:func:`compile_in_parallel`)
+    overlap, so the seconds they took, summed, exceed the wall time in which anything compiled."""
+    if not end >= start:
+        raise ValueError(f"covered: a span must end at or after its start; got [{start!r}, {end!r}].")
+    i = len(spans)
+    while i > 0 and spans[i - 1][1] >= start:  # the spans it touches are the last ones before its end
+        i -= 1
+    j = i
+    lo, hi, old = start, end, 0.0
+    while j < len(spans) and spans[j][0] <= end:
+        lo, hi, old = min(lo, spans[j][0]), max(hi, spans[j][1]), old + spans[j][1] - spans[j][0]
+        j += 1
+    spans[i:j] = [[lo, hi]]
+    return (hi - lo) - old
 
 
 COMPILE_LOG = "GMLM_COMPILE_LOG"
@@ -83,8 +105,11 @@ deadline still says which programs its time went to."""
 
 def _on_duration(event: str, duration: float, fun_name=None, **_) -> None:
     if event == _COMPILE_EVENT:
-        _COMPILES["compilations"] += 1
-        _COMPILES["compile_s"] += float(duration)
+        end = time.perf_counter()  # JAX reports a compilation as it ends
+        with _SPANS_LOCK:
+            _COMPILES["compilations"] += 1
+            _COMPILES["compile_s"] += float(duration)
+            _COMPILES["compile_wall_s"] += covered(_SPANS, end - max(0.0, float(duration)), end)
         path = os.environ.get(COMPILE_LOG)
         if path:
             try:
@@ -96,10 +121,13 @@ def _on_duration(event: str, duration: float, fun_name=None, **_) -> None:
 
 def compile_summary(path, since: float = 0.0, top: int = 6) -> str:
     """The lines of a :data:`COMPILE_LOG` file written at or after ``since`` (a ``time.time()``),
-    summed by program: ``"N programs, S s summed: name k x s, ..."`` (programs compiled side by side
-    overlap, so the sum can exceed the wall time), the ``top`` programs by seconds first;
+    summed by program: ``"N programs, S s summed, W s of wall time: name k x s, ..."`` (programs
+    compiled side by side overlap, so the sum S can exceed the wall time W in which any compiled:
+    :func:`covered`, over the lines' spans), the ``top`` programs by seconds first;
     ``"no compilation logged"`` when there is none (or no file)."""
     by: dict[str, list[float]] = {}
+    spans: list[list[float]] = []
+    wall = 0.0
     try:
         lines = Path(path).read_text().splitlines()
     except OSError:
@@ -108,13 +136,37 @@ def compile_summary(path, since: float = 0.0, top: int = 6) -> str:
         parts = line.split("\t")
         if len(parts) == 4 and float(parts[0]) >= since - 1e-3:  # the times are written rounded
             by.setdefault(parts[2], []).append(float(parts[3]))
+            wall += covered(spans, float(parts[0]) - max(0.0, float(parts[3])), float(parts[0]))
     if not by:
         return "no compilation logged"
     order = sorted(by.items(), key=lambda kv: -sum(kv[1]))
     total = sum(sum(v) for v in by.values())
     head = ", ".join(f"{name} {len(v)} x {sum(v):.1f} s" for name, v in order[:top])
     n = sum(len(v) for v in by.values())
-    return f"{n} program{'s' if n != 1 else ''}, {total:.1f} s summed: {head}" + (", ..." if len(order) > top else "")
+    return (f"{n} program{'s' if n != 1 else ''}, {total:.1f} s summed, {wall:.1f} s of wall time: {head}"
+            + (", ..." if len(order) > top else ""))
+
+
+def compile_log_processes(lines) -> dict[str, dict]:
+    """The lines of a :data:`COMPILE_LOG` file by process (a batch's chapters each run in their own
+    kernel, one after another): ``pid -> dict(programs, summed_s, wall_s, first, last)``, where
+    ``wall_s`` is the wall time in which any of its programs compiled (:func:`covered`), less than
+    ``summed_s`` where they compiled side by side, and ``first``/``last`` the ``time.time()`` at which
+    its first compilation began and its last ended; in the order the processes first appear. Lines
+    that are not four tab-separated fields are skipped."""
+    out: dict[str, dict] = {}
+    spans: dict[str, list] = {}
+    for line in lines:
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) != 4:
+            continue
+        end, pid, seconds = float(parts[0]), parts[1], max(0.0, float(parts[3]))
+        rec = out.setdefault(pid, dict(programs=0, summed_s=0.0, wall_s=0.0, first=end - seconds, last=end))
+        rec["programs"] += 1
+        rec["summed_s"] += seconds
+        rec["wall_s"] += covered(spans.setdefault(pid, []), end - seconds, end)
+        rec["first"], rec["last"] = min(rec["first"], end - seconds), max(rec["last"], end)
+    return out
 
 
 def _on_event(event: str, **_) -> None:
@@ -125,7 +177,9 @@ def _on_event(event: str, **_) -> None:
 def compile_clock() -> dict:
     """The compilations this process has done since the first call, as a snapshot to pass to
     :func:`compiles_since`: ``compilations`` (XLA programs compiled or read from the persistent
-    cache), ``compile_s`` (seconds they took) and ``cache_hits``. The first call registers two
+    cache), ``compile_s`` (the seconds they took, summed), ``compile_wall_s`` (the wall seconds in
+    which at least one of them was compiling: less than the sum where programs compiled side by
+    side, :func:`compile_in_parallel`) and ``cache_hits``. The first call registers two
     listeners with ``jax.monitoring`` (nothing of JAX's configuration changes); earlier compilations
     are not counted. Why: on a GPU a small decoder compiles in seconds and runs in milliseconds, so
     a chapter's wall time is read with its compile share beside it."""
@@ -141,6 +195,7 @@ def compiles_since(snapshot: dict) -> dict:
     now = compile_clock()
     return dict(compilations=now["compilations"] - snapshot["compilations"],
                 compile_s=round(now["compile_s"] - snapshot["compile_s"], 2),
+                compile_wall_s=round(now["compile_wall_s"] - snapshot.get("compile_wall_s", 0.0), 2),
                 cache_hits=now["cache_hits"] - snapshot["cache_hits"])
 
 
