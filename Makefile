@@ -76,7 +76,7 @@ clean:
 	rm -rf _build
 
 # The translation and Ising unit tests (models, training, checkpoints, decoding, metrics; the exact model
-# and the samplers; the profiler trace the PaDIR chapter reads) on Python 3.12 with the newest JAX, Flax, Optax and Orbax the package index offers
+# and the samplers; the profiler trace the PaDIR chapter reads; the compile clock's listener) on Python 3.12 with the newest JAX, Flax, Optax and Orbax the package index offers
 # (pyproject.toml's loose bounds, nothing pinned): Colab and the lent GPU machine run newer versions than
 # requirements.txt pins. CI runs it (.ci/run): newest-env beside the main tests, newest-tests after them.
 # It leaves out the tests marked slow (the main suite runs them), among them those that count compiled programs.
@@ -84,6 +84,7 @@ PYTHON_NEWEST ?= python3.12
 VENV_NEWEST   ?= .venv-newest
 NEWEST_TESTS  ?= tests/test_translation_models.py tests/test_translation_data.py tests/test_mt_config.py \
                  tests/test_validation.py tests/test_ising.py tests/test_samplers.py tests/test_devtrace.py \
+                 tests/test_timing.py \
                  tests/test_gpu_run.py::test_compile_clock_counts_compilations_and_persistent_cache_hits \
                  tests/test_gpu_run.py::test_persistent_cache_turns_on_after_compiling_and_keeps_a_folder_set_before
 

@@ -84,7 +84,7 @@ def covered(spans, start: float, end: float) -> float:
     if not end >= start:
         raise ValueError(f"covered: a span must end at or after its start; got [{start!r}, {end!r}].")
     i = len(spans)
-    while i > 0 and spans[i - 1][1] >= start:  # the spans it touches are the last ones before its end
+    while i > 0 and spans[i - 1][1] >= start:  # in order: the spans that end at or after `start` are the last
         i -= 1
     j = i
     lo, hi, old = start, end, 0.0
