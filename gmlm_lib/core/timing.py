@@ -119,6 +119,15 @@ def _on_duration(event: str, duration: float, fun_name=None, **_) -> None:
                 pass  # the log is a diagnostic: a full or read-only disk must not stop the work
 
 
+def _logged(lines):
+    """The compilations of :data:`COMPILE_LOG` lines, as ``(end time, pid, program, seconds)``;
+    lines that are not four tab-separated fields are skipped."""
+    for line in lines:
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) == 4:
+            yield float(parts[0]), parts[1], parts[2], max(0.0, float(parts[3]))
+
+
 def compile_summary(path, since: float = 0.0, top: int = 6) -> str:
     """The lines of a :data:`COMPILE_LOG` file written at or after ``since`` (a ``time.time()``),
     summed by program: ``"N programs, S s summed, W s of wall time: name k x s, ..."`` (programs
@@ -132,11 +141,10 @@ def compile_summary(path, since: float = 0.0, top: int = 6) -> str:
         lines = Path(path).read_text().splitlines()
     except OSError:
         lines = []
-    for line in lines:
-        parts = line.split("\t")
-        if len(parts) == 4 and float(parts[0]) >= since - 1e-3:  # the times are written rounded
-            by.setdefault(parts[2], []).append(float(parts[3]))
-            wall += covered(spans, float(parts[0]) - max(0.0, float(parts[3])), float(parts[0]))
+    for end, _pid, name, seconds in _logged(lines):
+        if end >= since - 1e-3:  # the times are written rounded
+            by.setdefault(name, []).append(seconds)
+            wall += covered(spans, end - seconds, end)
     if not by:
         return "no compilation logged"
     order = sorted(by.items(), key=lambda kv: -sum(kv[1]))
@@ -152,15 +160,11 @@ def compile_log_processes(lines) -> dict[str, dict]:
     kernel, one after another): ``pid -> dict(programs, summed_s, wall_s, first, last)``, where
     ``wall_s`` is the wall time in which any of its programs compiled (:func:`covered`), less than
     ``summed_s`` where they compiled side by side, and ``first``/``last`` the ``time.time()`` at which
-    its first compilation began and its last ended; in the order the processes first appear. Lines
-    that are not four tab-separated fields are skipped."""
+    its first compilation began and its last ended; in the order the processes first appear (lines
+    that are not a compilation are skipped)."""
     out: dict[str, dict] = {}
     spans: dict[str, list] = {}
-    for line in lines:
-        parts = line.rstrip("\n").split("\t")
-        if len(parts) != 4:
-            continue
-        end, pid, seconds = float(parts[0]), parts[1], max(0.0, float(parts[3]))
+    for end, pid, _name, seconds in _logged(lines):
         rec = out.setdefault(pid, dict(programs=0, summed_s=0.0, wall_s=0.0, first=end - seconds, last=end))
         rec["programs"] += 1
         rec["summed_s"] += seconds
