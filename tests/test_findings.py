@@ -97,6 +97,27 @@ def test_parity_is_called_parity():
     assert _padir(greedy_ms=(5.1, 10.0))["speed_word"] == "at parity with"
 
 
+@pytest.mark.parametrize("speedup, want", [(1.05, "at parity with"), (0.95, "at parity with"),
+                                           (1.0549, "at parity with"), (0.9451, "at parity with"),
+                                           (1.0551, "faster than"), (0.9449, "slower than")])
+def test_parity_holds_at_both_ends_as_the_chapter_shows_the_speed_up(speedup, want):
+    """0.95x to 1.05x, both ends included, read at the two decimals the chapter shows: a shown "1.05x" is
+    parity (in floating point ``abs(1.05 - 1.0)`` is above 0.05)."""
+    assert padir.speed_word(speedup) == want
+
+
+def test_the_sizing_sentence_at_exactly_the_budget_and_with_the_update_rate():
+    """A plan that takes exactly the budget fits it (factor 1.0); the AR update's measured seconds read in ms."""
+    record = dict(asked=dict(ar_steps=1000, padir_steps=500, train_seconds=60.0), factor=1.0, planned_s=60.0,
+                  measured={"ar": {"update_s": 0.0123}}, chosen={})
+    assert padir.sizing_text(record) == ("the recipe's 1,000 AR and 500 PaDIR updates, within the 60 s budget "
+                                         "(60 s planned; an AR update takes 12.3 ms here)")
+    over = dict(record, factor=0.5, planned_s=120.0, chosen=dict(ar_steps=500, padir_steps=250))
+    assert padir.sizing_text(over) == ("500 AR and 250 PaDIR updates: the recipe's 1,000 AR and 500 PaDIR updates "
+                                       "would take 120 s here, over the 60 s budget, so each model trains 0.50 of "
+                                       "them; an AR update takes 12.3 ms here")
+
+
 def test_the_unrolled_row_is_reported_beside_the_graded_one_and_never_graded():
     assert _padir()["unrolled_text"] == "not measured"
     f = _padir(unrolled_ms=(2.5, 5.0), padir_ms=(8.0, 20.0))

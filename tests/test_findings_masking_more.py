@@ -126,6 +126,8 @@ def test_the_all_masks_gain_at_one_and_at_n_minus_one():
                        all_masks_gain_peaky_k1=3.0, all_masks_gain_peaky_kn=1.4)
     with pytest.raises(ValueError, match=r"no row at k = \[5\]"):
         theorem2.all_masks_gain(regimes, 6)
+    with pytest.raises(ValueError, match=r"'mild' has no row at k = \[1\]"):
+        theorem2.all_masks_gain(regimes[(regimes.truth == "peaky") | (regimes.k > 1)], 4)
     with pytest.raises(ValueError, match="lacks the columns"):
         theorem2.all_masks_gain(regimes.drop(columns="one / all"), 4)
 

@@ -275,6 +275,11 @@ def test_convergence_reads_the_fall_over_the_last_quarter():
     assert padir_findings.convergence(just_under, 1000)["verdict"] == "converged"
     assert padir_findings.convergence(just_over, 1000)["verdict"] == "still improving"
     assert padir_findings.convergence(just_over, 1000)["tail_gain"] == pytest.approx(0.0101)
+    # exactly the gain, either way: a fall of 1% still improves, a rise of 1% is past its best (both ends included)
+    at_gain = padir_findings.convergence([(500, 120.0), (750, 100.0), (1000, 99.0)], 1000)
+    assert (at_gain["tail_gain"], at_gain["verdict"]) == (padir_findings.CONVERGED_GAIN, "still improving")
+    at_rise = padir_findings.convergence([(500, 90.0), (750, 100.0), (1000, 101.0)], 1000)
+    assert (at_rise["tail_gain"], at_rise["verdict"]) == (-padir_findings.CONVERGED_GAIN, "past its best")
     rising = padir_findings.convergence([(250, 2.0), (500, 1.5), (750, 1.6), (1000, 1.7)], 1000)
     assert rising["selected_step"] == 500 and rising["tail_gain"] < 0 and rising["verdict"] == "past its best"
     flat = padir_findings.convergence([(500, 1.5), (750, 2.0), (1000, 2.0 * (1 + 0.0099))], 1000)
