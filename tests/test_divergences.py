@@ -38,6 +38,8 @@ def test_every_row_of_a_batch_is_checked_and_each_precision_has_its_tolerance():
     with jax.enable_x64(True):
         with pytest.raises(ValueError, match="a row sums to 0.4"):
             divergences.kl(np.array([[0.5, 0.5], [0.2, 0.2]]), np.array([0.5, 0.5]))
+        with pytest.raises(ValueError, match="a row sums to 1.5"):  # above 1, beside rows below it within tolerance
+            divergences.kl(np.array([[0.5, 0.5], [0.75, 0.75], [0.5, 0.4999999]]), np.array([0.5, 0.5]))
         with pytest.raises(ValueError, match="tolerance 1e-06"):
             divergences.tv(np.array([0.5, 0.50001]), np.array([0.5, 0.5]))
         assert float(divergences.tv(np.array([0.5, 0.5000001]), np.array([0.5, 0.5]))) == pytest.approx(5e-8)

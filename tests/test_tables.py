@@ -68,6 +68,18 @@ def test_a_column_keeps_its_decimals_and_never_shows_more_than_four():
     assert _cells(present(pd.DataFrame({"x": [0.0123, 0.5]})))[1:] == ["0.0123", "0.5000"]
 
 
+def test_the_decimals_of_large_values_zeros_and_labels():
+    """Three significant digits of a column whose smallest value has four integer digits leave no decimals
+    (and a column with no non-zero value none); a value just past each end where scientific notation
+    starts or stops; a float label exact at five decimals is shown with four (at most :data:`MAX_DECIMALS`)."""
+    assert _cells(present(pd.DataFrame({"x": [1411.006051, 2500.7]})))[1:] == ["1411", "2501"]
+    assert _cells(present(pd.DataFrame({"x": [0.0012, 0.5]})))[1:] == ["0.0012", "0.5000"]  # 1e-3 up: decimals
+    assert _cells(present(pd.DataFrame({"x": [1.2e6, 2e6]})))[1:] == ["1.20e+06", "2.00e+06"]  # 1e6 up: scientific
+    assert _cells(present(pd.DataFrame({"x": [0.0, np.nan]})))[1:] == ["0", "—"]  # nothing non-zero: whole numbers
+    cells = _cells(present(pd.DataFrame({"x": [1.0, 2.0]}, index=pd.Index([0.12345, 0.5], name="J"))))
+    assert "0.5000" in cells and not any(re.search(r"\d\.\d{5,}", c) for c in cells)
+
+
 def test_a_transposed_table_and_an_object_index_still_get_the_rule():
     cost = pd.DataFrame({"a": dict(steps=120, final_loss=4.690732, commit="abc"),
                          "b": dict(steps=120, final_loss=0.327017, commit="def")}).T  # every column object dtype
