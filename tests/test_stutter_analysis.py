@@ -155,6 +155,10 @@ def test_summary_table_and_cluster_bootstrap():
         assert lo <= row["stutter mean"] <= hi
         assert row["stutter mean"] < row["other mean"]
         assert 0.6 < row["AUROC"] <= 1.0 and row["AUROC 95% CI"][0] > 0.5
+    # a 95% CI: the 2.5th and 97.5th percentiles of the mean over the resamples
+    x, y = df["tv_min"].to_numpy(), df["stutter"].to_numpy()
+    means = [x[i][y[i]].mean() for i in res]
+    assert table.loc[0, "stutter 95% CI"] == pytest.approx(tuple(np.percentile(means, [2.5, 97.5])), abs=1e-12)
 
 
 def test_a_cluster_bootstrap_resample_is_whole_sentences_drawn_with_replacement():
