@@ -68,14 +68,10 @@ def test_a_column_keeps_its_decimals_and_never_shows_more_than_four():
     assert _cells(present(pd.DataFrame({"x": [0.0123, 0.5]})))[1:] == ["0.0123", "0.5000"]
 
 
-def test_the_decimals_of_large_values_zeros_and_labels():
-    """Three significant digits of a column whose smallest value has four integer digits leave no decimals
-    (and a column with no non-zero value none); a value just past each end where scientific notation
-    starts or stops; a float label exact at five decimals is shown with four (at most :data:`MAX_DECIMALS`)."""
+def test_large_values_get_no_decimals_and_a_label_never_more_than_four():
+    """Three significant digits of a column whose smallest value has four integer digits leave no decimals;
+    a float label exact at five decimals is shown with four (at most :data:`MAX_DECIMALS`)."""
     assert _cells(present(pd.DataFrame({"x": [1411.006051, 2500.7]})))[1:] == ["1411", "2501"]
-    assert _cells(present(pd.DataFrame({"x": [0.0012, 0.5]})))[1:] == ["0.0012", "0.5000"]  # 1e-3 up: decimals
-    assert _cells(present(pd.DataFrame({"x": [1.2e6, 2e6]})))[1:] == ["1.20e+06", "2.00e+06"]  # 1e6 up: scientific
-    assert _cells(present(pd.DataFrame({"x": [0.0, np.nan]})))[1:] == ["0", "—"]  # nothing non-zero: whole numbers
     cells = _cells(present(pd.DataFrame({"x": [1.0, 2.0]}, index=pd.Index([0.12345, 0.5], name="J"))))
     assert "0.5000" in cells and not any(re.search(r"\d\.\d{5,}", c) for c in cells)
 
@@ -101,6 +97,10 @@ def test_the_rules_at_their_edges():
     assert _cells(present(df))[len(df.columns):] == ["0.0010", "0.0015", "1.00e+06", "1.50e+06", "0.000",
                                                      "0.5000", "0.5000", "2.00e+06", "2.00e+06", "0.250"]
     assert _cells(present(pd.DataFrame({"x": [0.0, 0.25, np.nan]})))[1:] == ["0.000", "0.250", "—"]
+    assert _cells(present(pd.DataFrame({"x": [0.0, np.nan]})))[1:] == ["0", "—"]  # nothing non-zero: whole numbers
+    # just past each switch: 0.0012 keeps decimals, 1.2e6 is scientific
+    assert _cells(present(pd.DataFrame({"x": [0.0012, 0.5], "y": [1.2e6, 2e6]})))[2:] == ["0.0012", "1.20e+06",
+                                                                                          "0.5000", "2.00e+06"]
     fmt = column_format([0.5, 0.0007], digits=3)
     assert [fmt(v) for v in (0.0007, 0.0005, 0.00049)] == ["0.001", "0.001", "4.9e-04"]
     one = pd.DataFrame({"x": [1.23456]})
