@@ -4,6 +4,8 @@ significance rule, and the PaDIR chapter's findings on small hand-made tables.""
 from __future__ import annotations
 
 import math
+import pathlib
+import re
 
 import pandas as pd
 import pytest
@@ -101,6 +103,15 @@ def test_parity_is_called_parity(speedup, want):
     """0.95x to 1.05x, both ends included, read at the two decimals the chapter shows: a shown "1.05x" is
     parity (in floating point ``abs(1.05 - 1.0)`` is above 0.05)."""
     assert padir.speed_word(speedup) == want
+
+
+def test_the_chapter_shows_speed_ups_with_the_decimals_speed_word_reads():
+    """``speed_word`` reads a speed-up at :data:`SPEED_DECIMALS`; the PaDIR chapter must show every glued
+    speed-up with that many, or a shown "1.05x" and its word could disagree."""
+    text = (pathlib.Path(__file__).parents[1] / "notebooks" / "padir.md").read_text()
+    shown = re.findall(r"\{glue:text\}`(median_speedup|p99_speedup)(:[^`]*)?`", text)
+    assert len(shown) >= 4, "the PaDIR chapter no longer glues its speed-ups: update this test"
+    assert {fmt for _, fmt in shown} == {f":.{padir.SPEED_DECIMALS}f"}
 
 
 def test_the_sizing_sentence_at_exactly_the_budget_and_with_the_update_rate():

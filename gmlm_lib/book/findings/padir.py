@@ -32,6 +32,10 @@ floors, ``gap_greedy`` and ``budget_min`` ceilings."""
 PARITY = 0.05
 """A speed-up within this fraction of 1 (0.95x to 1.05x) is reported as parity, neither faster nor slower."""
 
+SPEED_DECIMALS = 2
+"""The decimals the chapter shows a speed-up with (its glue format ``:.2f``); :func:`speed_word` reads a
+speed-up at them, and a test holds the chapter to them."""
+
 
 def _one(frame: pd.DataFrame, what: str, **match) -> pd.Series:
     rows = frame
@@ -163,11 +167,11 @@ def split_table(splits: dict) -> pd.DataFrame:
 def speed_word(speedup: float) -> str:
     """How a batch-1 speed-up reads in a sentence: "faster than", "slower than" or "at parity with"
     (within :data:`PARITY` of 1, both ends included). The speed-up is read as the chapter shows it, to
-    two decimals, so that a shown "1.05x" is never called faster (``abs(1.05 - 1.0)`` is above 0.05 in
+    :data:`SPEED_DECIMALS` decimals, so that a shown "1.05x" is never called faster (``abs(1.05 - 1.0)`` is above 0.05 in
     floating point)."""
     if not math.isfinite(speedup) or speedup <= 0:
         raise ValueError(f"speed_word: a speed-up must be a positive number; got {speedup!r}.")
-    shown = round(speedup, 2)
+    shown = round(speedup, SPEED_DECIMALS)
     if 1.0 - PARITY <= shown <= 1.0 + PARITY:
         return "at parity with"
     return "faster than" if shown > 1.0 else "slower than"
