@@ -9,6 +9,7 @@ import multiprocessing
 import pathlib
 import re
 import shutil
+import time
 import warnings
 
 import numpy as np
@@ -275,6 +276,33 @@ def test_a_bad_metrics_line_before_the_end_names_the_line(tmp_path):
         runfolder.read_metrics(tmp_path / "run" / "metrics.jsonl")
 
 
+def test_a_resumed_record_keeps_the_earlier_segments_up_to_its_checkpoint_and_times_its_own(tmp_path):
+    """Resumed from checkpoint 4 (a later one was lost): a segment of an earlier call that started at or
+    after step 4 is dropped with the work it did, the last one kept that ran past step 4 ends there, and
+    this call's segment runs from step 4 with its own tokens and seconds. Every segment's seconds add up
+    to the run's; the token rate counts only segments that did updates and counted tokens (an older
+    record's segment has no count, a call stopped before its first update none)."""
+    prev = dict(data_fingerprint="f" * 64, segments=[
+        dict(start=0, end=1, wall_s=1.0), dict(start=1, end=2, wall_s=2.0, tokens=20),
+        dict(start=2, end=2, wall_s=1.0, tokens=0), dict(start=2, end=6, wall_s=4.0, tokens=40),
+        dict(start=4, end=8, wall_s=3.0, tokens=30)])
+    t0 = time.perf_counter()
+    rec = runfolder.RunRecord(tmp_path / "run.json", _cfg(), _batcher(), 4, {}, None, 1, prev)
+    assert [(g["start"], g["end"], g["wall_s"]) for g in rec.earlier] == [(0, 1, 1.0), (1, 2, 2.0), (2, 2, 1.0),
+                                                                         (2, 4, 4.0)]
+    rec.tokens += 50  # as the trainer counts them
+    written = rec.write(6, None)
+    elapsed = time.perf_counter() - t0
+    assert [(g["start"], g["end"], g.get("tokens")) for g in written["segments"]] == [
+        (0, 1, None), (1, 2, 20), (2, 2, 0), (2, 4, 40), (4, 6, 50)]
+    own = written["segments"][-1]["wall_s"]
+    assert 0 < own <= elapsed
+    assert written["wall_s"] == pytest.approx(8.0 + own)
+    assert written["tokens_per_s"] == pytest.approx(110 / (6.0 + own))
+    assert written["data_fingerprint"] == "f" * 64  # a folder's recorded fingerprint, where this call has none
+    assert json.loads((tmp_path / "run.json").read_text()) == written
+
+
 def _hold_lock(folder, ready, release):
     with runfolder.exclusive(pathlib.Path(folder)):
         ready.set()
@@ -291,13 +319,14 @@ def test_a_second_process_on_a_run_folder_is_refused_with_the_holder(tmp_path):
     try:
         assert ready.wait(60)
         before = _snapshot(folder)
-        with pytest.raises(training.RunFolderBusy, match=rf"process {holder.pid} "):
+        with pytest.raises(training.RunFolderBusy, match=rf"is being trained by process {holder.pid} on "):
             training.train(_cfg(), _batcher(), folder, progress=False)
         assert _snapshot(folder) == before  # the refused call wrote nothing
     finally:
         release.set()
         holder.join(30)
     training.train(_cfg(steps=2), _batcher(), folder, progress=False)  # free again once the holder is gone
+    assert (folder / ".lock").read_text() == ""  # a free folder names no holder
 
 
 def _train_slowly(folder, started, result, go):
