@@ -1545,6 +1545,26 @@ def test_the_dependency_strategy_follows_its_definition():
     assert waited > 0 and len(lengths) > 1
 
 
+def test_a_dependency_aware_pass_commits_its_quota_then_only_confident_independent_positions():
+    """One row of one pass: the ``quota`` most confident eligible positions are committed whatever they
+    depend on, then each further one only if its probability is at least the threshold and it depends on
+    no position committed before it in the pass."""
+    p = jnp.array([0.9, 0.8, 0.7, 0.2])
+    free, every = jnp.zeros((4, 4), bool), jnp.ones(4, bool)
+
+    def commit(quota, threshold, dep=free, eligible=every):
+        return np.asarray(decoding._commit(p, dep, eligible, jnp.int32(quota), threshold)).tolist()
+
+    assert commit(1, 0.95) == [True, False, False, False]  # the quota alone
+    assert commit(2, 0.95) == [True, True, False, False]
+    assert commit(0, 0.95) == [False] * 4
+    assert commit(1, 0.8) == [True, True, False, False]  # confident: at the threshold itself
+    assert commit(1, 0.7) == [True, True, True, False]
+    assert commit(1, 0.7, dep=free.at[1, 0].set(True)) == [True, False, True, False]  # 1 depends on 0: waits
+    assert commit(2, 0.95, dep=free.at[1, 0].set(True)) == [True, True, False, False]  # within the quota: committed
+    assert commit(1, 0.95, eligible=every.at[0].set(False)) == [False, True, False, False]
+
+
 @pytest.mark.parametrize("kwargs, words", [
     (dict(name="greedy"), ["name", "mask_predict"]), (dict(name="dependency", steps=0), ["steps", ">= 1"]),
     (dict(name="dependency", hyps=-1), ["hyps"]), (dict(name="dependency", confidence=1.5), ["confidence", "[0, 1]"]),
