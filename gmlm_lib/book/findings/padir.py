@@ -167,8 +167,8 @@ def split_table(splits: dict) -> pd.DataFrame:
 def speed_word(speedup: float) -> str:
     """How a batch-1 speed-up reads in a sentence: "faster than", "slower than" or "at parity with"
     (within :data:`PARITY` of 1, both ends included). The speed-up is read as the chapter shows it, to
-    :data:`SPEED_DECIMALS` decimals, so that a shown "1.05x" is never called faster (``abs(1.05 - 1.0)`` is above 0.05 in
-    floating point)."""
+    :data:`SPEED_DECIMALS` decimals, so that a shown "1.05x" is never called faster (``abs(1.05 - 1.0)``
+    is above 0.05 in floating point)."""
     if not math.isfinite(speedup) or speedup <= 0:
         raise ValueError(f"speed_word: a speed-up must be a positive number; got {speedup!r}.")
     shown = round(speedup, SPEED_DECIMALS)
