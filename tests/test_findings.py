@@ -4,12 +4,12 @@ significance rule, and the PaDIR chapter's findings on small hand-made tables.""
 from __future__ import annotations
 
 import math
-import pathlib
 import re
 
 import pandas as pd
 import pytest
 
+from conftest import ROOT
 from gmlm_lib.book import findings
 from gmlm_lib.book.findings import padir
 
@@ -108,7 +108,7 @@ def test_parity_is_called_parity(speedup, want):
 def test_the_chapter_shows_speed_ups_with_the_decimals_speed_word_reads():
     """``speed_word`` reads a speed-up at :data:`SPEED_DECIMALS`; the PaDIR chapter must show every glued
     speed-up with that many, or a shown "1.05x" and its word could disagree."""
-    text = (pathlib.Path(__file__).parents[1] / "notebooks" / "padir.md").read_text()
+    text = (ROOT / "notebooks" / "padir.md").read_text()
     shown = re.findall(r"\{glue:text\}`(median_speedup|p99_speedup)(:[^`]*)?`", text)
     assert len(shown) >= 4, "the PaDIR chapter no longer glues its speed-ups: update this test"
     assert {fmt for _, fmt in shown} == {f":.{padir.SPEED_DECIMALS}f"}
