@@ -1578,19 +1578,55 @@ def test_strategy_options_out_of_range_are_named(kwargs, words):
         assert w in str(err.value)
 
 
+def _dus_passes(n, block):
+    """DUS's schedule written out: blocks of ``block = 2^L`` positions left to right; within a block,
+    offset 0, then the offsets at gap ``block / 2``, ``block / 4``, ..., 1 not taken before (each pass
+    halves the gaps); a pass outside the ``n`` positions is dropped. A list of sets of positions."""
+    passes = []
+    for start in range(0, n, block):
+        taken, gap = {0}, block
+        passes.append({start})
+        while gap > 1:
+            gap //= 2
+            level = {j for j in range(0, block, gap) if j not in taken}
+            taken |= level
+            passes.append({start + j for j in level if start + j < n})
+    return [p for p in passes if p]
+
+
+def _groups_charge(chosen, ent, linked):
+    """The dependency-aware entropy bound's charge of the set ``chosen``: over the groups (components of
+    ``linked``, a dict position -> set of open positions it is joined to), sum - max of the entropies
+    taken in the group."""
+    def group(i):
+        seen, todo = {i}, [i]
+        while todo:
+            for b in linked[todo.pop()] - seen:
+                seen.add(b)
+                todo.append(b)
+        return frozenset(seen)
+
+    groups = {group(i) for i in chosen}
+    return sum(sum(ent[i] for i in g & chosen) - max(ent[i] for i in g & chosen) for g in groups)
+
+
 def _rule_by_definition(model, src, sm, opts, width):
-    """The threshold / factor / entropy strategies written from their papers' descriptions, one
-    hypothesis, NumPy bookkeeping: a pass predicts every open position given the committed ones (the
-    others [MASK]); the rule picks; the quota ceil(n (t + 1) / T) tops it up, most confident first."""
+    """The threshold / factor / entropy / dilated / dependency_entropy strategies written from their
+    descriptions, one hypothesis, NumPy bookkeeping: a pass predicts every open position given the
+    committed ones (the others [MASK]); the rule picks; the quota ceil(n (t + 1) / T) tops it up, most
+    confident first. Returns the tokens, the passes run and, for dependency_entropy, the smallest
+    distance of a similarity from its threshold and of a charge from gamma over the passes (a
+    comparison that close could go either way in float32; inf for the other rules)."""
     enc, em, lengths = decoding.padir_encode(*nnx.split(model), src, sm, hyps=1)
     n = int(lengths[0, 0])
     tmask = jnp.arange(width)[None] < n
     done = np.zeros(n, bool)
     tokens = np.zeros(n, np.int64)
+    margin = np.inf
     for t in range(opts.steps):
         hyp = np.full((1, width), V.PAD)
         hyp[0, :n] = np.where(done, tokens, V.MASK)
-        logits = model.decode(jnp.asarray(hyp), tmask, enc, em)
+        logits, weights = model.decode(jnp.asarray(hyp), tmask, enc, em, return_attention=True)
         logits = logits.at[..., jnp.array(decoding._PADIR_FORBIDDEN)].set(-jnp.inf)
         lp = np.asarray(jax.nn.log_softmax(logits))[0, :n]
         q = np.exp(lp)
@@ -1606,34 +1642,60 @@ def _rule_by_definition(model, src, sm, opts, width):
             m = max([m for m in range(1, len(open_) + 1) if (m + 1) * (1 - conf[by_conf[m - 1]]) < opts.factor],
                     default=1)
             pick = by_conf[:m]
-        else:  # entropy
+        elif opts.name == "entropy":
             by_ent = sorted(open_, key=lambda i: (ent[i], i))
             m = max(m for m in range(1, len(open_) + 1) if sum(ent[by_ent[:m]]) - max(ent[by_ent[:m]]) <= opts.entropy)
             pick = by_ent[:m]
+        elif opts.name == "dilated":  # the earliest pass of the schedule with an open position, its open ones
+            pick = next(sorted(p & set(open_)) for p in _dus_passes(n, opts.block) if p & set(open_))
+        else:  # dependency_entropy: the entropy bound charged within groups joined through open positions
+            cross = np.asarray(jnp.mean(jnp.stack([c for _, c in weights]), axis=(0, 2)))[0, :n]
+            unit = cross / np.linalg.norm(cross, axis=-1, keepdims=True)
+            sim = unit @ unit.T
+            linked = {i: {j for j in open_ if j != i and sim[i, j] > opts.dependency} for i in open_}
+            margin = min([margin] + [abs(sim[i, j] - opts.dependency) for i in open_ for j in open_ if i != j])
+            by_ent = sorted(open_, key=lambda i: (ent[i], i))
+            pick = {by_ent[0]}
+            for i in by_ent[1:]:
+                charge = _groups_charge(pick | {i}, ent, linked)
+                margin = min(margin, abs(charge - opts.entropy))
+                if charge <= opts.entropy:
+                    pick.add(i)
+            pick = sorted(pick)
         done[pick] = True
         need = int(np.ceil(n * (t + 1) / opts.steps)) - int(done.sum())
         for i in [i for i in by_conf if not done[i]][:max(need, 0)]:
             done[i] = True
         if done.all():
             break
-    return tokens
+    return tokens, t + 1, margin
 
 
 @pytest.mark.slow  # compiles a decoder per setting
 @pytest.mark.parametrize("name,kw,seed,steps", [
     ("threshold", dict(confidence=0.1), 0, 3), ("threshold", dict(confidence=0.9), 1, 7),
     ("factor", dict(factor=1.5), 0, 7), ("entropy", dict(entropy=0.5), 1, 7), ("entropy", dict(entropy=50.0), 0, 3),
-    ("threshold", dict(confidence=1.0), 2, 4), ("factor", dict(factor=1e-3), 3, 3)])  # the quota alone decides
+    ("threshold", dict(confidence=1.0), 2, 4), ("factor", dict(factor=1e-3), 3, 3),  # the quota alone decides
+    ("dilated", dict(block=4), 0, 7),  # the schedule alone: six passes, each at or above the quota
+    ("dilated", dict(block=8), 1, 4),  # the schedule topped up by the quota
+    # the groups decide: two passes where the entropy bound alone takes four (fewer tokens at 0.2, the same at 0.3)
+    ("dependency_entropy", dict(dependency=0.99, entropy=0.2), 2, 7),
+    ("dependency_entropy", dict(dependency=0.995, entropy=0.3), 3, 7)])
 def test_2025_rules_follow_their_definitions(name, kw, seed, steps):
-    """The threshold, factor and entropy strategies (Fast-dLLM, EB-Sampler) on the decoder match a
-    by-definition implementation, token for token (on a model whose prediction depends on its input)."""
+    """The threshold, factor, entropy, dilated and dependency_entropy strategies (Fast-dLLM, EB-Sampler,
+    DUS, ours) on the decoder match a by-definition implementation, token for token and in the number
+    of passes run (on a model whose prediction depends on its input)."""
     m = spread(tiny(False))
     m.length_head.bias[...] = m.length_head.bias[...].at[7].add(50.0)  # seven positions
     g, p = nnx.split(m)
     src, sm = ids(80 + seed, (1, 8)), jnp.ones((1, 8), bool)
     opts = decoding.StrategyOptions(name, steps=steps, hyps=1, **kw)
     got = np.asarray(decoding.padir_ids(g, p, src, sm, jax.random.key(0), options=opts, widths=(8, 16)))
-    np.testing.assert_array_equal(got[0, :7], _rule_by_definition(m, src, sm, opts, 8))
+    want, passes, margin = _rule_by_definition(m, src, sm, opts, 8)
+    np.testing.assert_array_equal(got[0, :7], want)
+    assert (got[0, 7:] == V.PAD).all()
+    assert int(decoding.strategy_passes(g, p, src, sm, options=opts, widths=(8, 16))[0]) == passes
+    assert margin > 1e-5  # no similarity or charge so near its threshold that float32 rounding could flip it
 
 
 def test_a_sweep_over_T_and_thresholds_compiles_one_decoder():
@@ -1659,7 +1721,7 @@ def test_a_sweep_over_T_and_thresholds_compiles_one_decoder():
     assert len({tuple(v) for v in got.values()}) == 3
     for (steps, tau), out in got.items():
         opts = decoding.StrategyOptions("threshold", steps=steps, hyps=1, confidence=tau)
-        np.testing.assert_array_equal(out, _rule_by_definition(m, src, sm, opts, 8))
+        np.testing.assert_array_equal(out, _rule_by_definition(m, src, sm, opts, 8)[0])
     with pytest.raises(ValueError, match="history=False"):
         decoding._refine(m, *decoding._encode_lengths(m, src, sm, 1), jax.random.key(0),
                          decoding.PadirOptions(steps=2, hyps=1), 8, history=True, steps=jnp.int32(2))
