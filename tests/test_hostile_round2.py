@@ -39,6 +39,19 @@ def test_training_settings_that_would_train_wrongly_are_refused(field, value, er
         _cfg(**{field: value})
 
 
+@pytest.mark.parametrize("field, edge, beyond", [
+    ("warmup", 0, -1), ("warmup", 5, 6),  # [0, steps): no warm-up is allowed, a warm-up as long as the run is not
+    ("unmasking_rate", 0.0, -1e-9), ("unmasking_rate", 0.999, 1.0),
+    ("label_smoothing", 0.0, -1e-9), ("label_smoothing", 0.999, 1.0),
+])
+def test_training_ranges_take_their_ends_as_stated(field, edge, beyond):
+    """Each half-open range of TrainConfig at its ends: the value just inside is kept, the one just
+    outside is refused naming the field and its range."""
+    assert getattr(_cfg(**{field: edge}), field) == edge
+    with pytest.raises(ValueError, match=rf"TrainConfig\.{field} must be in \["):
+        _cfg(**{field: beyond})
+
+
 def test_a_string_of_references_is_not_scored_character_by_character():
     with pytest.raises(TypeError, match="refs must be a list of strings"):
         metrics.bleu(["ab"], "ab")

@@ -489,6 +489,7 @@ def test_variants_compiled_up_front_train_without_compiling_their_update(tmp_pat
     assert not training.finished(base.replace(steps=4), tmp_path / "baseline")  # more updates to run
     assert not training.finished(base, tmp_path / "never_trained")
 
+
 def test_fit_shrinks_the_updates_once_and_every_chapter_reuses_the_decision(tmp_path, monkeypatch):
     from gmlm_lib.mt import sizing
 

@@ -25,6 +25,7 @@ class Score:
 TOKENIZERS = tuple(sorted(sacrebleu.metrics.BLEU.TOKENIZERS))
 """SacreBLEU's tokenizer names that :func:`bleu` accepts ("13a" is its default)."""
 
+
 def _check(hyps, refs):
     for name, value in (("hyps", hyps), ("refs", refs)):
         if isinstance(value, str) or not all(isinstance(x, str) for x in value):
