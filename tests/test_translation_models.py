@@ -822,6 +822,7 @@ def test_a_run_folder_is_reused_only_on_the_data_it_was_trained_on(tmp_path):
     (tmp_path / "run" / "run.json").unlink()
     rebuilt = training.train(cfg, _toy_batcher(), tmp_path / "run", progress=False)
     assert rebuilt.final_loss == first.final_loss and rebuilt.record["done"] == 2
+    assert rebuilt.losses == first.losses  # read back from metrics.jsonl here too
     assert [(g["start"], g["end"]) for g in rebuilt.record["segments"]] == [(2, 2)]
     assert rebuilt.record["tokens_per_s"] is None
     other_targets = batching.Batcher(batcher.src, [t[1:] + t[:1] for t in batcher.tgt], batch_tokens=128, seed=0,
@@ -897,6 +898,28 @@ def test_the_traced_schedule_gives_the_optax_rates(steps, warmup, lr, ratio):
     # the host's schedule (the rates a run logs) is the program's formula (XLA folds its constants: rounding)
     logged = jax.jit(jax.vmap(training.schedule(cfg)))(counts)
     np.testing.assert_allclose(np.asarray(logged), np.asarray(ours), rtol=1e-6, atol=1e-6 * lr + 1e-12)
+
+
+@pytest.mark.parametrize("name", ["adamw", "adafactor"])
+def test_each_optimiser_is_the_named_one_and_decays_the_weights_it_is_given(name):
+    """TrainConfig.optimizer picks AdamW (its Adam moments in the state) or Adafactor (none), and both
+    apply ``weight_decay``: on a zero gradient past the warm-up an update shrinks every weight towards
+    0 with a decay and leaves it unchanged without one."""
+    params = {"w": jnp.arange(1.0, 7.0).reshape(2, 3), "b": jnp.array([-2.0, 0.5, 3.0])}
+    zero = jax.tree.map(jnp.zeros_like, params)
+    moved = {}
+    for decay in (0.0, 0.1):
+        tx = training.optimizer(_cfg("ar", optimizer=name, weight_decay=decay, learning_rate=0.1))
+        state = tx.init(params)
+        adam = [s for s in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, optax.ScaleByAdamState))
+                if isinstance(s, optax.ScaleByAdamState)]
+        assert bool(adam) == (name == "adamw")
+        for _ in range(3):  # the third update: past the warm-up (the first update's rate is 0)
+            updates, state = tx.update(zero, state, params)
+        new = optax.apply_updates(params, updates)
+        moved[decay] = jax.tree.map(lambda a, b: np.abs(np.asarray(b)) - np.abs(np.asarray(a)), params, new)
+    assert all((d == 0).all() for d in jax.tree.leaves(moved[0.0]))
+    assert all((d < 0).all() for d in jax.tree.leaves(moved[0.1]))
 
 
 @pytest.mark.slow  # compile counting: in the main suite, not in the newest-versions job
@@ -1678,7 +1701,7 @@ def _rule_by_definition(model, src, sm, opts, width):
     ("threshold", dict(confidence=1.0), 2, 4), ("factor", dict(factor=1e-3), 3, 3),  # the quota alone decides
     ("dilated", dict(block=4), 0, 7),  # the schedule alone: six passes, each at or above the quota
     ("dilated", dict(block=8), 1, 4),  # the schedule topped up by the quota
-    # the groups decide: two passes where the entropy bound alone takes four (fewer tokens at 0.2, the same at 0.3)
+    # the groups decide: two passes where the entropy bound alone takes four (other tokens at 0.2, the same at 0.3)
     ("dependency_entropy", dict(dependency=0.99, entropy=0.2), 2, 7),
     ("dependency_entropy", dict(dependency=0.995, entropy=0.3), 3, 7)])
 def test_2025_rules_follow_their_definitions(name, kw, seed, steps):
