@@ -135,6 +135,15 @@ def test_the_checkpoint_with_the_lowest_val_loss_is_kept_returned_and_loaded(tmp
         np.testing.assert_array_equal(a, b)
 
 
+def test_of_equal_val_losses_the_trainer_selects_the_earlier_checkpoint(tmp_path, monkeypatch):
+    """A tie goes to the fewer updates, as padir_findings.convergence reads a run's val losses (tested
+    in test_convergence_reads_the_fall_over_the_last_quarter): every checkpoint scoring the same, the
+    first is the selected one."""
+    monkeypatch.setattr(training, "validation_loss", lambda *args, **kwargs: 1.25)
+    res = training.train(_cfg(steps=10), _batcher(8, 1), tmp_path / "run", val=_batcher(24, 2), progress=False)
+    assert res.val_losses == [(5, 1.25), (10, 1.25)] and res.selected_step == 5
+
+
 def test_a_killed_validated_run_resumes_to_the_same_curve_and_selection(tmp_path):
     whole = training.train(_cfg(), _batcher(8, 1), tmp_path / "whole", val=_batcher(24, 2), progress=False)
 
