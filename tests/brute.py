@@ -1,4 +1,5 @@
-"""Independent brute-force NumPy reference for small Ising models (n <= 6).
+"""Independent brute-force NumPy reference for small Ising models (n <= 6), and the dependency-aware
+entropy bound's charge of a set of positions, which the Ising and translation rule tests share.
 
 Deliberately written from the formulas, not from gmlm_lib: loops over states with
 ``itertools.product`` and explicit sums, no shared helpers.
@@ -148,3 +149,19 @@ def independent_parallel_transition(J, h):
                 prob *= 1.0 / (1.0 + np.exp(-2.0 * y[i] * field))
             P[a, b] = prob
     return P
+
+
+def group_charge(chosen, ent, linked) -> float:
+    """The dependency-aware entropy bound's charge of the set of positions ``chosen``: over the groups
+    (the connected components of ``linked``, a dict position -> set of the open positions it is joined
+    to), the sum minus the max of the entropies ``ent[i]`` of the positions taken in the group."""
+    def component(i):
+        seen, todo = {i}, [i]
+        while todo:
+            for b in set(linked[todo.pop()]) - seen:
+                seen.add(b)
+                todo.append(b)
+        return frozenset(seen)
+
+    groups = {component(i) for i in chosen}
+    return sum(sum(ent[i] for i in g & chosen) - max(ent[i] for i in g & chosen) for g in groups)

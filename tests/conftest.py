@@ -8,6 +8,7 @@ import shutil
 import tempfile
 import types
 
+
 # XLA's CPU backend tuned for compiling fast in the test session (inherited by the chapters' kernels and
 # the subprocess tests): the tests' programs are small and each runs a few times, so compiling them, not
 # running them, takes most of their time. Two settings: optimisation level 0 (LLVM's optimisation passes

@@ -75,7 +75,6 @@ def test_nothing_is_graded_from_a_missing_column_or_an_empty_one():
         theorem2.findings(_checks().assign(**{theorem2.COLUMNS["cond"]: np.nan}))
 
 
-
 def _mc(mild=((1.0, 0.8, 0.7), (0.5, 0.45, 0.46)), peaky=((2.0, np.nan, 1.5), (1.0, 0.9, 0.95))):
     """(truth, N, k) rows for k = 1, 2, 3 out of 10 fits each: mild at N = 100, 1000; peaky at N = 500, 2000.
     A NaN MSE is a cell where no fit converged; ``N x MSE / tr Gamma_k`` is ``N * MSE / 100``."""

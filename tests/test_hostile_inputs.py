@@ -16,6 +16,7 @@ from gmlm_lib.mt import vocab as V
 
 # --- corpus files -------------------------------------------------------------------------------------------
 
+
 def test_a_utf8_bom_is_not_part_of_the_first_sentence(tmp_path):
     f = tmp_path / "a.en"
     f.write_bytes(b"\xef\xbb\xbfA dog runs.\nA cat sits.\n")

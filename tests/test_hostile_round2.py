@@ -161,6 +161,7 @@ def test_decoding_past_the_models_positions_is_refused(decode):
 
     g, p = nnx.split(seq2seq.build(MODEL))
     src, sm = jnp.full((1, 4), 5, jnp.int32), jnp.ones((1, 4), bool)
+
     def run(max_len):
         if decode == "greedy":
             return decoding.ar_greedy(g, p, src, sm, max_len=max_len)

@@ -911,9 +911,8 @@ def test_each_optimiser_is_the_named_one_and_decays_the_weights_it_is_given(name
     for decay in (0.0, 0.1):
         tx = training.optimizer(_cfg("ar", optimizer=name, weight_decay=decay, learning_rate=0.1))
         state = tx.init(params)
-        adam = [s for s in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, optax.ScaleByAdamState))
-                if isinstance(s, optax.ScaleByAdamState)]
-        assert bool(adam) == (name == "adamw")
+        is_adam = lambda x: isinstance(x, optax.ScaleByAdamState)  # noqa: E731
+        assert any(map(is_adam, jax.tree.leaves(state, is_leaf=is_adam))) == (name == "adamw")
         for _ in range(3):  # the third update: past the warm-up (the first update's rate is 0)
             updates, state = tx.update(zero, state, params)
         new = optax.apply_updates(params, updates)
@@ -1617,22 +1616,6 @@ def _dus_passes(n, block):
     return [p for p in passes if p]
 
 
-def _groups_charge(chosen, ent, linked):
-    """The dependency-aware entropy bound's charge of the set ``chosen``: over the groups (components of
-    ``linked``, a dict position -> set of open positions it is joined to), sum - max of the entropies
-    taken in the group."""
-    def group(i):
-        seen, todo = {i}, [i]
-        while todo:
-            for b in linked[todo.pop()] - seen:
-                seen.add(b)
-                todo.append(b)
-        return frozenset(seen)
-
-    groups = {group(i) for i in chosen}
-    return sum(sum(ent[i] for i in g & chosen) - max(ent[i] for i in g & chosen) for g in groups)
-
-
 def _rule_by_definition(model, src, sm, opts, width):
     """The threshold / factor / entropy / dilated / dependency_entropy strategies written from their
     descriptions, one hypothesis, NumPy bookkeeping: a pass predicts every open position given the
@@ -1640,6 +1623,8 @@ def _rule_by_definition(model, src, sm, opts, width):
     confident first. Returns the tokens, the passes run and, for dependency_entropy, the smallest
     distance of a similarity from its threshold and of a charge from gamma over the passes (a
     comparison that close could go either way in float32; inf for the other rules)."""
+    import brute  # here, not at the top: a subprocess imports this module without tests/ on its path
+
     enc, em, lengths = decoding.padir_encode(*nnx.split(model), src, sm, hyps=1)
     n = int(lengths[0, 0])
     tmask = jnp.arange(width)[None] < n
@@ -1680,7 +1665,7 @@ def _rule_by_definition(model, src, sm, opts, width):
             by_ent = sorted(open_, key=lambda i: (ent[i], i))
             pick = {by_ent[0]}
             for i in by_ent[1:]:
-                charge = _groups_charge(pick | {i}, ent, linked)
+                charge = brute.group_charge(pick | {i}, ent, linked)
                 margin = min(margin, abs(charge - opts.entropy))
                 if charge <= opts.entropy:
                     pick.add(i)

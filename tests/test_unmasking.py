@@ -70,24 +70,11 @@ def _ref_choose(name, param, x, pu, t, n, J):
         first = min(key(i) for i in masked)
         return [{i for i in masked if key(i) == first}]
     if name == "dependency":
-        def component(i):  # masked positions joined to i by strong couplings through masked ones
-            seen, todo = {i}, [i]
-            while todo:
-                a = todo.pop()
-                for b in masked:
-                    if b not in seen and abs(J[a][b]) > 0.5:
-                        seen.add(b)
-                        todo.append(b)
-            return seen
-
-        def charge(chosen):  # sum over groups of (sum - max) of the entropies taken in the group
-            groups = {frozenset(component(i)) for i in chosen}
-            return sum(sum(ent[i] for i in g & chosen) - max(ent[i] for i in g & chosen) for g in groups)
-
+        linked = {a: {b for b in masked if b != a and abs(J[a][b]) > 0.5} for a in masked}  # strong couplings
         by_ent = sorted(masked, key=lambda i: (ent[i], i))
         chosen = {by_ent[0]}
         for i in by_ent[1:]:
-            if charge(chosen | {i}) <= param:
+            if brute.group_charge(chosen | {i}, ent, linked) <= param:
                 chosen.add(i)
         return [chosen]
     raise AssertionError(name)
@@ -143,6 +130,22 @@ def test_exact_law_matches_brute_force(strong_model, name, param):
     target = np.asarray(ising.probabilities(strong_model))
     assert exact.kl == pytest.approx(max(0.0, float(np.sum(target * np.log(target / law)))), abs=1e-12)
     assert exact.tv == pytest.approx(0.5 * np.abs(law - target).sum(), abs=1e-12)
+
+
+@pytest.mark.parametrize("param", [0.3, 1.0])
+def test_dependency_rule_on_two_separate_strong_pairs_matches_brute_force(param):
+    """strong_model's strong couplings join all four sites, so its groups split only late and its
+    dependency cases give the entropy bound's law; here the strong pairs 0-1 and 2-3 are separate from
+    the first pass, each group is charged apart, and the law differs from the entropy bound's."""
+    J = np.array([[0.0, 1.2, 0.2, -0.3], [1.2, 0.0, 0.1, 0.25], [0.2, 0.1, 0.0, -1.0], [-0.3, 0.25, -1.0, 0.0]])
+    with jax.enable_x64(True):
+        model = ising.ising_model(J, np.array([0.4, -0.3, 0.6, 0.1]))
+        exact = um.exact_law(model, _rule("dependency", param, model))
+        plain = um.exact_law(model, _rule("entropy", param, model))
+    law, passes = _reference(model, "dependency", param)
+    np.testing.assert_allclose(exact.law, law, atol=1e-12)
+    assert exact.passes == pytest.approx(passes, abs=1e-12)
+    assert np.abs(np.asarray(plain.law) - law).max() > 0.05  # the groups change the law
 
 
 @pytest.mark.parametrize("name,param", [("random", 2), ("top_k", 3), ("threshold", 0.7), ("factor", 2.5),

@@ -47,6 +47,7 @@ RULES = ("random", "top_k", "threshold", "factor", "entropy", "dilated", "depend
 RULES_2025 = ("threshold", "factor", "entropy", "dilated")
 """The 2025 rules (Fast-dLLM's two, EB-Sampler's, DUS), against which the book's rule is compared."""
 
+
 class Rule(NamedTuple):
     """A parallel unmasking rule on ``n`` positions.
 

@@ -65,6 +65,7 @@ def first_flip(J, c, field: float):
     q = 1 / (1 + np.exp(2 * (J * (c - 1) - field)))
     return 1 / (1 - (1 - q) ** c)
 
+
 SPEED_BAR = 20.0
 """The speed-up over the per-chain NumPy loop that the chapter grades against."""
 _COLUMNS = ("n", "sampler", "dtype", "speedup_vs_loop", "speedup_vs_vectorised", "ceiling_vs_loop",
