@@ -349,6 +349,18 @@ def test_each_rule_takes_a_position_exactly_at_its_bound():
     assert um.threshold(3, 0.9).label == "threshold (τ = 0.9)" and um.top_k(8, 4).label == "top_k (T = 4)"
 
 
+def test_the_dependency_rule_reads_a_pair_marked_one_way_round_as_dependent_both_ways():
+    """``strong`` may mark each pair once (an upper triangle, say): positions 0 and 1 form one group
+    whichever way round the pair is marked. Entropies 0.3, 0.2, 0.25 with gamma = 0.1: 1 first, 2 free
+    (its own group), 0 would charge 0.2 in the group of 1; with no pair strong, all three are taken."""
+    ent = [0.3, 0.2, 0.25]
+    one_way = np.zeros((3, 3), bool)
+    one_way[0, 1] = True
+    for strong in (one_way, one_way.T, one_way | one_way.T):
+        assert _pick(um.dependency(3, 0.1, strong), ent=ent) == [1, 2]
+    assert _pick(um.dependency(3, 0.1, np.zeros((3, 3), bool)), ent=ent) == [0, 1, 2]
+
+
 def test_dependent_groups_follow_long_chains_through_masked_positions_only():
     """components() joins the ends of a chain of n = 6 strong pairs (a path of 5 links, past one
     squaring's reach) while every position is masked, and splits it where a position is unmasked."""

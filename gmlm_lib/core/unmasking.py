@@ -239,9 +239,10 @@ def components(strong, masked):
 def dependency(n: int, gamma: float, strong) -> Rule:
     """This book's rule (beyond the paper): the entropy bound of :func:`entropy_bound`, charged only
     within groups of dependent positions. Two masked positions are dependent when a path of
-    ``strong`` pairs (fixed, (n, n) bool; on the Ising testbed ``J_ij != 0`` or ``|J_ij| > delta``)
-    joins them through *masked* positions; the groups are the components of that graph. Visit the
-    masked positions in order of increasing entropy and take each one while
+    ``strong`` pairs (fixed, (n, n) bool, a pair marked either way round; on the Ising testbed
+    ``J_ij != 0`` or ``|J_ij| > delta``) joins them through *masked* positions; the groups are the
+    components of that graph. Visit the masked positions in order of increasing entropy and take each
+    one while
     ``sum over groups g of (sum_{i in A, g} H_i - max_{i in A, g} H_i) <= gamma`` (the first always).
 
     Why: one pass's error is the total correlation of the positions it draws, given the unmasked
