@@ -306,6 +306,35 @@ def test_max_batch_and_rhs(strong_model):
         um.li_cai_rhs(strong_model, 0)
 
 
+def test_states_of_probability_zero_leave_the_exact_law_exact():
+    """Couplings of 1e3 on three sites: six of the eight states' probabilities underflow to 0 in
+    float64, and so do the patterns the exact law's conditionals divide by. The exact law of each rule
+    stays a probability vector, here the target itself (one site drawn, the others then sure); the
+    mutual information sum is 3 log 2 (each site and its complement share one bit)."""
+    model = ising.ising_model(1e3 * (1 - np.eye(3)), np.zeros(3))
+    target = np.asarray(ising.probabilities(model))
+    assert (target == 0).sum() == 6
+    for rule, passes in ((um.entropy_bound(3, 0.05), 2), (um.threshold(3, 0.9), 2), (um.top_k(3, 3), 3)):
+        exact = um.exact_law(model, rule)
+        np.testing.assert_allclose(exact.law, target, atol=1e-15)
+        assert exact.passes == passes and exact.kl == pytest.approx(0.0, abs=1e-15)
+    assert um.mutual_information_sum(model) == pytest.approx(3 * math.log(2), abs=1e-12)
+
+
+def test_chi_square_check_pools_the_rare_states_as_written():
+    """By hand on two sites (states --, -+, +-, ++ at indices 0 to 3): 100 decodes against the law
+    (0.5, 0.46, 0.03, 0.01) expect 50, 46, 3 and 1; the last two (each under 5) form one cell that
+    expects 4 and holds their 5 + 2 decodes. A state expecting exactly 5 is not pooled."""
+    states = np.array([[-1, -1], [-1, 1], [1, -1], [1, 1]])
+    stat, dof, p = um.chi_square_check(np.repeat(states, [48, 45, 5, 2], axis=0), np.array([0.5, 0.46, 0.03, 0.01]))
+    want = (48 - 50) ** 2 / 50 + (45 - 46) ** 2 / 46 + (7 - 4) ** 2 / 4
+    assert stat == pytest.approx(want, rel=1e-12) and dof == 2
+    assert p == pytest.approx(math.exp(-want / 2), rel=1e-9)  # chi-square with 2 degrees of freedom
+    # expected 50, 40, 5, 5: no cell pooled (the empty pooled cell expects 0 and is dropped)
+    stat, dof, _ = um.chi_square_check(np.repeat(states, [50, 40, 5, 5], axis=0), np.array([0.5, 0.4, 0.05, 0.05]))
+    assert stat == pytest.approx(0.0, abs=1e-12) and dof == 3
+
+
 def test_chi_square_check_accepts_the_law_and_rejects_another(strong_model):
     rule = um.threshold(N, 0.8)
     exact = um.exact_law(strong_model, rule)
