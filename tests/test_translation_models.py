@@ -405,6 +405,32 @@ def test_padir_refinement_follows_its_definition(opts):
             np.testing.assert_array_equal(out["pass_best"][t], out["ids"])
 
 
+def test_greedy_decoding_stops_once_every_row_has_ended_and_at_max_len_otherwise(monkeypatch):
+    """``ar_greedy``'s loop runs while t < max_len *and* some row is open: with every row ending on the
+    first step it runs one step (counted by a host callback), and with no row ever ending it runs max_len
+    steps and returns (its output then has no EOS). The outputs alone cannot tell: the steps after every
+    row has ended write PAD where PAD already is."""
+    steps = []
+
+    def emitting(token):
+        def next_token(logits):
+            jax.debug.callback(lambda: steps.append(1))
+            return jnp.full(logits.shape[:1], token, jnp.int32)
+        return next_token
+
+    g, p = nnx.split(tiny(True))
+    src, sm = ids(3, (2, 5)), jnp.ones((2, 5), bool)
+    for token, want_steps in ((V.EOS, 1), (V.FIRST_PIECE, 6)):  # an ending row first: a loop that never stops
+        monkeypatch.setattr(decoding, "ar_next_token", emitting(token))  # would hang on the second
+        steps.clear()
+        out = np.asarray(jax.jit(lambda p: decoding._ar_greedy(g, p, src, sm, max_len=6))(p))
+        jax.effects_barrier()
+        assert len(steps) == want_steps, token
+        want = np.full((2, 6), V.PAD) if token == V.EOS else np.full((2, 6), token)
+        want[:, 0] = token
+        np.testing.assert_array_equal(out, want)
+
+
 def test_pass_best_row_is_the_decode_stopped_after_that_pass():
     """Row t of ``pass_best`` is what decoding with T = t + 1 (same key) returns: the hypothesis
     best after that pass, which with several length hypotheses need not be the one chosen at the
