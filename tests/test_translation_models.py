@@ -1523,24 +1523,25 @@ def _dependency_by_definition(model, src, sm, opts, width):
     (less those committed before) are, or when it is confident and depends on none committed in this
     pass; the open ones are fed back as their prediction or as [MASK]. Each of the ``hyps`` predicted
     lengths is decoded so, and the one whose tokens have the best mean log-probability (each when it
-    was last predicted) is the output. Returns its tokens and how many times a confident position
-    waited for a dependent one, over all hypotheses."""
+    was last predicted) is the output. Returns its tokens and, over all hypotheses, how many times a
+    confident position waited for a dependent one and how many were committed beyond the quota (confident
+    and independent)."""
     enc, em, lengths = decoding.padir_encode(*nnx.split(model), src, sm, hyps=opts.hyps)
-    best, waited = None, 0
+    best, waited, beyond = None, 0, 0
     for n in np.asarray(lengths[0]).tolist():
-        tokens, logp, w = _dependency_hypothesis(model, enc, em, n, opts, width)
-        waited += w
+        tokens, logp, w, b = _dependency_hypothesis(model, enc, em, n, opts, width)
+        waited, beyond = waited + w, beyond + b
         if best is None or logp.mean() > best[1]:
             best = tokens, logp.mean()
-    return best[0], waited
+    return best[0], waited, beyond
 
 
 def _dependency_hypothesis(model, enc, em, n, opts, width):
-    """One length hypothesis of :func:`_dependency_by_definition`: its tokens, their log-probabilities
-    and the waits."""
+    """One length hypothesis of :func:`_dependency_by_definition`: its tokens, their log-probabilities,
+    the waits and the commits beyond the quota."""
     tmask = jnp.arange(width)[None] < n
     done, tokens, logp = np.zeros(n, bool), np.full(n, V.MASK), np.zeros(n, np.float32)
-    waited = 0
+    waited = beyond = 0
     for t in range(opts.steps):
         hyp = np.full((1, width), V.PAD)
         hyp[0, :n] = np.where(done | (opts.refill == "prediction"), tokens, V.MASK)
@@ -1558,39 +1559,42 @@ def _dependency_hypothesis(model, enc, em, n, opts, width):
         for i in sorted(np.flatnonzero(~done), key=lambda i: (-confidence[i], i)):
             free = not any(dependent[i, j] for j in chosen)
             if len(chosen) < quota or (confidence[i] >= opts.confidence and free):
+                beyond += len(chosen) >= quota
                 chosen.append(i)
             else:
                 waited += bool(confidence[i] >= opts.confidence)
         done[chosen] = True
         if done.all():
             break
-    return tokens, logp, waited
+    return tokens, logp, waited, beyond
 
 
 def test_the_dependency_strategy_follows_its_definition():
     """The dependency-aware strategy on the decoder gives, token for token, its description written out,
     with both refills, on cases where a confident position waits for a dependent one and where none is
-    confident (the quota alone commits); with three length
+    confident (the quota alone commits), and where confident independent positions are committed beyond
+    the quota (similarity threshold 0.97: few pairs dependent); with three length
     hypotheses, the one with the best mean log-probability is the output (not always the most likely
     length, so choosing by the length predictor alone would fail)."""
     m = spread(tiny(False))
     m.length_head.bias[...] = m.length_head.bias[...].at[jnp.array([7, 4, 6])].add(jnp.array([50.0, 49.0, 48.0]))
     g, p = nnx.split(m)
-    waited, lengths = 0, set()
+    waited, beyond, lengths = 0, 0, set()
     for seed, steps, refill, conf, dep, hyps in [(0, 3, "prediction", 0.3, 0.5, 1), (1, 6, "mask", 0.3, 0.5, 1),
                                                  (2, 4, "prediction", 0.5, 0.8, 3), (3, 5, "mask", 0.1, 0.9, 3),
                                                  (4, 4, "prediction", 0.3, 0.7, 3), (5, 3, "mask", 0.3, 0.7, 3),
-                                                 (6, 6, "mask", 0.999, 0.5, 1), (7, 5, "prediction", 0.999, 0.9, 3)]:
+                                                 (6, 6, "mask", 0.999, 0.5, 1), (7, 5, "prediction", 0.999, 0.9, 3),
+                                                 (11, 5, "mask", 0.3, 0.97, 3)]:
         src, sm = ids(110 + seed, (1, 8)), jnp.ones((1, 8), bool)
         opts = decoding.StrategyOptions("dependency", steps=steps, hyps=hyps, confidence=conf, dependency=dep,
                                         refill=refill)
         got = np.asarray(decoding.padir_ids(g, p, src, sm, jax.random.key(0), options=opts, widths=(8, 16)))
-        want, w = _dependency_by_definition(m, src, sm, opts, 8)
+        want, w, b = _dependency_by_definition(m, src, sm, opts, 8)
         np.testing.assert_array_equal(got[0, :len(want)], want, err_msg=str(opts))
         assert (got[0, len(want):] == V.PAD).all()
-        waited += w
+        waited, beyond = waited + w, beyond + b
         lengths.add(len(want))
-    assert waited > 0 and len(lengths) > 1
+    assert waited > 0 and beyond > 0 and len(lengths) > 1
 
 
 def test_a_dependency_aware_pass_commits_its_quota_then_only_confident_independent_positions():
