@@ -1739,14 +1739,15 @@ def test_2025_rules_follow_their_definitions(name, kw, seed, steps):
 def test_a_strategy_decode_stops_once_every_position_is_committed():
     """The strategy loop runs the passes its rows need and no more: ``steps`` (the passes the batch ran,
     what the latency tables time) equals the most ``passes`` of any row (what strategy_passes reports),
-    below T where an adaptive rule commits early. The tokens alone cannot tell: a pass after every
-    position is committed changes none."""
+    below T where an adaptive rule commits early, and for Mask-Predict on seven positions with T = 10,
+    nine (after pass 9 it remasks floor(7 x 1 / 10) = 0). The tokens alone cannot tell: a pass after
+    every position is committed changes none."""
     m = spread(tiny(False))
     m.length_head.bias[...] = m.length_head.bias[...].at[7].add(50.0)  # seven positions
     src, sm = ids(80, (2, 8)), jnp.ones((2, 8), bool)
     enc, em, lengths = decoding.padir_encode(*nnx.split(m), src, sm, hyps=1)
     for name, kw, T, want in (("threshold", dict(confidence=0.1), 7, 1), ("threshold", dict(confidence=0.9), 7, 4),
-                              ("entropy", dict(entropy=50.0), 5, 1)):
+                              ("entropy", dict(entropy=50.0), 5, 1), ("mask_predict", {}, 10, 9)):
         out = decoding._strategy_refine(m, enc, em, lengths, decoding.StrategyOptions(name, steps=T, hyps=1, **kw), 8)
         assert int(out["steps"]) == int(np.max(out["passes"])) == want, (name, kw)
 
