@@ -242,8 +242,8 @@ def dependency(n: int, gamma: float, strong) -> Rule:
     ``strong`` pairs (fixed, (n, n) bool, a pair marked either way round; on the Ising testbed
     ``J_ij != 0`` or ``|J_ij| > delta``) joins them through *masked* positions; the groups are the
     components of that graph. Visit the masked positions in order of increasing entropy and take each
-    one while
-    ``sum over groups g of (sum_{i in A, g} H_i - max_{i in A, g} H_i) <= gamma`` (the first always).
+    one while ``sum over groups g of (sum_{i in A, g} H_i - max_{i in A, g} H_i) <= gamma`` (the first
+    always).
 
     Why: one pass's error is the total correlation of the positions it draws, given the unmasked
     ones. In a Markov random field, masked positions in different components of the graph
