@@ -51,6 +51,13 @@ def spread(model, scale=6.0, eos=None):
     return nnx.merge(g, state)
 
 
+def seven_long(model):
+    """``model`` (a PaDIR model) with its length predictor's bias for seven positions raised by 50: it
+    predicts seven, whatever the source."""
+    model.length_head.bias[...] = model.length_head.bias[...].at[7].add(50.0)
+    return model
+
+
 def test_ar_decoder_never_sees_the_future():
     m = tiny(True)
     src, sm = ids(0, (2, 9)), jnp.ones((2, 9), bool)
@@ -426,7 +433,7 @@ def test_greedy_decoding_stops_once_every_row_has_ended_and_at_max_len_otherwise
         out = np.asarray(jax.jit(lambda p: decoding._ar_greedy(g, p, src, sm, max_len=6))(p))
         jax.effects_barrier()
         assert len(steps) == want_steps, token
-        want = np.full((2, 6), V.PAD) if token == V.EOS else np.full((2, 6), token)
+        want = np.full((2, 6), V.PAD if token == V.EOS else token)
         want[:, 0] = token
         np.testing.assert_array_equal(out, want)
 
@@ -1449,8 +1456,7 @@ def test_mask_predict_follows_its_definition():
     """Mask-Predict on the decoder gives, token for token, its description written out; on a model whose
     prediction depends on what is fed back, so that committing instead of re-masking (the dependency
     strategy's rule) gives another output and the comparison can fail."""
-    m = spread(tiny(False))
-    m.length_head.bias[...] = m.length_head.bias[...].at[7].add(50.0)  # seven positions: several re-masks
+    m = seven_long(spread(tiny(False)))  # several re-masks
     g, p = nnx.split(m)
     other = 0
     for seed, steps in [(0, 4), (2, 10), (3, 4)]:
@@ -1723,8 +1729,7 @@ def test_2025_rules_follow_their_definitions(name, kw, seed, steps):
     """The threshold, factor, entropy, dilated and dependency_entropy strategies (Fast-dLLM, EB-Sampler,
     DUS, ours) on the decoder match a by-definition implementation, token for token and in the number
     of passes run (on a model whose prediction depends on its input)."""
-    m = spread(tiny(False))
-    m.length_head.bias[...] = m.length_head.bias[...].at[7].add(50.0)  # seven positions
+    m = seven_long(spread(tiny(False)))
     g, p = nnx.split(m)
     src, sm = ids(80 + seed, (1, 8)), jnp.ones((1, 8), bool)
     opts = decoding.StrategyOptions(name, steps=steps, hyps=1, **kw)
@@ -1742,8 +1747,7 @@ def test_a_strategy_decode_stops_once_every_position_is_committed():
     below T where an adaptive rule commits early, and for Mask-Predict on seven positions with T = 10,
     nine (after pass 9 it remasks floor(7 x 1 / 10) = 0). The tokens alone cannot tell: a pass after
     every position is committed changes none."""
-    m = spread(tiny(False))
-    m.length_head.bias[...] = m.length_head.bias[...].at[7].add(50.0)  # seven positions
+    m = seven_long(spread(tiny(False)))
     src, sm = ids(80, (2, 8)), jnp.ones((2, 8), bool)
     enc, em, lengths = decoding.padir_encode(*nnx.split(m), src, sm, hyps=1)
     for name, kw, T, want in (("threshold", dict(confidence=0.1), 7, 1), ("threshold", dict(confidence=0.9), 7, 4),
@@ -1756,8 +1760,7 @@ def test_a_sweep_over_T_and_thresholds_compiles_one_decoder():
     """T and a strategy's thresholds are arguments of the compiled decoder, not constants: a
     frontier over T and a grid of thresholds compile once per strategy and input shape (on an
     accelerator a compilation costs seconds), while each setting still decodes as itself."""
-    m = tiny(False)
-    m.length_head.bias[...] = m.length_head.bias[...].at[7].add(50.0)  # seven positions
+    m = seven_long(tiny(False))
     g, p = nnx.split(m)
     src, sm = ids(9, (1, 8)), jnp.ones((1, 8), bool)  # a source whose settings decode differently
     decoding.clear_compiled()

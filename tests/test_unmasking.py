@@ -138,10 +138,9 @@ def test_dependency_rule_on_two_separate_strong_pairs_matches_brute_force(param)
     dependency cases give the entropy bound's law; here the strong pairs 0-1 and 2-3 are separate from
     the first pass, each group is charged apart, and the law differs from the entropy bound's."""
     J = np.array([[0.0, 1.2, 0.2, -0.3], [1.2, 0.0, 0.1, 0.25], [0.2, 0.1, 0.0, -1.0], [-0.3, 0.25, -1.0, 0.0]])
-    with jax.enable_x64(True):
-        model = ising.ising_model(J, np.array([0.4, -0.3, 0.6, 0.1]))
-        exact = um.exact_law(model, _rule("dependency", param, model))
-        plain = um.exact_law(model, _rule("entropy", param, model))
+    model = ising.ising_model(J, np.array([0.4, -0.3, 0.6, 0.1]))
+    exact = um.exact_law(model, _rule("dependency", param, model))
+    plain = um.exact_law(model, _rule("entropy", param, model))
     law, passes = _reference(model, "dependency", param)
     np.testing.assert_allclose(exact.law, law, atol=1e-12)
     assert exact.passes == pytest.approx(passes, abs=1e-12)
