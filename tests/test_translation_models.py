@@ -438,6 +438,69 @@ def test_greedy_decoding_stops_once_every_row_has_ended_and_at_max_len_otherwise
         np.testing.assert_array_equal(out, want)
 
 
+def test_beam_search_stops_once_every_row_is_done_and_at_max_len_otherwise(monkeypatch):
+    """``ar_beam``'s loop runs while t < max_len *and* some row is not done: with EOS certain on the
+    first step every row is done after one step (its finished hypothesis cannot be beaten), and with EOS
+    never among the best candidates it runs max_len steps and falls back to the best alive beam. Steps
+    are counted by a host callback in the logits filter the loop calls once a step; the outputs alone
+    cannot tell, since a done row keeps its finished hypotheses."""
+    steps = []
+
+    def favouring(token):
+        def forbid(logits, _):  # every other id 1e4 below ``token``, EOS far below unless it is ``token``
+            jax.debug.callback(lambda: steps.append(1))
+            return jnp.full_like(logits, -1e4).at[..., V.EOS].set(-1e6).at[..., token].set(0.0)
+        return forbid
+
+    g, p = nnx.split(tiny(True))
+    src, sm = ids(4, (2, 5)), jnp.ones((2, 5), bool)
+    for token, want_steps in ((V.EOS, 1), (V.FIRST_PIECE, 6)):  # a stopping case first: a loop that never
+        monkeypatch.setattr(decoding, "_forbid", favouring(token))  # stops would hang on the second
+        steps.clear()
+        out, score = jax.jit(lambda p: decoding._ar_beam(g, p, src, sm, 0.6, max_len=6, beam=2))(p)
+        jax.effects_barrier()
+        assert len(steps) == want_steps, token
+        want = np.full((2, 6), V.PAD if token == V.EOS else token)
+        want[:, 0] = token
+        np.testing.assert_array_equal(out, want)
+        assert np.all(np.abs(np.asarray(score)) < 1e-3)  # log p of the certain path, ~0 either way
+
+
+def test_padir_refinement_stops_at_the_first_repeated_prediction_and_at_t_otherwise(monkeypatch):
+    """``_refine``'s loop runs while t < T *and* the prediction still changes: a pass that predicts the
+    same tokens whatever its input stops the decode after two passes (the second repeats the first),
+    and one that alternates between two tokens runs all T; without early stop T either way. ``steps``
+    and a host callback in the pass agree; unrolled, ``steps`` is the same while every pass is computed.
+    The outputs alone cannot tell: the passes after a repeat predict the same tokens again."""
+    calls = []
+
+    def constant(model, hyp, tmask, enc_mask, cross):
+        jax.debug.callback(lambda: calls.append(1))
+        return jnp.where(tmask, V.FIRST_PIECE, V.PAD), jnp.zeros(hyp.shape[:1], jnp.float32)
+
+    def alternating(model, hyp, tmask, enc_mask, cross):
+        jax.debug.callback(lambda: calls.append(1))
+        a, b = V.FIRST_PIECE, V.FIRST_PIECE + 1
+        return jnp.where(tmask, jnp.where(hyp == a, b, a), V.PAD), jnp.zeros(hyp.shape[:1], jnp.float32)
+
+    g, p = nnx.split(tiny(False))
+    src, sm = ids(5, (2, 6)), jnp.ones((2, 6), bool)
+    base = decoding.PadirOptions(steps=5, hyps=2, init="mask", remask_stutter=False)
+    enc, em, lengths = decoding.padir_encode(g, p, src, sm, hyps=2)
+    cases = [(constant, base, 2, 2), (constant, dataclasses.replace(base, unroll=True), 2, 5),  # stopping first:
+             (alternating, base, 5, 5), (constant, dataclasses.replace(base, early_stop=False), 5, 5)]  # no hang
+    for fn, opts, want_steps, want_calls in cases:
+        monkeypatch.setattr(decoding, "refine_pass", fn)
+        calls.clear()
+        out = jax.jit(lambda p: decoding._padir_refine(g, p, enc, em, lengths, jax.random.key(0), options=opts,
+                                                       width=8, return_attention=False))(p)
+        jax.effects_barrier()
+        assert (int(out["steps"]), len(calls)) == (want_steps, want_calls), (fn.__name__, opts)
+        last = V.FIRST_PIECE + 1 if fn is alternating and want_steps % 2 == 0 else V.FIRST_PIECE
+        np.testing.assert_array_equal(out["ids"], np.where(np.arange(8) < np.asarray(out["length"])[:, None],
+                                                           last, V.PAD))
+
+
 def test_pass_best_row_is_the_decode_stopped_after_that_pass():
     """Row t of ``pass_best`` is what decoding with T = t + 1 (same key) returns: the hypothesis
     best after that pass, which with several length hypotheses need not be the one chosen at the
