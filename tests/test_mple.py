@@ -185,6 +185,23 @@ def test_no_finite_minimiser_is_never_converged(make):
     assert not bool(fit.converged), (float(jnp.max(jnp.abs(fit.theta))), float(fit.grad_norm))
 
 
+def test_where_the_newton_direction_is_not_finite_the_fit_steps_along_the_gradient():
+    """Far out on a softplus its curvature underflows to exactly 0 while its slope is 1 (a site
+    constant in the data drives a pseudolikelihood there), so the Newton direction is -inf in that
+    coordinate, and its slope g . d is -inf. The fit must fall back to steepest descent there, not
+    try the infinite step (every backtracked step is infinite too, so the fit would stop where it
+    started): it solves the other coordinate, drives the loss to its infimum 0, and, with no
+    minimiser, reports not converged."""
+    def fun(t):
+        return jax.nn.softplus(t[0]) + (t[1] - 1.0) ** 2
+
+    start = jnp.array([40.0, 3.0])
+    assert float(jax.hessian(fun)(start)[0, 0]) == 0.0  # the premise: the curvature has underflowed
+    fit = mple.minimize_convex(fun, start)
+    assert float(fit.theta[0]) < 0.0 and abs(float(fit.theta[1]) - 1.0) <= 1e-9, fit
+    assert float(fit.loss) <= 1e-12 and not bool(fit.converged), fit
+
+
 def test_empty_data_is_an_error():
     with pytest.raises(ValueError, match="at least one sample"):
         mple.fit_likelihood(np.ones((0, 3)))
