@@ -141,6 +141,9 @@ def test_figure3_graded_on_its_four_sentences():
     got = kgibbs.hitting(_hits(gibbs=ties), n=4, field=0.5)
     assert {name: got[name] for name in kgibbs.FIGURE3_CLAIMS} == dict.fromkeys(kgibbs.FIGURE3_CLAIMS, "met")
     assert got["fig3_verdict"] == "met" and got["fig3_reach_count"] == "10 of 10"
+    assert (got["kg_censored"], got["kg_settings"]) == (0, 10)  # k >= c: k = 2, 3, 4 at c = 2 and 3, 4 at c = 3
+    censored = kgibbs.hitting(_hits(gibbs={(3, 2.0, 3): np.inf}), n=4, field=0.5)
+    assert (censored["kg_censored"], censored["kg_settings"], censored["fig3_reach_count"]) == (1, 10, "9 of 10")
     assert got["kg_ratio_hi"] == pytest.approx(3 / 2)  # k = 3, c = 2: 3 steps over C(4,3) / C(2,1) = 2
     assert got["small_k_stuck"] == "0 of 3" and got["kn_median_max"] == 1.0
     assert (got["max_clique"], got["max_coupling"], got["ip_couplings"]) == (3, 2.0, "1.0, 2.0")

@@ -124,6 +124,27 @@ def test_newton_counts_its_iterations_and_stops_at_max_iter(data):
     for cap in (1, 2):
         fit = mple.fit_likelihood(x, tol=1e-10, max_iter=cap)
         assert int(fit.num_iter) == cap and not bool(fit.converged)
+    # it stops at its first converged iterate: one iteration fewer has not converged
+    assert not bool(mple.fit_likelihood(x, tol=1e-10, max_iter=int(full.num_iter) - 1).converged)
+
+
+def test_a_start_that_is_converged_or_has_no_finite_loss_takes_no_iteration():
+    """A fit started at a converged point returns it with num_iter = 0; one started where the loss is
+    not finite (exp(1000) overflows) returns the start, not converged, also with num_iter = 0."""
+    w = jnp.array([[1.0, 0.5], [-0.3, 1.2], [0.8, -0.7]])
+
+    def fun(t):
+        return jax.nn.logsumexp(w @ t) + 0.05 * t @ t
+
+    best = mple.minimize_convex(fun, jnp.array([1.0, -1.0]))
+    assert bool(best.converged) and int(best.num_iter) > 0
+    again = mple.minimize_convex(fun, best.theta)
+    assert bool(again.converged) and int(again.num_iter) == 0
+    np.testing.assert_array_equal(again.theta, best.theta)
+    start = jnp.array([1e3, 1.0])
+    overflow = mple.minimize_convex(lambda t: jnp.exp(t[0]) + t[1] ** 2, start)
+    assert not bool(overflow.converged) and int(overflow.num_iter) == 0
+    np.testing.assert_array_equal(overflow.theta, start)
 
 
 def test_vmap_over_datasets_matches_single_fits(data):
@@ -190,8 +211,8 @@ def test_where_the_newton_direction_is_not_finite_the_fit_steps_along_the_gradie
     constant in the data drives a pseudolikelihood there), so the Newton direction is -inf in that
     coordinate, and its slope g . d is -inf. The fit must fall back to steepest descent there, not
     try the infinite step (every backtracked step is infinite too, so the fit would stop where it
-    started): it solves the other coordinate, drives the loss to its infimum 0, and, with no
-    minimiser, reports not converged."""
+    started): it solves the other coordinate, drives the loss to its infimum 0, stops once no step
+    helps and, with no minimiser, reports not converged."""
     def fun(t):
         return jax.nn.softplus(t[0]) + (t[1] - 1.0) ** 2
 
@@ -200,6 +221,7 @@ def test_where_the_newton_direction_is_not_finite_the_fit_steps_along_the_gradie
     fit = mple.minimize_convex(fun, start)
     assert float(fit.theta[0]) < 0.0 and abs(float(fit.theta[1]) - 1.0) <= 1e-9, fit
     assert float(fit.loss) <= 1e-12 and not bool(fit.converged), fit
+    assert int(fit.num_iter) < 50  # it stops where no step lowers the loss or the gradient, before max_iter
 
 
 def test_empty_data_is_an_error():
