@@ -278,6 +278,17 @@ def test_the_hessian_of_each_mask_is_the_point_mass_hessian():
                                        atol=TOL)
 
 
+def test_masks_given_as_zeros_and_ones_are_the_boolean_masks():
+    """Subsets as 0/1 integers (or floats) are read as the boolean masks they spell; any other value is
+    refused (test_hostile_round2)."""
+    want = masks.from_weights(np.array([[True, False, True], [False, True, True]]), [0.25, 0.75])
+    for subsets in ([[1, 0, 1], [0, 1, 1]], np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])):
+        got = masks.from_weights(subsets, [0.25, 0.75])
+        assert got.subsets.dtype == bool
+        np.testing.assert_array_equal(got.subsets, want.subsets)
+        np.testing.assert_array_equal(got.weights, want.weights)
+
+
 def test_bad_mask_distributions():
     with pytest.raises(ValueError, match="mask distribution is empty"):
         masks.from_weights(np.zeros((0, 3), bool), [])
