@@ -18,6 +18,13 @@ def data():
     return m, J, h, ising.sample(m, jax.random.key(1), 400)
 
 
+def _smooth_convex(t):
+    """A smooth, strictly convex function of t (2,) with a finite minimiser: log-sum-exp of three
+    linear forms plus a small ridge."""
+    w = jnp.array([[1.0, 0.5], [-0.3, 1.2], [0.8, -0.7]])
+    return jax.nn.logsumexp(w @ t) + 0.05 * t @ t
+
+
 def test_k_equals_n_pseudolikelihood_is_likelihood(data):
     """[Definitions 1, 3]"""
     m, J, h, x = data
@@ -131,14 +138,9 @@ def test_newton_counts_its_iterations_and_stops_at_max_iter(data):
 def test_a_start_that_is_converged_or_has_no_finite_loss_takes_no_iteration():
     """A fit started at a converged point returns it with num_iter = 0; one started where the loss is
     not finite (exp(1000) overflows) returns the start, not converged, also with num_iter = 0."""
-    w = jnp.array([[1.0, 0.5], [-0.3, 1.2], [0.8, -0.7]])
-
-    def fun(t):
-        return jax.nn.logsumexp(w @ t) + 0.05 * t @ t
-
-    best = mple.minimize_convex(fun, jnp.array([1.0, -1.0]))
+    best = mple.minimize_convex(_smooth_convex, jnp.array([1.0, -1.0]))
     assert bool(best.converged) and int(best.num_iter) > 0
-    again = mple.minimize_convex(fun, best.theta)
+    again = mple.minimize_convex(_smooth_convex, best.theta)
     assert bool(again.converged) and int(again.num_iter) == 0
     np.testing.assert_array_equal(again.theta, best.theta)
     start = jnp.array([1e3, 1.0])
@@ -172,22 +174,17 @@ def test_newton_converges_where_the_loss_cannot_resolve_the_last_decrease():
     on an AMD EPYC CPU: the full step's loss came out 2e-15 higher). Stand-in for that rounding:
     the loss's value is raised by 1e-6 x the distance moved from the start (at most ~1e-13
     here), its derivatives are exact. The fit must still reach the tolerance."""
-    w = jnp.array([[1.0, 0.5], [-0.3, 1.2], [0.8, -0.7]])
-
-    def exact(t):
-        return jax.nn.logsumexp(w @ t) + 0.05 * t @ t
-
-    best = mple.minimize_convex(exact, jnp.array([1.0, -1.0]), tol=1e-13)
+    best = mple.minimize_convex(_smooth_convex, jnp.array([1.0, -1.0]), tol=1e-13)
     assert bool(best.converged)
     start = best.theta + jnp.array([1e-7, -1e-7])
 
     @jax.custom_jvp
     def perturbed(t):
-        return exact(t) + 1e-6 * jnp.abs(t - start).sum()
+        return _smooth_convex(t) + 1e-6 * jnp.abs(t - start).sum()
 
     @perturbed.defjvp
     def _(primals, tangents):
-        return perturbed(primals[0]), jax.jvp(exact, primals, tangents)[1]
+        return perturbed(primals[0]), jax.jvp(_smooth_convex, primals, tangents)[1]
 
     fit = mple.minimize_convex(perturbed, start, tol=1e-10)
     assert bool(fit.converged) and float(fit.grad_norm) <= 1e-10, fit

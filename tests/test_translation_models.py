@@ -58,6 +58,12 @@ def seven_long(model):
     return model
 
 
+def count_call(log: list):
+    """Inside traced code: append to ``log`` on the host each time the compiled program runs this
+    point (a loop's body once per iteration), so a test can count the steps a decoding loop ran."""
+    jax.debug.callback(lambda: log.append(1))
+
+
 def test_ar_decoder_never_sees_the_future():
     m = tiny(True)
     src, sm = ids(0, (2, 9)), jnp.ones((2, 9), bool)
@@ -421,7 +427,7 @@ def test_greedy_decoding_stops_once_every_row_has_ended_and_at_max_len_otherwise
 
     def emitting(token):
         def next_token(logits):
-            jax.debug.callback(lambda: steps.append(1))
+            count_call(steps)
             return jnp.full(logits.shape[:1], token, jnp.int32)
         return next_token
 
@@ -448,7 +454,7 @@ def test_beam_search_stops_once_every_row_is_done_and_at_max_len_otherwise(monke
 
     def favouring(token):
         def forbid(logits, _):  # every other id 1e4 below ``token``, EOS far below unless it is ``token``
-            jax.debug.callback(lambda: steps.append(1))
+            count_call(steps)
             return jnp.full_like(logits, -1e4).at[..., V.EOS].set(-1e6).at[..., token].set(0.0)
         return forbid
 
@@ -475,11 +481,11 @@ def test_padir_refinement_stops_at_the_first_repeated_prediction_and_at_t_otherw
     calls = []
 
     def constant(model, hyp, tmask, enc_mask, cross):
-        jax.debug.callback(lambda: calls.append(1))
+        count_call(calls)
         return jnp.where(tmask, V.FIRST_PIECE, V.PAD), jnp.zeros(hyp.shape[:1], jnp.float32)
 
     def alternating(model, hyp, tmask, enc_mask, cross):
-        jax.debug.callback(lambda: calls.append(1))
+        count_call(calls)
         a, b = V.FIRST_PIECE, V.FIRST_PIECE + 1
         return jnp.where(tmask, jnp.where(hyp == a, b, a), V.PAD), jnp.zeros(hyp.shape[:1], jnp.float32)
 
