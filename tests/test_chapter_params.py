@@ -150,6 +150,14 @@ def test_a_bool_is_not_a_seed(chapter):
         _edge(chapter, seed=True)
 
 
+def test_an_out_of_range_error_gives_the_range_and_why():
+    # the reader sees the limit and its reason (n = 2 pairs sites), not only the name of the parameter
+    limit = one_parallel_step.MAX_PAIRS
+    why = rf"must be an integer in \[1, {limit}\] \(n = 2 pairs is at most {2 * limit}\)"
+    with pytest.raises(ValueError, match=why):
+        _edge("one_parallel_step", pairs=limit + 1)
+
+
 def test_a_namespace_without_a_parameter_is_named_and_params_are_frozen():
     defaults = _defaults("one_parallel_step")
     with pytest.raises(NameError, match=r"\['ca_rule'\]"):
