@@ -151,6 +151,20 @@ def test_large_but_exact_couplings_still_work():
     assert p.sum() == pytest.approx(1.0, abs=1e-12) and p[0] == pytest.approx(0.5) and p[-1] == pytest.approx(0.5)
 
 
+def test_the_energy_limit_counts_couplings_and_fields_together():
+    """The limit is on max |E(x)| = sum_{i<j} |J_ij| + sum |h_i| (reached at x = (+1, +1) here): a model at 1e6
+    is built, one a unit above is refused, whether the fields alone or couplings and fields together pass it."""
+    def model(coupling, fields):
+        return ising.ising_model(coupling * (1 - np.eye(2)), np.asarray(fields, dtype=np.float64))
+
+    with jax.enable_x64(True):
+        at_limit = model(6e5, [2e5, 2e5])
+        assert float(-ising.energy(at_limit, np.ones(2, np.int8))) == ising.MAX_ENERGY
+        for over in ((6e5, [2e5, 2e5 + 1]), (0.0, [5e5, 5e5 + 1]), (1e6 + 1, [0.0, 0.0])):
+            with pytest.raises(ValueError, match=r"\|E\(x\)\| can reach 1e\+06"):
+                model(*over)
+
+
 @pytest.mark.parametrize("decode", ["greedy", "beam"])
 def test_decoding_past_the_models_positions_is_refused(decode):
     """max_len beyond ModelConfig.max_len would read clamped position embeddings: refused, named."""
