@@ -151,7 +151,7 @@ def test_a_bool_is_not_a_seed(chapter):
 
 
 def test_an_out_of_range_error_gives_the_range_and_why():
-    # the reader sees the limit and its reason (n = 2 pairs sites), not only the name of the parameter
+    # the reader sees the range and its reason (n = 2 x pairs sites), not only the parameter's name
     limit = one_parallel_step.MAX_PAIRS
     why = rf"must be an integer in \[1, {limit}\] \(n = 2 pairs is at most {2 * limit}\)"
     with pytest.raises(ValueError, match=why):

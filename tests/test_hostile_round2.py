@@ -156,7 +156,7 @@ def test_large_but_exact_couplings_still_work():
 
 def test_the_energy_limit_counts_couplings_and_fields_together():
     """The limit is on max |E(x)| = sum_{i<j} |J_ij| + sum |h_i| (reached at x = (+1, +1) here): a model at 1e6
-    is built, one a unit above is refused, whether the fields alone or couplings and fields together pass it."""
+    is built; one a unit above is refused, whether fields alone, couplings alone or both together pass it."""
     def model(coupling, fields):
         return ising.ising_model(coupling * (1 - np.eye(2)), np.asarray(fields, dtype=np.float64))
 
