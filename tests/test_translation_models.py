@@ -2082,3 +2082,32 @@ def test_flops_per_step_counts_a_training_update_on_the_cpu_client(kind, monkeyp
     monkeypatch.setattr(jax.stages.Lowered, "cost_analysis", lambda self: None)
     with pytest.raises(RuntimeError, match="no cost analysis"):
         training.flops_per_step(cfg, batcher)
+
+
+def test_flops_per_step_weighs_each_bucket_by_its_batches_in_an_epoch(monkeypatch):
+    """The mean is over an epoch's batches, not over buckets: with 4 batches of length 8 and 1 of
+    length 16, the 16-bucket's update counts once in five. The buckets' batches hold the same tokens,
+    so their FLOPs differ only by attention's cost (about 3%), yet the mean over buckets is another
+    number. Each bucket's FLOPs are XLA's own, recorded as they are analysed; the test recomputes the
+    mean batch by batch."""
+    rng = np.random.default_rng(0)
+    src = ([list(rng.integers(6, 40, rng.integers(2, 7))) for _ in range(64)]
+           + [list(rng.integers(6, 40, rng.integers(9, 15))) for _ in range(8)])
+    batcher = batching.Batcher(src, [s[::-1] for s in src], batch_tokens=128, seed=0, buckets=(8, 16))
+    order = [bucket for bucket, _ in batcher.epoch(0)]
+    assert sorted(order) == [8, 8, 8, 8, 16], order  # unequal counts, so a wrong weight shows
+    seen = []
+    real = jax.stages.Lowered.cost_analysis
+
+    def spy(self):
+        cost = real(self)
+        seen.append(float((cost[0] if isinstance(cost, (list, tuple)) else cost)["flops"]))
+        return cost
+
+    monkeypatch.setattr(jax.stages.Lowered, "cost_analysis", spy)
+    flops = training.flops_per_step(_cfg("ar"), batcher)
+    first_seen = list(dict.fromkeys(order))  # each bucket is analysed once, in its epoch order
+    per_bucket = dict(zip(first_seen, seen, strict=True))
+    by_batch, by_bucket = np.mean([per_bucket[b] for b in order]), np.mean(seen)
+    assert abs(by_batch - by_bucket) > 1e-3 * by_batch  # the two means are told apart
+    assert flops == pytest.approx(by_batch, rel=1e-12)
