@@ -136,6 +136,35 @@ def test_packages_list_their_modules():
         assert not hasattr(module, "samplrs")
 
 
+LAZY_DIR_SCRIPT = """
+import importlib, json, sys
+out = {}
+for pkg in sys.argv[1].split(","):
+    module = importlib.import_module(pkg)
+    before = set(sys.modules)
+    names = dir(module)
+    out[pkg] = dict(names=names, imported=sorted(set(sys.modules) - before))
+print(json.dumps(out))
+"""
+
+
+def test_dir_of_a_lazy_package_lists_its_modules_without_importing_them():
+    """``dir(package)`` of a package with lazily imported modules (PEP 562, :mod:`gmlm_lib.core.lazy`)
+    lists every module, imported or not, and the names the package itself defines: tab completion in
+    a notebook shows ``ising.samplers`` before anything touched it. Listing imports nothing. Run in a
+    fresh interpreter, where no module of the packages has been imported yet."""
+    pkgs = ["gmlm_lib.core", "gmlm_lib.ising", "gmlm_lib.mt", "gmlm_lib.book.findings"]
+    out = subprocess.run([sys.executable, "-c", LAZY_DIR_SCRIPT, ",".join(pkgs)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout)
+    for pkg in pkgs:
+        names, module = seen[pkg]["names"], __import__(pkg, fromlist=["__all__"])
+        assert set(module.__all__) <= set(names), (pkg, set(module.__all__) - set(names))
+        assert "__name__" in names and "__getattr__" in names, pkg
+        assert seen[pkg]["imported"] == [], (pkg, seen[pkg]["imported"])
+
+
 def test_no_flat_module_names():
     """The library is imported by package (``from gmlm_lib.mt import training``), never by the
     flat names it had before it was split: ``gmlm_lib`` itself exports nothing else."""
