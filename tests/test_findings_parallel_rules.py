@@ -45,6 +45,34 @@ def test_both_exact_compare_equal():
     assert versus.ratio.tolist() == [1.0]
 
 
+def test_the_floor_is_inclusive_wherever_a_kl_is_read_as_exact():
+    """:data:`FLOOR` reads "at or below": a KL of exactly FLOOR is exact (ours or the best rival's),
+    a rule within FLOOR of the best is listed with it, a KL of bound + FLOOR holds, and a bound of
+    FLOOR with a KL of FLOOR is a vanishing pair (ratio 0) that never names the tightest or loosest."""
+    weak = frontier(0.0)
+    weak.loc[(weak.family == "weak") & (weak.rule == "dependency"), "kl"] = F.FLOOR
+    assert F.ours_vs_best(weak, [3], ["weak"]).ratio.tolist() == [1.0]  # ours at FLOOR, the best exact
+    weak.loc[weak.family == "weak", "kl"] = [0.0, F.FLOOR, F.FLOOR]
+    assert F.ours_vs_best(weak, [3], ["weak"]).ratio.tolist() == [1.0]  # the best rival at FLOOR, ours exact
+    assert F.best_by_budget(weak, [3]).set_index("family").loc["weak", "best"] == "dependency, threshold, entropy"
+    table = pd.DataFrame([("strong", 2, 0.1 + F.FLOOR, 0.1), ("strong", 4, F.FLOOR, F.FLOOR),
+                          ("strong", 6, 0.02, 0.2)], columns=["family", "T", "kl", "bound"])
+    checked = F.li_cai_check(table)
+    assert checked.holds.tolist() == [True, True, True] and checked.ratio.iloc[1] == 0.0
+    out = F.findings(frontier(0.1), table, [3], ["strong"])
+    assert out["li_cai_tightest"].startswith("strong, T = 2") and out["li_cai_loosest"].startswith("strong, T = 6")
+
+
+def test_of_rivals_tied_at_the_best_kl_the_first_listed_is_named():
+    """``best_rule`` on a tie: the first of ``rivals`` in their order (so the table names the same rule
+    on every run), whatever the order of the frontier's rows."""
+    tied = frontier(0.1)
+    tied.loc[tied.rule == "top_k", "kl"] = 0.100  # top_k now ties threshold at 3 passes
+    for rows in (tied, tied.iloc[::-1]):
+        for rivals, named in ((("threshold", "top_k"), "threshold"), (("top_k", "threshold"), "top_k")):
+            assert F.ours_vs_best(rows, [3], ["strong"], rivals=rivals).best_rule.tolist() == [named]
+
+
 def test_li_cai_violation_is_counted_and_named():
     held = F.findings(frontier(0.1), li_cai(0.5), [3], ["strong"])
     assert held["li_cai_violations"] == 0 and held["li_cai_verdict"] == "holds on every model tested"
