@@ -2,6 +2,7 @@
 
 import collections
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -210,10 +211,17 @@ def test_beam_of_one_is_greedy_and_beam_is_at_least_as_likely(trained_ar):
     np.testing.assert_allclose(scores, logp(four), atol=1e-4)
 
 
-@nnx.jit
-def _full_decoder(model, seqs, enc, em):
-    """The decoder's logits at every position of ``seqs`` (n, L), no cache: one compiled program per shape."""
-    return model.decode(seqs, jnp.ones(seqs.shape, bool), enc, em)
+@functools.partial(jax.jit, static_argnums=0)
+def _full_decoder(graph, params, seqs, enc, em):
+    """The decoder's logits at every position of ``seqs`` (n, L), no cache: one compiled program per shape
+    (a plain jax.jit of the split model: nnx.jit flattens the model's graph again at every call)."""
+    return nnx.merge(graph, params).decode(seqs, jnp.ones(seqs.shape, bool), enc, em)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _encoder(graph, params, src, sm):
+    """The encoder states and mask of ``src`` (n, S), as ``_full_decoder`` reads them."""
+    return nnx.merge(graph, params).encode(src, sm)
 
 
 def _beam_by_definition(model, src, sm, beam, alpha, max_len):
@@ -226,14 +234,15 @@ def _beam_by_definition(model, src, sm, beam, alpha, max_len):
     def penalty(n):
         return ((5.0 + n) / 6.0) ** alpha
 
-    enc, em = model.encode(src, sm)
+    graph, params = nnx.split(model)
+    enc, em = _encoder(graph, params, src, sm)
     alive, finished = [((V.BOS,), 0.0)], []
     for t in range(max_len):
         if len(finished) >= beam or (finished and finished[0][1] >= alive[0][1] / penalty(max_len)):
             break
         n = len(alive)  # each prefix padded to max_len + 1: the causal decoder's logits at t ignore what follows
         seqs = jnp.asarray([list(s) + [V.PAD] * (max_len - t) for s, _ in alive])
-        logits = _full_decoder(model, seqs, jnp.repeat(enc, n, 0), jnp.repeat(em, n, 0))[:, t]
+        logits = _full_decoder(graph, params, seqs, jnp.repeat(enc, n, 0), jnp.repeat(em, n, 0))[:, t]
         lp = np.asarray(jax.nn.log_softmax(logits.at[:, jnp.array(decoding._AR_FORBIDDEN)].set(-jnp.inf)))
         cands = sorted(((a + float(lp[i, v]), s + (v,)) for i, (s, a) in enumerate(alive)
                         for v in range(lp.shape[1]) if np.isfinite(lp[i, v])), key=lambda c: -c[0])[: 2 * beam]
