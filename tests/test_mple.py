@@ -123,6 +123,25 @@ def test_fit_repeats_shares_samples_across_k_and_is_deterministic():
     assert one.theta.shape == (2, ising.num_params(4)) and not bool(one.converged.any())
 
 
+def test_fit_repeats_compiles_once_for_models_of_one_size():
+    """The chapters call fit_repeats for one model after another (every sample size, k and truth): a
+    second model of the same size runs the program the first one compiled (nothing is compiled or read
+    from the persistent cache), and fits that model, not the one the program was compiled for; a new k
+    is a new program."""
+    from gmlm_lib.core import timing
+
+    first, second = (ising.random_model(jax.random.key(s), 4, 0.4, 0.3) for s in (11, 12))
+    a = mple.fit_repeats(jax.random.key(1), first, 50, 2, 3)
+    a.theta.block_until_ready()
+    start = timing.compile_clock()
+    b = mple.fit_repeats(jax.random.key(1), second, 50, 2, 3)
+    b.theta.block_until_ready()
+    assert timing.compiles_since(start)["compilations"] == 0
+    assert not np.allclose(np.asarray(a.theta), np.asarray(b.theta))  # the same samples' keys, another truth
+    mple.fit_repeats(jax.random.key(1), second, 50, 3, 3).theta.block_until_ready()
+    assert timing.compiles_since(start)["compilations"] > 0  # the count sees a compilation when there is one
+
+
 def test_newton_counts_its_iterations_and_stops_at_max_iter(data):
     """num_iter is the number of Newton iterations taken; max_iter = 1 allows exactly one."""
     _, _, _, x = data

@@ -251,15 +251,25 @@ def fit_repeats(key: jax.Array, model: IsingModel, num_samples: int, k: int, rep
         raise ValueError(f"repeats and num_samples must be >= 1; got {repeats} and {num_samples}.")
     _check_fit_args(0.0, tol, max_iter)
 
-    # the model is an argument of the jitted fit, not a constant baked into it: models of the same
-    # size share one compilation
+    return _fit_repeats(jax.random.split(key, int(repeats)), model, num_samples=int(num_samples), k=k,
+                        tol=float(tol), max_iter=int(max_iter))
+
+
+@partial(jax.jit, static_argnames=("num_samples", "k", "tol", "max_iter"))
+def _fit_repeats(keys, model, *, num_samples, k, tol, max_iter):
+    """:func:`fit_repeats`'s fits, one per key of ``keys`` (R,). One jitted function at module level,
+    with the model an argument rather than a constant baked into the program, so that every model of
+    the same size (with the same sample count, k, repeats and settings) reuses one compiled program: a
+    function jitted inside ``fit_repeats`` would be traced and compiled again at every call."""
+    n = model.n
+
     def one(rkey, model):
         data_key, mask_key = jax.random.split(rkey)
         x = ising.sample(model, data_key, num_samples)
         theta0 = jnp.zeros(ising.num_params(n), dtype=model.J.dtype)
         if k == n:
-            return _fit_ml(x, theta0, 0.0, tol=float(tol), max_iter=int(max_iter))
+            return _fit_ml(x, theta0, 0.0, tol=tol, max_iter=max_iter)
         m = masks_lib.uniform_k_subsets(jax.random.fold_in(mask_key, k), num_samples, n, k)
-        return _fit_pl(x, m, theta0, 0.0, max_size=k, tol=float(tol), max_iter=int(max_iter))
+        return _fit_pl(x, m, theta0, 0.0, max_size=k, tol=tol, max_iter=max_iter)
 
-    return jax.jit(jax.vmap(one, in_axes=(0, None)))(jax.random.split(key, int(repeats)), model)
+    return jax.vmap(one, in_axes=(0, None))(keys, model)
