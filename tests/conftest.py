@@ -11,14 +11,19 @@ import types
 
 # XLA's CPU backend tuned for compiling fast in the test session (inherited by the chapters' kernels and
 # the subprocess tests): the tests' programs are small and each runs a few times, so compiling them, not
-# running them, takes most of their time. Two settings: optimisation level 0 (LLVM's optimisation passes
-# skipped), and, where this XLA still has them, its older elemental emitters for fused loops instead of
-# its MLIR fusion emitters (`--xla_cpu_use_fusion_emitters=false`: with jaxlib 0.10.2 on 2 cores the
-# translation tests' programs compile in about 40% less time, and a training update runs about 30%
-# slower; the newest jaxlib no longer knows the flag, and XLA aborts a process whose XLA_FLAGS names a
-# flag it does not know, so a child process asks first). The numbers the tests check do not depend on
-# them (their tolerances hold either way); a user's runs keep XLA's defaults. Set either flag in
-# XLA_FLAGS yourself to override it.
+# running them, takes most of their time (in test_translation_models.py, single process on 2 cores: XLA's
+# backend compile 49% of the tests' time, lowering to MLIR 17%, tracing 12%). Three settings: optimisation
+# level 0 (LLVM's optimisation passes skipped); where this XLA still has them, its older elemental
+# emitters for fused loops instead of its MLIR fusion emitters (`--xla_cpu_use_fusion_emitters=false`:
+# with jaxlib 0.10.2 on 2 cores the translation tests' programs compile in about 40% less time, and a
+# training update runs about 30% slower); and one LLVM module a program instead of XLA's split into
+# parts compiled on several threads (`--xla_cpu_parallel_codegen_split_count=1`: with two test workers
+# the cores are busy anyway, and the split's parts cost more in all; with jaxlib 0.10.2, two processes
+# side by side on 2 cores each compiling a 2+2-layer model's gradient 6 times took 10-25% less compile
+# time, three paired trials). XLA aborts a process whose XLA_FLAGS names a flag it does not know (the
+# newest jaxlib no longer knows the first of the two), so a child process asks first. The numbers the
+# tests check do not depend on them (their tolerances hold either way); a user's runs keep XLA's
+# defaults. Set any of these flags in XLA_FLAGS yourself to override it.
 def _xla_knows(flag: str) -> bool:
     """Whether this process's XLA accepts ``flag`` (asked in a child process: an unknown one aborts it)."""
     import subprocess
@@ -42,6 +47,7 @@ _add_xla_flag("xla_backend_optimization_level", "0")
 # the test workers (pytest-xdist) and the subprocess tests inherit the answer of the first process
 if os.environ.setdefault("GMLM_TEST_ASKED_XLA_FLAGS", "0") == "0":
     _add_xla_flag("xla_cpu_use_fusion_emitters", "false", ask=True)
+    _add_xla_flag("xla_cpu_parallel_codegen_split_count", "1", ask=True)
     os.environ["GMLM_TEST_ASKED_XLA_FLAGS"] = "1"
 
 import jax
