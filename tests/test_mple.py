@@ -222,6 +222,35 @@ def test_no_finite_minimiser_is_never_converged(make):
     assert not bool(fit.converged), (float(jnp.max(jnp.abs(fit.theta))), float(fit.grad_norm))
 
 
+def test_a_hessian_singular_next_to_its_largest_curvature_is_never_converged():
+    """Converged needs a numerically non-singular Hessian, judged against its own scale: every pivot of
+    its LU factorisation above MIN_RCOND times the largest pivot, or times 1 where all are below 1.
+    Quadratics with their minimiser at 0, which one exact Newton step reaches: the smallest curvature
+    10x above that threshold is converged, at it or 10x below it is not, for a large scale (1e6) and a small one."""
+    for scale in (1e6, 1e-3):
+        threshold = mple.MIN_RCOND * max(1.0, scale)
+        for small, converged in ((10 * threshold, True), (threshold, False), (threshold / 10, False)):
+            fit = mple.minimize_convex(lambda t, s=small: 0.5 * (scale * t[0] ** 2 + s * t[1] ** 2), jnp.ones(2))
+            assert bool(fit.converged) == converged, (scale, small, fit)
+            assert float(jnp.max(jnp.abs(fit.theta))) <= 1e-12, fit  # the minimiser is reached either way
+
+
+def test_converged_is_judged_with_tol_and_step_tol_included():
+    """``max|grad| <= tol`` and ``max|H^-1 grad| <= step_tol``, each bound included: a start exactly on
+    either bound (powers of two, so the gradient and the Newton step are exact) is converged with no
+    iteration; with the bound halved the same start takes a step first."""
+    for curvature, tol, step_tol in ((1.0, 2.0**-20, 2.0**-10), (4.0, 2.0**-10, 2.0**-20)):
+        def fun(t, c=curvature):
+            return 0.5 * c * jnp.sum(t**2)
+
+        start = jnp.array([2.0**-20, 0.0])  # gradient c * 2^-20, Newton step 2^-20
+        on_bounds = mple.minimize_convex(fun, start, tol=tol, step_tol=step_tol)
+        assert bool(on_bounds.converged) and int(on_bounds.num_iter) == 0, on_bounds
+        assert max(float(on_bounds.grad_norm) - tol, float(on_bounds.step_norm) - step_tol) == 0.0, on_bounds
+        inside = mple.minimize_convex(fun, start, tol=tol / 2, step_tol=step_tol / 2)
+        assert bool(inside.converged) and int(inside.num_iter) >= 1, inside
+
+
 def test_where_the_newton_direction_is_not_finite_the_fit_steps_along_the_gradient():
     """Far out on a softplus its curvature underflows to exactly 0 while its slope is 1 (a site
     constant in the data drives a pseudolikelihood there), so the Newton direction is -inf in that

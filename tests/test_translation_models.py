@@ -319,6 +319,15 @@ def test_one_program_padir_gives_the_two_call_ids(opts):
     assert used == set(widths), used
 
 
+def test_the_width_index_is_the_smallest_width_holding_the_longest_length_and_the_last_past_them():
+    """The branch ``padir_ids`` takes: the smallest width that holds the longest predicted length of the
+    batch, the widest where none does (``lax.switch`` would clamp a larger index too, so only this
+    helper's own answer shows it)."""
+    widths = (4, 8, 16)
+    for lengths, want in [([1, 3], 0), ([4], 0), ([5, 2], 1), ([2, 9], 2), ([16], 2), ([17], 2), ([40, 1], 2)]:
+        assert int(decoding._width_index(widths, jnp.asarray(lengths))) == want, lengths
+
+
 def test_a_traced_number_of_passes_is_refused_where_it_cannot_be_honoured():
     """_refine takes a traced T (the batch-1 decoder's ``steps`` argument) only without per-pass records
     (a row a pass) and without unrolled passes (their count is fixed when the program is built)."""
