@@ -235,6 +235,20 @@ def test_a_hessian_singular_next_to_its_largest_curvature_is_never_converged():
             assert float(jnp.max(jnp.abs(fit.theta))) <= 1e-12, fit  # the minimiser is reached either way
 
 
+def test_on_a_quadratic_one_full_newton_step_reaches_the_minimiser_and_its_loss():
+    """Newton's step is exact on a quadratic 0.5 t'At - b't: from any start the full step (Armijo's test
+    judged at the point it moves to) lands on A^-1 b in one iteration, and the loss returned is the loss
+    there, -0.5 b'A^-1 b."""
+    a = jnp.array([[3.0, 1.0, 0.0], [1.0, 2.0, 0.5], [0.0, 0.5, 1.0]])
+    b = jnp.array([1.0, -2.0, 0.5])
+    best = jnp.linalg.solve(a, b)
+    for start in (jnp.zeros(3), jnp.array([5.0, -3.0, 10.0])):
+        fit = mple.minimize_convex(lambda t: 0.5 * t @ a @ t - b @ t, start)
+        assert bool(fit.converged) and int(fit.num_iter) == 1, fit
+        np.testing.assert_allclose(fit.theta, best, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(fit.loss, -0.5 * b @ best, rtol=1e-12)
+
+
 def test_converged_is_judged_with_tol_and_step_tol_included():
     """``max|grad| <= tol`` and ``max|H^-1 grad| <= step_tol``, each bound included: a start exactly on
     either bound (powers of two, so the gradient and the Newton step are exact) is converged with no
