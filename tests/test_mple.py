@@ -92,7 +92,11 @@ def test_l2_regularised_fit_exists_when_mple_does_not():
     x = np.array([[1, 1, -1], [1, -1, 1], [1, 1, 1], [1, -1, -1]] * 5)
     mk = np.ones_like(x, dtype=bool)
     assert not bool(mple.fit_pseudolikelihood(x, mk, max_iter=30).converged)
-    assert bool(mple.fit_pseudolikelihood(x, mk, l2=0.1).converged)
+    pl = mple.fit_pseudolikelihood(x, mk, l2=0.1, tol=1e-11)
+    assert bool(pl.converged)
+    # the penalty is l2/2 |theta|^2: at the penalised MPLE the loss's gradient is -l2 theta
+    grad = jax.grad(lambda t: mple.pseudolikelihood_loss(ising.from_theta(t, 3), jnp.asarray(x), jnp.asarray(mk)))
+    np.testing.assert_allclose(grad(pl.theta), -0.1 * np.asarray(pl.theta), rtol=0, atol=1e-10)
     # the penalised MLE is stationary: E_theta[T] - mean T(x) + l2 theta = 0, moments by brute force
     fit = mple.fit_likelihood(x, l2=0.1, tol=1e-11)
     J, h = np.asarray(ising.from_theta(fit.theta, 3).J), np.asarray(ising.from_theta(fit.theta, 3).h)
