@@ -168,6 +168,78 @@ def test_positional_attention_is_a_padir_option():
     assert not tiny(True).cfg.positional_attention
 
 
+def _randomised(module, seed):
+    """``module`` with every parameter drawn at random (0.3 x N(0, 1)): at initialisation the biases are 0
+    and the LayerNorm scales 1, so a formula that drops or misplaces them would agree with its definition."""
+    g, state = nnx.split(module)
+    leaves, tree = jax.tree_util.tree_flatten(state)
+    keys = jax.random.split(jax.random.key(seed), len(leaves))
+    return nnx.merge(g, jax.tree_util.tree_unflatten(
+        tree, [0.3 * jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)]))
+
+
+def _reference_block(block, h, mask, pos=None, enc=None, cross_mask=None):
+    """A Pre-LayerNorm block written out in float64 NumPy from its parameters: h + Attn(LN(h)) for each
+    attention sublayer (self, then positional and cross in a decoder block), then h + MLP(LN(h))."""
+    def p64(v):
+        return np.asarray(v[...], np.float64)
+
+    def ln(m, x):
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + m.epsilon) * p64(m.scale) + p64(m.bias)
+
+    def lin(m, x):
+        return x @ p64(m.kernel) + p64(m.bias)
+
+    def attn(m, xq, xk, xv, mask):
+        b, heads = xq.shape[0], m.heads
+        q, k, v = (lin(f, x).reshape(b, x.shape[1], heads, -1) for f, x in ((m.q, xq), (m.k, xk), (m.v, xv)))
+        logits = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1])
+        logits = np.where(np.asarray(mask), logits, -np.inf)
+        w = np.exp(logits - logits.max(-1, keepdims=True))
+        w /= w.sum(-1, keepdims=True)
+        return lin(m.o, np.einsum("bhqk,bkhd->bqhd", w, v).reshape(b, xq.shape[1], -1))
+
+    def mlp(m, x):
+        u = lin(m.up, x)
+        return lin(m.down, 0.5 * u * (1 + np.tanh(np.sqrt(2 / np.pi) * (u + 0.044715 * u**3))))  # GELU (tanh form)
+
+    h = np.asarray(h, np.float64)
+    if enc is None:
+        x = ln(block.ln1, h)
+        h = h + attn(block.attn, x, x, x, mask)
+    else:
+        x = ln(block.ln1, h)
+        h = h + attn(block.self_attn, x, x, x, mask)
+        pos = np.asarray(pos, np.float64)
+        h = h + attn(block.pos_attn, pos, pos, ln(block.ln_pos, h), mask)
+        h = h + attn(block.cross, ln(block.ln_x, h), np.asarray(enc, np.float64), np.asarray(enc, np.float64),
+                     cross_mask)
+    return h + mlp(block.mlp, ln(block.ln2, h))
+
+
+def test_the_encoder_and_decoder_blocks_are_their_pre_layernorm_definitions():
+    """Each block, its parameters drawn at random, computes what its docstring says, written out in NumPy
+    (_reference_block): residual sublayers in the order self-attention, positional attention (queries and
+    keys from the position embeddings, values from the stream), cross-attention, MLP; masked keys get no
+    weight. A sign or order slip in a residual passes the tests of causality and caching, not this one."""
+    model = tiny(False)
+    b, q, k, d = 2, 5, 6, model.cfg.d_model
+    h, pos, enc = (jax.random.normal(jax.random.key(i), shape) for i, shape in
+                   enumerate([(b, q, d), (1, q, d), (b, k, d)]))
+    pos = jnp.broadcast_to(pos, (b, q, d))
+    self_mask = (jnp.arange(q)[None, :] < jnp.array([[5], [3]]))[:, None, None, :].repeat(q, 2)
+    cross_mask = (jnp.arange(k)[None, :] < jnp.array([[6], [2]]))[:, None, None, :].repeat(q, 2)
+    enc_block = _randomised(model.encoder[0], 0)
+    np.testing.assert_allclose(enc_block(h, self_mask), _reference_block(enc_block, h, self_mask),
+                               rtol=1e-4, atol=1e-4)
+    dec_block = _randomised(model.decoder[0], 1)
+    assert dec_block.has_pos
+    got = dec_block(h, pos, enc, self_mask, cross_mask)[0]
+    np.testing.assert_allclose(got, _reference_block(dec_block, h, self_mask, pos, enc, cross_mask),
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_kv_cache_matches_the_full_decoder():
     m = tiny(True)
     src, sm = ids(0, (3, 7)), jnp.ones((3, 7), bool)
