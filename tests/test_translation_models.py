@@ -168,6 +168,26 @@ def test_positional_attention_is_a_padir_option():
     assert not tiny(True).cfg.positional_attention
 
 
+def test_the_parameter_count_is_the_architectures_formula():
+    """count_params (the model size the chapters report) against the architecture counted by hand: tied
+    token embeddings, encoder and decoder position tables of max_len + 1 rows (the encoder's position 0 is
+    the [LENGTH] token), Pre-LayerNorm blocks, final LayerNorms, and in a PaDIR model positional
+    attention (when on) and the length head over 0..max_len."""
+    def linear(i, o):
+        return i * o + o
+
+    for causal, pos in ((True, False), (False, True), (False, False)):
+        cfg = seq2seq.ModelConfig(vocab=40, causal=causal, d_model=32, heads=4, enc_layers=2, dec_layers=3,
+                                  d_ff=48, max_len=16, positional_attention=pos)
+        d, rows = cfg.d_model, cfg.max_len + 1
+        norm, attn, mlp = 2 * d, 4 * linear(d, d), linear(d, cfg.d_ff) + linear(cfg.d_ff, d)
+        enc = 2 * norm + attn + mlp
+        dec = 3 * norm + 2 * attn + mlp + pos * (norm + attn)
+        want = (cfg.vocab * d + 2 * rows * d + cfg.enc_layers * enc + cfg.dec_layers * dec + 2 * norm
+                + (not causal) * linear(d, rows))
+        assert seq2seq.count_params(seq2seq.build(cfg, seed=0)) == want, (causal, pos)
+
+
 def _randomised(module, seed):
     """``module`` with every parameter drawn at random (0.3 x N(0, 1)): at initialisation the biases are 0
     and the LayerNorm scales 1, so a formula that drops or misplaces them would agree with its definition."""
