@@ -1366,6 +1366,14 @@ def test_bad_training_inputs():
         seq2seq.ModelConfig(vocab=40, causal=True, d_model=30, heads=4)
     with pytest.raises(ValueError, match="dtype"):
         seq2seq.ModelConfig(vocab=40, causal=True, dtype="float16")
+    # the bounds themselves: a vocabulary of special ids alone, and dropout 1 (every activation dropped)
+    with pytest.raises(ValueError, match=rf"vocab = {V.FIRST_PIECE} must exceed the {V.FIRST_PIECE} special ids"):
+        seq2seq.ModelConfig(vocab=V.FIRST_PIECE, causal=True)
+    assert seq2seq.ModelConfig(vocab=V.FIRST_PIECE + 1, causal=True).vocab == V.FIRST_PIECE + 1
+    for rate in (1.0, -0.1):
+        with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
+            seq2seq.ModelConfig(vocab=40, causal=True, dropout=rate)
+    assert seq2seq.ModelConfig(vocab=40, causal=True, dropout=0.0).dropout == 0.0
     with pytest.raises(ValueError, match="exceeds"):
         m = tiny(True)
         m.encode(jnp.ones((1, 20), jnp.int32), jnp.ones((1, 20), bool))
