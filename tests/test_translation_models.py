@@ -158,6 +158,11 @@ def test_hash_dropout_bits_are_the_counter_hash_of_the_key():
     # dropout(rng="hash") drops exactly the elements whose bits fall below round(rate * 2^32)
     out = np.asarray(seq2seq.dropout(jnp.ones((4, 6)), 0.25, key, "hash"))
     np.testing.assert_array_equal(out == 0, want.reshape(4, 6) < round(0.25 * 2**32))
+    # at a rate whose threshold is an element's own bits that element is kept (dropped: strictly below)
+    rate = float(np.sort(want)[12]) / 2**32
+    out = np.asarray(seq2seq.dropout(jnp.ones((24,)), rate, key, "hash"))
+    np.testing.assert_array_equal(out == 0, want < np.sort(want)[12])
+    assert (out == 0).sum() == 12
     with pytest.raises(ValueError, match="2\\^32 counters"):
         seq2seq.dropout_bits(key, (2**16, 2**16))
 
@@ -1374,9 +1379,10 @@ def test_bad_training_inputs():
         with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
             seq2seq.ModelConfig(vocab=40, causal=True, dropout=rate)
     assert seq2seq.ModelConfig(vocab=40, causal=True, dropout=0.0).dropout == 0.0
-    with pytest.raises(ValueError, match="exceeds"):
-        m = tiny(True)
-        m.encode(jnp.ones((1, 20), jnp.int32), jnp.ones((1, 20), bool))
+    m = tiny(True)
+    assert m.encode(jnp.ones((1, 16), jnp.int32), jnp.ones((1, 16), bool))[0].shape == (1, 17, 32)  # max_len: taken
+    with pytest.raises(ValueError, match="source length 17 exceeds ModelConfig.max_len = 16"):
+        m.encode(jnp.ones((1, 17), jnp.int32), jnp.ones((1, 17), bool))
     with pytest.raises(ValueError, match="length predictor"):
         tiny(True).length_logits(jnp.zeros((1, 3, 32)))
 
