@@ -230,12 +230,9 @@ def _reference_block(block, h, mask, pos=None, enc=None, cross_mask=None):
         return lin(m.down, 0.5 * u * (1 + np.tanh(np.sqrt(2 / np.pi) * (u + 0.044715 * u**3))))  # GELU (tanh form)
 
     h = np.asarray(h, np.float64)
-    if enc is None:
-        x = ln(block.ln1, h)
-        h = h + attn(block.attn, x, x, x, mask)
-    else:
-        x = ln(block.ln1, h)
-        h = h + attn(block.self_attn, x, x, x, mask)
+    x = ln(block.ln1, h)
+    h = h + attn(block.attn if enc is None else block.self_attn, x, x, x, mask)
+    if enc is not None:
         pos = np.asarray(pos, np.float64)
         h = h + attn(block.pos_attn, pos, pos, ln(block.ln_pos, h), mask)
         h = h + attn(block.cross, ln(block.ln_x, h), np.asarray(enc, np.float64), np.asarray(enc, np.float64),
