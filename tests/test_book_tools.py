@@ -1056,14 +1056,16 @@ def test_a_chapter_that_never_finishes_its_record_is_refused_and_writes_nothing(
 @pytest.mark.slow
 def test_full_run_pins_the_colab_install_to_its_commit(monkeypatch, tmp_path):
     """A full run sets ``install_ref`` to the commit it runs from, so the committed notebook's Colab
-    cell installs the library that produced its outputs, and rewrites the provenance page; papermill's
-    injected cell is hidden."""
+    cell installs the library that produced its outputs, records its wall time and rewrites the provenance
+    page; papermill's injected cell is hidden."""
     _tiny_book(tmp_path, ['---\ntags: [parameters]\n---\ninstall_ref = "main"\nn = 1',
                           "from gmlm_lib.book import provenance\n"
                           "run = provenance.start(dict(install_ref=install_ref, n=n))\nprint('installs', install_ref)",
                           "provenance.finish(run);"])
     monkeypatch.setattr(provenance, "git_commit", lambda: "a" * 40)
+    t0 = time.perf_counter()
     meta = runner.run_notebook("tiny", "full", root=tmp_path)
+    assert 0 < meta["total_wall_time_s"] <= time.perf_counter() - t0 + 0.005  # the run's own time, to 0.01 s
     nb = nbformat.read(tmp_path / "notebooks" / "tiny.ipynb", as_version=4)
     assert (tmp_path / checks.PROVENANCE_PAGE).read_text() == checks.provenance_page(tmp_path)  # rewritten by the run
     assert meta["provenance"]["parameters"] == {"install_ref": "a" * 40, "n": 1}
