@@ -849,31 +849,36 @@ def test_provenance_page_lists_the_artifacts_a_run_used(book_copy):
     assert any("provenance.md does not match" in p for p in checks.check_all(book_copy))
 
 
+def _page_hours(page: str, words: str) -> float:
+    """The hours the provenance page shows right after `words` ("costs their sum," is its total)."""
+    return float(re.search(re.escape(words) + r" ([0-9.]+) h", page).group(1))
+
+
+PAGE_TOTAL = "costs their sum,"
+PAGE_REUSED = "reused instead of making add"
+PAGE_CHAPTERS = "wall times above add up to"
+
+
 def test_the_book_rerun_time_counts_each_reused_artifact_once(book_copy):
     """The total on the provenance page is every chapter's wall time plus each reused artifact once
     (the AR teacher several chapters load was trained once), graded against the 3-hour budget; the
     page's two parts, in hours, add up to it."""
-    def hours(page, before):
-        return float(re.search(before + r" ([0-9.]+) h", page).group(1))
-
-    def total(page):
-        return hours(page, "costs their sum,")
-
     teacher = dict(updates=2800, wall_s=3600.0 * 2, commits=["a" * 40], hardware=["1 x cpu (cpu, 2 CPU cores)"])
     first = checks.provenance_page(book_copy)
-    before, reused_before = total(first), hours(first, "reused instead of making add")
+    before, reused_before = _page_hours(first, PAGE_TOTAL), _page_hours(first, PAGE_REUSED)
     for name in CHAPTERS[:2]:
         ipynb = book_copy / "notebooks" / f"{name}.ipynb"
         nb = nbformat.read(ipynb, as_version=4)
         nb.metadata["gmlm"]["provenance"]["artifacts"] = {"AR teacher": teacher}
         nbformat.write(nb, ipynb)
     page = checks.provenance_page(book_copy)
-    assert total(page) == pytest.approx(before + 2.0, abs=0.01)
-    assert hours(page, "reused instead of making add") == pytest.approx(reused_before + 2.0, abs=0.01)
+    assert _page_hours(page, PAGE_TOTAL) == pytest.approx(before + 2.0, abs=0.01)
+    assert _page_hours(page, PAGE_REUSED) == pytest.approx(reused_before + 2.0, abs=0.01)
     for shown in (first, page):  # each part is rounded to 0.01 h on its own
-        parts = hours(shown, "wall times above add up to") + hours(shown, "reused instead of making add")
-        assert parts == pytest.approx(total(shown), abs=0.011)
-    assert ("within" if total(page) <= checks.BOOK_RERUN_BUDGET_H else "over") + " the 3-hour budget" in page
+        parts = _page_hours(shown, PAGE_CHAPTERS) + _page_hours(shown, PAGE_REUSED)
+        assert parts == pytest.approx(_page_hours(shown, PAGE_TOTAL), abs=0.011)
+    verdict = "within" if _page_hours(page, PAGE_TOTAL) <= checks.BOOK_RERUN_BUDGET_H else "over"
+    assert verdict + " the 3-hour budget" in page
 
 
 @pytest.mark.parametrize("first_s, verdict", [(3 * 3600.0, "within"), (3 * 3600.0 + 0.1, "over")])
@@ -892,10 +897,7 @@ def test_the_book_rerun_time_is_graded_with_the_budget_itself_within(book_copy, 
 def test_the_book_rerun_time_does_not_count_what_a_run_made_itself(book_copy):
     """A model a chapter trained in its own run (at the run's commit) is inside that chapter's wall
     time: it is listed as made there and adds nothing, not even when a later chapter reuses it."""
-    def total(page):
-        return float(re.search(r"costs their sum, ([0-9.]+) h of wall time", page).group(1))
-
-    before = total(checks.provenance_page(book_copy))
+    before = _page_hours(checks.provenance_page(book_copy), PAGE_TOTAL)
     first, second = (book_copy / "notebooks" / f"{name}.ipynb" for name in CHAPTERS[:2])
     nb = nbformat.read(first, as_version=4)
     own = nb.metadata["gmlm"]["provenance"]["gmlm_lib_commit"]
@@ -907,7 +909,7 @@ def test_the_book_rerun_time_does_not_count_what_a_run_made_itself(book_copy):
     nb.metadata["gmlm"]["provenance"]["artifacts"] = {"AR teacher": teacher}
     nbformat.write(nb, second)
     page = checks.provenance_page(book_copy)
-    assert total(page) == pytest.approx(before, abs=0.01)
+    assert _page_hours(page, PAGE_TOTAL) == pytest.approx(before, abs=0.01)
     assert f"| {{doc}}`../notebooks/{CHAPTERS[0]}` | AR teacher | made in this run |" in page
     assert f"| {{doc}}`../notebooks/{CHAPTERS[1]}` | AR teacher | reused |" in page
 
@@ -916,10 +918,7 @@ def test_a_batch_chapter_that_opened_an_earlier_chapters_models_reused_them(book
     """Two chapters of one batch (one commit): the first trained the AR teacher, the second opened
     its run folder. Only the first made it; the second reused it, and the total counts it nowhere
     (it is inside the first chapter's wall time). The order is the runs' start times."""
-    def total(page):
-        return float(re.search(r"costs their sum, ([0-9.]+) h of wall time", page).group(1))
-
-    before = total(checks.provenance_page(book_copy))
+    before = _page_hours(checks.provenance_page(book_copy), PAGE_TOTAL)
     paths = [book_copy / "notebooks" / f"{name}.ipynb" for name in CHAPTERS[:2]]
     teacher = dict(updates=1200, wall_s=3600.0, commits=["c" * 40], hardware=["1 x NVIDIA H200 (gpu)"])
     for path, start in zip(paths, ("2026-11-27T21:53:39+00:00", "2026-11-27T21:42:47+00:00")):  # the second began first
@@ -930,7 +929,7 @@ def test_a_batch_chapter_that_opened_an_earlier_chapters_models_reused_them(book
     page = checks.provenance_page(book_copy)
     assert f"| {{doc}}`../notebooks/{CHAPTERS[1]}` | AR teacher | made in this run |" in page
     assert f"| {{doc}}`../notebooks/{CHAPTERS[0]}` | AR teacher | reused |" in page
-    assert total(page) == pytest.approx(before, abs=0.01)
+    assert _page_hours(page, PAGE_TOTAL) == pytest.approx(before, abs=0.01)
     recs = [nbformat.read(p, as_version=4).metadata["gmlm"]["provenance"] for p in paths]
     assert checks.made_by_the_run(teacher, recs[0]) and not checks.made_by_the_run(teacher, recs[0], [recs[1]])
     assert checks.made_by_the_run(teacher, recs[1], [recs[0]])
