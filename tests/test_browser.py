@@ -76,11 +76,11 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     """The check fails a page without MathJax (raw TeX), with a MathJax error, with a role left unrendered,
     with a broken image link, with a table wider than the column, with an error on the browser's console
     (and only that page), with a MathJax whose startup fails, with the chapter's verdict missing or pushed
-    below the first screen, and the other planted faults below; the unchanged page passes, and its
-    screenshot is saved. A page that the check's own script cannot read stops the check with an error
-    naming the page, not a report. On a phone's screen: a page wider than the screen, and a table wider
-    than its box without the book's scroll cue, or with a row painted over it; a long name in code breaks
-    instead of widening the page."""
+    below the first screen (one ending on the screen's last pixel passes), and the other planted faults
+    below; the unchanged page passes, and its screenshot is saved. A page that the check's own script
+    cannot read stops the check with an error naming the page, not a report. On a phone's screen: a page
+    wider than the screen, and a table wider than its box without the book's scroll cue, or with a row
+    painted over it; a long name in code breaks instead of widening the page."""
     _need_browser()
     proc, html = built_book
     assert proc.returncode == 0
@@ -119,6 +119,9 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
         "console error": text.replace("</article>", '<script>console.error("planted failure")</script></article>', 1),
         "after a console error": text,  # a page's console holds only its own messages
         "verdict below the fold": text.replace(verdict, '<div style="height: 900px"></div>' + verdict, 1),
+        **{f"verdict ending at {bottom} px": text.replace(verdict, verdict.replace(  # the fold itself is on the screen
+            "<p>", f'<p style="position: fixed; top: 0; height: {bottom}px; margin: 0; box-sizing: border-box">'), 1)
+           for bottom in (900, 901)},
         "no verdict": text.replace(verdict, "<p><strong>Summary.</strong>", 1),
         "MathJax startup fails": re.sub(  # its startup promise rejects after the check has begun to wait on it
             r'<script[^>]*mathjax/tex-chtml\.js[^>]*></script>',
@@ -201,6 +204,8 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     assert found["after a console error"] == [], found["after a console error"]
     assert len(found["verdict below the fold"]) == 1 and re.fullmatch(
         r"the verdict ends \d+ px down, below the first 900 px screen", found["verdict below the fold"][0]), found
+    assert found["verdict ending at 900 px"] == [], found["verdict ending at 900 px"]
+    assert found["verdict ending at 901 px"] == ["the verdict ends 901 px down, below the first 900 px screen"], found
     assert found["no verdict"] == ["no 'Verdict of this run.' paragraph"], found["no verdict"]
     assert found["MathJax startup fails"][0] == "MathJax did not finish typesetting (error: Error: planted startup " \
         "failure)", found["MathJax startup fails"]
