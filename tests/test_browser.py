@@ -167,6 +167,9 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
             "table with its cue": at_end(box.format(wide)),
             "table without a cue": at_end(f'<div style="overflow-x: auto"><table>{wide}</table></div>'),
             "cue painted over": at_end(box.format(wide.replace("<tr>", '<tr style="background: #eee">'))),
+            **{f"page {over} px over": text.replace(  # the page's own width plus `over`, from its left edge
+                "</body>", f'<div style="position: absolute; left: 0; top: 0; height: 1px; '
+                f'width: {browser.PHONE[0] + over}px"></div></body>', 1) for over in (1, 2)},
         }
         found_phone = {}
         for name, body in phone_variants.items():
@@ -216,6 +219,10 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     assert found_phone["table without a cue"] == ["table wider than a phone screen with no scroll cue: "
                                                   "'1234567.891 1234567.891 1234567.891 1234567.891 1234567.891'"]
     assert found_phone["cue painted over"] == found_phone["table without a cue"], found_phone
+    assert found_phone["page 1 px over"] == [], found_phone  # a pixel of slack for sub-pixel layout
+    over = found_phone["page 2 px over"]
+    assert len(over) == 1 and over[0].startswith(f"page {browser.PHONE[0] + 2} px wide on a {browser.PHONE[0]} px "
+                                                 "phone screen: "), found_phone
 
 
 def test_svg_figure_text_is_measured_at_its_displayed_size(tmp_path):
