@@ -252,6 +252,17 @@ def test_svg_figure_text_is_measured_at_its_displayed_size(tmp_path):
     assert browser.svg_text_pt(tmp_path / "h.svg", 50) is None and browser.svg_text_pt(None, 50) is None
 
 
+def test_the_book_pages_are_the_readers_pages(tmp_path):
+    """Sphinx's index and search pages and the build's own folders (``_static``, ``_sources``) are no
+    reader's page, wherever they sit; every other ``.html`` is one."""
+    for page in ("index.html", "genindex.html", "search.html", "py-modindex.html", "book/intro.html",
+                 "book/genindex.html", "_static/x.html", "_sources/book/intro.html", "notebooks/_sub/y.html"):
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / page).write_text("<html></html>")
+    found = [p.relative_to(tmp_path).as_posix() for p in browser.book_pages(tmp_path)]
+    assert found == ["book/intro.html", "index.html"]
+
+
 def test_the_book_check_needs_a_built_book(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no built book at .* \(no index.html\); run `make book` first"):
         browser.check_book(tmp_path)
