@@ -80,7 +80,11 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     below; the unchanged page passes, and its screenshot is saved. A page that the check's own script
     cannot read stops the check with an error naming the page, not a report. On a phone's screen: a page
     wider than the screen, and a table wider than its box without the book's scroll cue, or with a row
-    painted over it; a long name in code breaks instead of widening the page."""
+    painted over it; a long name in code breaks instead of widening the page. A formula wider than its
+    box is cut off where it hides its overflow (the theme's rule for inline formulas), on either screen;
+    with the book's style it scrolls, which passes on a phone and fails on the desktop screen (a scroll
+    bar under it), as does every formula of the built page there if MathJax's hidden copy for screen
+    readers made its box scroll."""
     _need_browser()
     proc, html = built_book
     assert proc.returncode == 0
@@ -90,6 +94,13 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     text = page.read_text()
     verdict = "<p><strong>Verdict of this run.</strong>"  # how a chapter's opening paragraph renders
     assert "mathjax/tex-chtml.js" in text and "</article>" in text and verdict in text
+    long_sum = " + ".join(f"a_{{{i}}}" for i in range(1, 41))  # some 1,000 px of typeset formula
+
+    def formula(clip):  # an inline formula as Sphinx writes it, in a theorem box; `clip`: the theme's own rule
+        style = ' style="overflow: hidden"' if clip else ""
+        return (f'<div class="proof theorem admonition"><p>so <span class="math notranslate nohighlight"{style}>'
+                f"\\({long_sum}\\)</span> holds</p></div>")
+
     variants = {
         "as built": text,
         "no MathJax": re.sub(r'<script[^>]*mathjax/tex-chtml\.js[^>]*></script>', "", text),
@@ -114,6 +125,11 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
         "boxes": text.replace("</article>", "".join(
             f'<div class="admonition" style="height: {h}px; box-sizing: border-box; margin: 0; padding: 0">'
             '<p class="admonition-title">What this run found</p></div>' for h in (900, 901)) + "</article>", 1),
+        **{f"formula {how} in a narrow box": text.replace(
+            "</article>", f'<div style="width: 200px">{formula(clip)}</div></article>', 1)
+           for how, clip in (("clipped", True), ("scrolling", False))},
+        "screen-reader copies unbounded": text.replace(  # without the book's bound on MathJax's hidden copy
+            "</head>", "<style>span.math mjx-assistive-mml {max-width: none !important}</style></head>", 1),
         "math error": text.replace("</article>", r'<p><span class="math notranslate nohighlight">\(x^1^2\)</span></p>'
                                    "</article>", 1),
         "console error": text.replace("</article>", '<script>console.error("planted failure")</script></article>', 1),
@@ -165,6 +181,8 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
             "long code name": at_end('<p>see <code class="docutils literal notranslate"><span class="pre">'
                                      f'tests/test_{"x" * 120}.py</span></code></p>'),
             "table with its cue": at_end(box.format(wide)),
+            "long formula": at_end(formula(clip=False)),
+            "long formula clipped": at_end(formula(clip=True)),
             "table without a cue": at_end(f'<div style="overflow-x: auto"><table>{wide}</table></div>'),
             "cue painted over": at_end(box.format(wide.replace("<tr>", '<tr style="background: #eee">'))),
             **{f"page {over} px over": text.replace(  # the page's own width plus `over`, from its left edge
@@ -201,6 +219,16 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     assert found["svg text at the limit"] == [] and found["sharp figure"] == [], found
     assert found["svg figures"] == ["SVG figure text renders at 7.5 pt (at least 9): small.svg"], found["svg figures"]
     assert found["boxes"] == ["'What this run found' box is 901 px tall, more than the 900 px screen"], found["boxes"]
+    scrolls = found["formula scrolling in a narrow box"]  # on a phone, fine; on a desktop screen, a scroll bar
+    assert len(scrolls) == 1 and re.fullmatch(r"formula \d+ px wider than its box, which scrolls sideways on a 1400 px "
+                                              r"screen: 'a1\+a2\+a3\+.*'", scrolls[0]), scrolls
+    cut = found["formula clipped in a narrow box"]
+    assert len(cut) == 1 and re.fullmatch(r"formula cut off, \d+ px out of sight and no way to scroll to it: "
+                                          r"'a1\+a2\+a3\+.*'", cut[0]), cut
+    assert int(cut[0].split()[3]) > 500, cut  # some 1,000 px of formula in a 200 px box
+    unbounded = found["screen-reader copies unbounded"]
+    assert len(unbounded) >= 5 and all(re.fullmatch(r"formula \d+ px wider than its box, which scrolls sideways on a "
+                                                    r"1400 px screen: '.+'", u) for u in unbounded), unbounded
     assert found["math error"] == ["1 MathJax error(s)"], found["math error"]
     assert len(found["console error"]) == 1 and found["console error"][0].startswith("console: ") and \
         "planted failure" in found["console error"][0], found["console error"]
@@ -212,8 +240,11 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     assert found["no verdict"] == ["no 'Verdict of this run.' paragraph"], found["no verdict"]
     assert found["MathJax startup fails"][0] == "MathJax did not finish typesetting (error: Error: planted startup " \
         "failure)", found["MathJax startup fails"]
-    assert found_phone["as built"] == found_phone["long code name"] == found_phone["table with its cue"] == [], \
-        found_phone
+    assert found_phone["as built"] == found_phone["long code name"] == found_phone["table with its cue"] == \
+        found_phone["long formula"] == [], found_phone
+    cut = found_phone["long formula clipped"]
+    assert len(cut) == 1 and re.fullmatch(r"formula cut off on a phone screen, \d+ px out of sight and no way to "
+                                          r"scroll to it: 'a1\+a2\+a3\+.*'", cut[0]), cut
     assert len(found_phone["fixed-width block"]) == 1 and re.fullmatch(
         r'page \d+ px wide on a 390 px phone screen: div "a block 600 px wide"', found_phone["fixed-width block"][0])
     assert found_phone["table without a cue"] == ["table wider than a phone screen with no scroll cue: "

@@ -20,13 +20,15 @@ reports what a reader would see as broken:
 - a chapter (a page under ``notebooks/``) whose "Verdict of this run." paragraph is missing or ends
   below that first screen, where a reader who has not scrolled cannot see it;
 - a JavaScript error or a failed request in the browser's console;
+- a formula cut off: a typeset formula reaching past the right edge of a box that hides its overflow
+  (the theme clips an inline ``span.math``), so a reader can neither see its end nor scroll to it;
 - a redirect-only page (Jupyter Book's root ``index.html``) whose target is not in the build: such a
   page is read, not loaded (:func:`redirect_target`).
 
 Then it loads each page again on a phone's screen (:data:`PHONE`, emulated: :func:`check_phone`) and
-reports a page wider than the screen (a reader would scroll the whole page sideways), and a table
+reports a page wider than the screen (a reader would scroll the whole page sideways), a table
 wider than its box that shows no scroll cue (the box's shadow at the edge, ``book/_static/tables.css``,
-missing or painted over by a row).
+missing or painted over by a row), and a formula cut off, as above, by the narrower column.
 
 It saves a screenshot of each loaded page (the first screen, 1400 x 900) for review. It drives Debian's
 ``chromium`` and ``chromedriver`` through Selenium, which is imported only here; Selenium is told
@@ -68,7 +70,35 @@ Promise.race([ready.then(() => "ok", e => "error: " + e), timeout]).then(state =
 rest runs with ``state`` saying which, ``limits`` holding the script's arguments, and answers through
 ``done``."""
 
-_PAGE_SCRIPT = _AFTER_MATHJAX + r"""  const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
+_FORMULAS = r"""  const formulaBoxes = article => {
+    const cut = [], scrolled = [];
+    for (const m of article.querySelectorAll("mjx-container")) {
+      const r = m.getBoundingClientRect();
+      const text = m.textContent.replace(/[\u2061-\u2064]/g, "").replace(/\s+/g, " ").trim().slice(0, 60).trimEnd();
+      for (let a = m; a && a !== document.documentElement; a = a.parentElement) {
+        const overflow = getComputedStyle(a).overflowX;
+        if (overflow === "auto" || overflow === "scroll") {  // a box the reader can scroll
+          if (a.scrollWidth > a.clientWidth + 1) scrolled.push({over: a.scrollWidth - a.clientWidth, text});
+          break;
+        }
+        const hidden = Math.round(r.right - a.getBoundingClientRect().right);
+        if ((overflow === "hidden" || overflow === "clip") && hidden > 1) {
+          cut.push({hidden, text});
+          break;
+        }
+      }
+    }
+    return {cut, scrolled};
+  };
+"""
+"""A script fragment both page scripts share: ``formulaBoxes(article)`` lists as ``cut`` each typeset
+formula that reaches more than a pixel past the right edge of a box hiding its overflow, with no box
+that scrolls in between (``hidden``: the pixels out of sight; ``text``: the start of its text), and as
+``scrolled`` each formula whose nearest box that scrolls (a display formula's own, an inline one's
+``span.math``) is more than a pixel wider inside than out (``over``: by how much), where a desktop
+browser draws a scroll bar."""
+
+_PAGE_SCRIPT = _AFTER_MATHJAX + _FORMULAS + r"""  const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
   const column = article.getBoundingClientRect().width;
   const clone = article.cloneNode(true);
   clone.querySelectorAll("pre, code, script, style, mjx-container, .highlight").forEach(e => e.remove());
@@ -115,12 +145,12 @@ _PAGE_SCRIPT = _AFTER_MATHJAX + r"""  const article = document.querySelector("ar
   const verdictBottom = verdict ? Math.round(verdict.getBoundingClientRect().bottom + window.scrollY) : null;
   done({state, column: Math.round(column), tex, markup, mathSpans, rendered,
         mathErrors: document.querySelectorAll("mjx-merror").length, images, tables, boxes, decimals, rasters,
-        svgImages, smallestSvgText, unnumbered, verdictBottom});
+        svgImages, smallestSvgText, unnumbered, verdictBottom, formulas: formulaBoxes(article)});
   } catch (e) { done({state: "the check's script failed: " + e}); }
 });
 """
 
-_PHONE_SCRIPT = _AFTER_MATHJAX + r"""  const root = document.documentElement;
+_PHONE_SCRIPT = _AFTER_MATHJAX + _FORMULAS + r"""  const root = document.documentElement;
   const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
   const scrolls = e => ["auto", "scroll"].includes(getComputedStyle(e).overflowX);
   const inScrollBox = e => {
@@ -146,7 +176,7 @@ _PHONE_SCRIPT = _AFTER_MATHJAX + r"""  const root = document.documentElement;
     .filter(b => !getComputedStyle(b).backgroundImage.includes("gradient")
                  || !Array.from(b.querySelectorAll("tr, th, td")).every(clear))
     .map(shown);
-  done({state, width: root.clientWidth, scrollWidth: root.scrollWidth, widest, uncued});
+  done({state, width: root.clientWidth, scrollWidth: root.scrollWidth, widest, uncued, cut: formulaBoxes(article).cut});
   } catch (e) { done({state: "the check's script failed: " + e}); }
 });
 """
@@ -229,6 +259,10 @@ def check_page(drv, path: Path, html_root: Path, screenshots: Path | None = None
     if seen["smallestSvgText"] is not None and seen["smallestSvgText"] * 0.75 < MIN_TEXT_PT:
         p.append(f"inline SVG text renders at {seen['smallestSvgText'] * 0.75:.1f} pt (at least {MIN_TEXT_PT:g})")
     p += [f"cross-reference without its number: {t!r}" for t in seen["unnumbered"]]
+    p += [f"formula cut off, {c['hidden']} px out of sight and no way to scroll to it: {c['text']!r}"
+          for c in seen["formulas"]["cut"]]
+    p += [f"formula {c['over']} px wider than its box, which scrolls sideways on a {WINDOW[0]} px screen: {c['text']!r}"
+          for c in seen["formulas"]["scrolled"]]
     p += [f"'What this run found' box is {h} px tall, more than the {WINDOW[1]} px screen" for h in seen["boxes"]
           if h > WINDOW[1]]
     if name.startswith("notebooks/"):  # a chapter opens with its verdict, on the first screen
@@ -249,8 +283,8 @@ def check_page(drv, path: Path, html_root: Path, screenshots: Path | None = None
 
 def check_phone(drv, path: Path, html_root: Path) -> list[str]:
     """Load ``path`` on an emulated phone screen (:data:`PHONE`) and return what is broken there: the
-    page wider than the screen (with what reaches furthest right), or a table wider than its box with
-    no visible scroll cue. The browser's own screen is put back afterwards."""
+    page wider than the screen (with what reaches furthest right), a table wider than its box with
+    no visible scroll cue, or a formula cut off by its box. The browser's own screen is put back afterwards."""
     name = path.relative_to(html_root).as_posix()
     drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                         {"width": PHONE[0], "height": PHONE[1], "deviceScaleFactor": 3, "mobile": True})
@@ -266,6 +300,8 @@ def check_phone(drv, path: Path, html_root: Path) -> list[str]:
         problems.append(f"page {seen['scrollWidth']} px wide on a {PHONE[0]} px phone screen: "
                         f"{seen['widest'] or 'nothing in the article'}")
     problems += [f"table wider than a phone screen with no scroll cue: {t!r}" for t in seen["uncued"]]
+    problems += [f"formula cut off on a phone screen, {c['hidden']} px out of sight and no way to scroll to it: "
+                 f"{c['text']!r}" for c in seen["cut"]]
     return problems
 
 
