@@ -44,8 +44,15 @@ $(BIN)/.installed: requirements.txt pyproject.toml
 
 install: $(BIN)/.installed
 
+# Sphinx copies the book's static files (book/_static: its CSS) only in a build that rewrites some page
+# (a build it finds nothing out of date in ends before the copy), so a change to them alone would leave
+# the built book with the old copy: when one differs from its built copy, or that is missing, every page
+# is rebuilt (--all), which copies them.
+BUILT_STATIC ?= _build/html/_static
+STATIC_CHANGED = $(foreach f,$(wildcard book/_static/*),$(shell cmp -s $(f) $(BUILT_STATIC)/$(notdir $(f)) || echo $(f)))
+
 book: install
-	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going --quiet
+	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going --quiet$(if $(strip $(STATIC_CHANGED)), --all)
 	@echo "book: $(CURDIR)/_build/html/index.html"
 
 test: install

@@ -215,6 +215,31 @@ def test_readme_layout_names_every_benchmark():
     assert "`gpu_runs/`" in row
 
 
+def test_make_book_rebuilds_every_page_when_only_the_books_css_changed(tmp_path):
+    """Sphinx copies book/_static into the build only when it rewrites a page, so ``make book`` builds
+    every page (``--all``) when a static file differs from its built copy or has none; with every copy
+    current it builds only what changed."""
+    import subprocess
+
+    built = tmp_path / "_static"
+    shutil.copytree(ROOT / "book" / "_static", built)
+
+    def build_command():
+        dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(ROOT), "book", f"BUILT_STATIC={built}"],
+                             capture_output=True, text=True)
+        assert dry.returncode == 0, dry.stderr
+        return next(line for line in dry.stdout.splitlines() if "jupyter-book build" in line)
+
+    assert not build_command().endswith("--all")
+    css = built / "tables.css"
+    css.write_text(css.read_text() + "/* an older copy */\n")
+    assert build_command().endswith(" --all")
+    css.unlink()
+    assert build_command().endswith(" --all")
+    shutil.rmtree(built)
+    assert build_command().endswith(" --all")
+
+
 def test_github_workflow_runs_the_readme_commands_and_publishes_what_make_book_builds():
     """.github/workflows/book.yml runs the README's two set-up commands (one job each), uploads
     the folder ``make book`` writes, and deploys it only from a push to main, after both jobs."""
