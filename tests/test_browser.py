@@ -93,6 +93,7 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     page = site / "notebooks" / f"{sources.toc_notebooks(ROOT)[0]}.html"
     text = page.read_text()
     verdict = "<p><strong>Verdict of this run.</strong>"  # how a chapter's opening paragraph renders
+    fold = browser.WINDOW[1]  # the first screen's height: a verdict or a findings box must end above it
     assert "mathjax/tex-chtml.js" in text and "</article>" in text and verdict in text
     long_sum = " + ".join(f"a_{{{i}}}" for i in range(1, 41))  # some 1,000 px of typeset formula
 
@@ -124,7 +125,7 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
                                      'style="width: 2px" alt="two pixels a pixel"></figure></article>', 1),
         "boxes": text.replace("</article>", "".join(
             f'<div class="admonition" style="height: {h}px; box-sizing: border-box; margin: 0; padding: 0">'
-            '<p class="admonition-title">What this run found</p></div>' for h in (900, 901)) + "</article>", 1),
+            '<p class="admonition-title">What this run found</p></div>' for h in (fold, fold + 1)) + "</article>", 1),
         **{f"formula {how} in a narrow box": text.replace(
             "</article>", f'<div style="width: 200px">{formula(clip)}</div></article>', 1)
            for how, clip in (("clipped", True), ("scrolling", False))},
@@ -134,10 +135,10 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
                                    "</article>", 1),
         "console error": text.replace("</article>", '<script>console.error("planted failure")</script></article>', 1),
         "after a console error": text,  # a page's console holds only its own messages
-        "verdict below the fold": text.replace(verdict, '<div style="height: 900px"></div>' + verdict, 1),
+        "verdict below the fold": text.replace(verdict, f'<div style="height: {fold}px"></div>' + verdict, 1),
         **{f"verdict ending at {bottom} px": text.replace(verdict, verdict.replace(  # the fold itself is on the screen
             "<p>", f'<p style="position: fixed; top: 0; height: {bottom}px; margin: 0; box-sizing: border-box">'), 1)
-           for bottom in (900, 901)},
+           for bottom in (fold, fold + 1)},
         "no verdict": text.replace(verdict, "<p><strong>Summary.</strong>", 1),
         "MathJax startup fails": re.sub(  # its startup promise rejects after the check has begun to wait on it
             r'<script[^>]*mathjax/tex-chtml\.js[^>]*></script>',
@@ -218,7 +219,7 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     assert found["small svg text"] == ["inline SVG text renders at 7.5 pt (at least 9)"], found["small svg text"]
     assert found["svg text at the limit"] == [] and found["sharp figure"] == [], found
     assert found["svg figures"] == ["SVG figure text renders at 7.5 pt (at least 9): small.svg"], found["svg figures"]
-    assert found["boxes"] == ["'What this run found' box is 901 px tall, more than the 900 px screen"], found["boxes"]
+    assert found["boxes"] == [f"'What this run found' box is {fold + 1} px tall, more than the {fold} px screen"], found
     scrolls = found["formula scrolling in a narrow box"]  # on a phone, fine; on a desktop screen, a scroll bar
     assert len(scrolls) == 1 and re.fullmatch(r"formula \d+ px wider than its box, which scrolls sideways on a 1400 px "
                                               r"screen: 'a1\+a2\+a3\+.*'", scrolls[0]), scrolls
@@ -234,9 +235,10 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
         "planted failure" in found["console error"][0], found["console error"]
     assert found["after a console error"] == [], found["after a console error"]
     assert len(found["verdict below the fold"]) == 1 and re.fullmatch(
-        r"the verdict ends \d+ px down, below the first 900 px screen", found["verdict below the fold"][0]), found
-    assert found["verdict ending at 900 px"] == [], found["verdict ending at 900 px"]
-    assert found["verdict ending at 901 px"] == ["the verdict ends 901 px down, below the first 900 px screen"], found
+        rf"the verdict ends \d+ px down, below the first {fold} px screen", found["verdict below the fold"][0]), found
+    assert found[f"verdict ending at {fold} px"] == [], found[f"verdict ending at {fold} px"]
+    below = f"the verdict ends {fold + 1} px down, below the first {fold} px screen"
+    assert found[f"verdict ending at {fold + 1} px"] == [below], found
     assert found["no verdict"] == ["no 'Verdict of this run.' paragraph"], found["no verdict"]
     assert found["MathJax startup fails"][0] == "MathJax did not finish typesetting (error: Error: planted startup " \
         "failure)", found["MathJax startup fails"]
