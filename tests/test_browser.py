@@ -186,6 +186,8 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
             "long formula clipped": at_end(formula(clip=True)),
             "table without a cue": at_end(f'<div style="overflow-x: auto"><table>{wide}</table></div>'),
             "cue painted over": at_end(box.format(wide.replace("<tr>", '<tr style="background: #eee">'))),
+            "cue on a red box": at_end(box.format(wide).replace('-container"', '-container" style="background-color: '
+                                                                'rgb(200, 0, 0)"', 1)),
             **{f"page {over} px over": text.replace(  # the page's own width plus `over`, from its left edge
                 "</body>", f'<div style="position: absolute; left: 0; top: 0; height: 1px; '
                 f'width: {browser.PHONE[0] + over}px"></div></body>', 1) for over in (1, 2)},
@@ -196,6 +198,8 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
             probe.write_text(body)
             found_phone[name] = browser.check_phone(drv, probe, site)
         assert drv.execute_script("return window.innerWidth") == browser.WINDOW[0]  # the browser's own screen is back
+        dark = drv.execute_script("document.documentElement.dataset.theme = 'dark'; "  # the dark theme's page colour
+                                  "return getComputedStyle(document.body).backgroundColor")
         probe = page.with_name("phone-script-failure.html")
         probe.write_text(text.replace("</head>", "<script>window.getComputedStyle = function () { "
                                       'throw new Error("planted phone failure"); };</script></head>', 1))
@@ -252,6 +256,12 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     assert found_phone["table without a cue"] == ["table wider than a phone screen with no scroll cue: "
                                                   "'1234567.891 1234567.891 1234567.891 1234567.891 1234567.891'"]
     assert found_phone["cue painted over"] == found_phone["table without a cue"], found_phone
+    red = found_phone["cue on a red box"]  # its covers, the page's colour in each theme, paint bands on the red
+    assert [m.split(": ")[0] for m in red] == [
+        "table's scroll cue painted rgb(255, 255, 255) on a rgb(200, 0, 0) box in the light theme",
+        f"table's scroll cue painted {dark} on a rgb(200, 0, 0) box in the dark theme"], red
+    assert dark != "rgb(255, 255, 255)" and all(m.endswith(": '1234567.891 1234567.891 1234567.891 1234567.891 "
+                                                           "1234567.891'") for m in red), red
     assert found_phone["page 1 px over"] == [], found_phone  # a pixel of slack for sub-pixel layout
     over = found_phone["page 2 px over"]
     assert len(over) == 1 and over[0].startswith(f"page {browser.PHONE[0] + 2} px wide on a {browser.PHONE[0]} px "

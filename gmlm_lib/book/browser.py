@@ -28,7 +28,9 @@ reports what a reader would see as broken:
 Then it loads each page again on a phone's screen (:data:`PHONE`, emulated: :func:`check_phone`) and
 reports a page wider than the screen (a reader would scroll the whole page sideways), a table
 wider than its box that shows no scroll cue (the box's shadow at the edge, ``book/_static/tables.css``,
-missing or painted over by a row), and a formula cut off, as above, by the narrower column.
+missing or painted over by a row), a scroll cue whose covers are not the colour of the box under them
+(they would paint a band over the table's first and last columns), in the theme's light and dark modes
+both, and a formula cut off, as above, by the narrower column.
 
 It saves a screenshot of each loaded page (the first screen, 1400 x 900) for review. It drives Debian's
 ``chromium`` and ``chromedriver`` through Selenium, which is imported only here; Selenium is told
@@ -170,13 +172,38 @@ _PHONE_SCRIPT = _AFTER_MATHJAX + _FORMULAS + r"""  const root = document.documen
     }
   }
   // a scroll cue: the box's shadows (a gradient background), with no row or cell painted over them
-  const clear = c => /^rgba\(.*,\s*0\)$|^transparent$/.test(getComputedStyle(c).backgroundColor);
+  const seeThrough = colour => /^rgba\(.*,\s*0\)$|^transparent$/.test(colour);
+  const clear = c => seeThrough(getComputedStyle(c).backgroundColor);
   const uncued = Array.from(article.querySelectorAll("*"))
     .filter(b => scrolls(b) && b.querySelector("table") && b.scrollWidth > b.clientWidth + 1)
     .filter(b => !getComputedStyle(b).backgroundImage.includes("gradient")
                  || !Array.from(b.querySelectorAll("tr, th, td")).every(clear))
     .map(shown);
-  done({state, width: root.clientWidth, scrollWidth: root.scrollWidth, widest, uncued, cut: formulaBoxes(article).cut});
+  // the cue's covers (its first colour) must be the colour of the box they sit on, in either theme: a cover of
+  // another colour paints a band over the table's first and last columns, and hides text of its own colour
+  const under = b => {
+    for (let a = b; a; a = a.parentElement) {
+      const colour = getComputedStyle(a).backgroundColor;
+      if (!seeThrough(colour)) return colour;
+    }
+    return "rgb(255, 255, 255)";  // the browser's canvas
+  };
+  const miscoloured = [];
+  const theme = root.dataset.theme;
+  for (const t of ["light", "dark"]) {
+    root.dataset.theme = t;
+    for (const b of article.querySelectorAll("*")) {
+      const image = getComputedStyle(b).backgroundImage;
+      if (!scrolls(b) || !b.querySelector("table") || !image.includes("gradient")) continue;
+      const cover = (image.match(/rgba?\([^)]*\)/) || [""])[0], box = under(b);
+      if (cover.replace(/^rgba\((.*), 1\)$/, "rgb($1)") !== box) {
+        miscoloured.push({theme: t, cover, box, text: shown(b)});
+      }
+    }
+  }
+  if (theme === undefined) delete root.dataset.theme; else root.dataset.theme = theme;
+  done({state, width: root.clientWidth, scrollWidth: root.scrollWidth, widest, uncued, miscoloured,
+        cut: formulaBoxes(article).cut});
   } catch (e) { done({state: "the check's script failed: " + e}); }
 });
 """
@@ -284,7 +311,8 @@ def check_page(drv, path: Path, html_root: Path, screenshots: Path | None = None
 def check_phone(drv, path: Path, html_root: Path) -> list[str]:
     """Load ``path`` on an emulated phone screen (:data:`PHONE`) and return what is broken there: the
     page wider than the screen (with what reaches furthest right), a table wider than its box with
-    no visible scroll cue, or a formula cut off by its box. The browser's own screen is put back afterwards."""
+    no visible scroll cue, a table's scroll cue in another colour than its box (in the light or the dark
+    theme), or a formula cut off by its box. The browser's own screen is put back afterwards."""
     name = path.relative_to(html_root).as_posix()
     drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                         {"width": PHONE[0], "height": PHONE[1], "deviceScaleFactor": 3, "mobile": True})
@@ -300,6 +328,8 @@ def check_phone(drv, path: Path, html_root: Path) -> list[str]:
         problems.append(f"page {seen['scrollWidth']} px wide on a {PHONE[0]} px phone screen: "
                         f"{seen['widest'] or 'nothing in the article'}")
     problems += [f"table wider than a phone screen with no scroll cue: {t!r}" for t in seen["uncued"]]
+    problems += [f"table's scroll cue painted {m['cover']} on a {m['box']} box in the {m['theme']} theme: {m['text']!r}"
+                 for m in seen["miscoloured"]]
     problems += [f"formula cut off on a phone screen, {c['hidden']} px out of sight and no way to scroll to it: "
                  f"{c['text']!r}" for c in seen["cut"]]
     return problems
