@@ -174,8 +174,9 @@ _PHONE_SCRIPT = _AFTER_MATHJAX + _FORMULAS + r"""  const root = document.documen
   // a scroll cue: the box's shadows (a gradient background), with no row or cell painted over them
   const seeThrough = colour => /^rgba\(.*,\s*0\)$|^transparent$/.test(colour);
   const clear = c => seeThrough(getComputedStyle(c).backgroundColor);
-  const uncued = Array.from(article.querySelectorAll("*"))
-    .filter(b => scrolls(b) && b.querySelector("table") && b.scrollWidth > b.clientWidth + 1)
+  const tableBoxes = Array.from(article.querySelectorAll("*")).filter(b => scrolls(b) && b.querySelector("table"));
+  const uncued = tableBoxes
+    .filter(b => b.scrollWidth > b.clientWidth + 1)
     .filter(b => !getComputedStyle(b).backgroundImage.includes("gradient")
                  || !Array.from(b.querySelectorAll("tr, th, td")).every(clear))
     .map(shown);
@@ -192,9 +193,9 @@ _PHONE_SCRIPT = _AFTER_MATHJAX + _FORMULAS + r"""  const root = document.documen
   const theme = root.dataset.theme;
   for (const t of ["light", "dark"]) {
     root.dataset.theme = t;
-    for (const b of article.querySelectorAll("*")) {
+    for (const b of tableBoxes) {
       const image = getComputedStyle(b).backgroundImage;
-      if (!scrolls(b) || !b.querySelector("table") || !image.includes("gradient")) continue;
+      if (!image.includes("gradient")) continue;
       const cover = (image.match(/rgba?\([^)]*\)/) || [""])[0], box = under(b);
       if (cover.replace(/^rgba\((.*), 1\)$/, "rgb($1)") !== box) {
         miscoloured.push({theme: t, cover, box, text: shown(b)});
