@@ -69,6 +69,15 @@ def test_every_page_reads_in_a_browser(built_book):
     assert all(r.screenshot.is_file() and r.screenshot.stat().st_size > 10_000 for r in reports if r not in redirects)
 
 
+_UNFADED = {  # a formula's style that takes away the book's fade (book/_static/tables.css), or one of its edges
+    "without its fade": "animation: none",
+    "with no fade on the left": "animation-name: none, gmlm-fade-right",  # nothing at the end says "more on the left"
+    "with no fade on the right": "animation-name: gmlm-fade-left, none",
+    "faded on the left all along": "animation-name: none, gmlm-fade-right; --gmlm-fade-left: 2em",  # at the start too
+    "faded on the right all along": "animation-name: gmlm-fade-left, none; --gmlm-fade-right: 2em",
+}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.xdist_group("book")
@@ -84,7 +93,8 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     box is cut off where it hides its overflow (the theme's rule for inline formulas), on either screen;
     with the book's style it scrolls, which passes on a phone and fails on the desktop screen (a scroll
     bar under it), as does every formula of the built page there if MathJax's hidden copy for screen
-    readers made its box scroll."""
+    readers made its box scroll. On the phone a formula that scrolls with no fade, without the fade at an
+    edge with more formula behind it, or with a fade at an edge with nothing behind it, fails."""
     _need_browser()
     proc, html = built_book
     assert proc.returncode == 0
@@ -184,6 +194,9 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
             "table with its cue": at_end(box.format(wide)),
             "long formula": at_end(formula(clip=False)),
             "long formula clipped": at_end(formula(clip=True)),
+            **{f"long formula {how}": at_end(formula(clip=False).replace(
+                '<span class="math notranslate nohighlight">', f'<span class="math notranslate nohighlight" '
+                f'style="{style}">', 1)) for how, style in _UNFADED.items()},
             "table without a cue": at_end(f'<div style="overflow-x: auto"><table>{wide}</table></div>'),
             "cue painted over": at_end(box.format(wide.replace("<tr>", '<tr style="background: #eee">'))),
             "cue on a red box": at_end(box.format(wide).replace('-container"', '-container" style="background-color: '
@@ -248,6 +261,11 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
         "failure)", found["MathJax startup fails"]
     assert found_phone["as built"] == found_phone["long code name"] == found_phone["table with its cue"] == \
         found_phone["long formula"] == [], found_phone
+    for how in _UNFADED:  # the fade says which edge has more formula, at either end of the scroll
+        unfaded = found_phone[f"long formula {how}"]
+        assert len(unfaded) == 1 and re.fullmatch(
+            r"formula wider than a phone screen without a fade at just the edges with more of it: 'a1\+a2\+a3\+.*'",
+            unfaded[0]), (how, unfaded)
     cut = found_phone["long formula clipped"]
     assert len(cut) == 1 and re.fullmatch(r"formula cut off on a phone screen, \d+ px out of sight and no way to "
                                           r"scroll to it: 'a1\+a2\+a3\+.*'", cut[0]), cut

@@ -30,7 +30,8 @@ reports a page wider than the screen (a reader would scroll the whole page sidew
 wider than its box that shows no scroll cue (the box's shadow at the edge, ``book/_static/tables.css``,
 missing or painted over by a row), a scroll cue whose covers are not the colour of the box under them
 (they would paint a band over the table's first and last columns), in the theme's light and dark modes
-both, and a formula cut off, as above, by the narrower column.
+both, a formula cut off, as above, by the narrower column, and a formula that scrolls but does not fade
+out at an edge with more of it behind that edge (or fades at an edge with nothing behind it).
 
 It saves a screenshot of each loaded page (the first screen, 1400 x 900) for review. It drives Debian's
 ``chromium`` and ``chromedriver`` through Selenium, which is imported only here; Selenium is told
@@ -73,14 +74,17 @@ rest runs with ``state`` saying which, ``limits`` holding the script's arguments
 ``done``."""
 
 _FORMULAS = r"""  const formulaBoxes = article => {
-    const cut = [], scrolled = [];
+    const cut = [], scrolled = [], boxes = new Map();
     for (const m of article.querySelectorAll("mjx-container")) {
       const r = m.getBoundingClientRect();
       const text = m.textContent.replace(/[\u2061-\u2064]/g, "").replace(/\s+/g, " ").trim().slice(0, 60).trimEnd();
       for (let a = m; a && a !== document.documentElement; a = a.parentElement) {
         const overflow = getComputedStyle(a).overflowX;
         if (overflow === "auto" || overflow === "scroll") {  // a box the reader can scroll
-          if (a.scrollWidth > a.clientWidth + 1) scrolled.push({over: a.scrollWidth - a.clientWidth, text});
+          if (a.scrollWidth > a.clientWidth + 1) {
+            scrolled.push({over: a.scrollWidth - a.clientWidth, text});
+            boxes.set(a, text);
+          }
           break;
         }
         const hidden = Math.round(r.right - a.getBoundingClientRect().right);
@@ -90,7 +94,7 @@ _FORMULAS = r"""  const formulaBoxes = article => {
         }
       }
     }
-    return {cut, scrolled};
+    return {cut, scrolled, boxes};
   };
 """
 """A script fragment both page scripts share: ``formulaBoxes(article)`` lists as ``cut`` each typeset
@@ -98,7 +102,7 @@ formula that reaches more than a pixel past the right edge of a box hiding its o
 that scrolls in between (``hidden``: the pixels out of sight; ``text``: the start of its text), and as
 ``scrolled`` each formula whose nearest box that scrolls (a display formula's own, an inline one's
 ``span.math``) is more than a pixel wider inside than out (``over``: by how much), where a desktop
-browser draws a scroll bar."""
+browser draws a scroll bar; ``boxes`` maps each such box to the start of its formula's text."""
 
 _PAGE_SCRIPT = _AFTER_MATHJAX + _FORMULAS + r"""  const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
   const column = article.getBoundingClientRect().width;
@@ -145,9 +149,10 @@ _PAGE_SCRIPT = _AFTER_MATHJAX + _FORMULAS + r"""  const article = document.query
   const verdict = Array.from(article.querySelectorAll("p"))
     .find(v => v.textContent.trim().startsWith("Verdict of this run."));
   const verdictBottom = verdict ? Math.round(verdict.getBoundingClientRect().bottom + window.scrollY) : null;
+  const {cut, scrolled} = formulaBoxes(article);  // not its boxes: page elements
   done({state, column: Math.round(column), tex, markup, mathSpans, rendered,
         mathErrors: document.querySelectorAll("mjx-merror").length, images, tables, boxes, decimals, rasters,
-        svgImages, smallestSvgText, unnumbered, verdictBottom, formulas: formulaBoxes(article)});
+        svgImages, smallestSvgText, unnumbered, verdictBottom, formulas: {cut, scrolled}});
   } catch (e) { done({state: "the check's script failed: " + e}); }
 });
 """
@@ -203,8 +208,28 @@ _PHONE_SCRIPT = _AFTER_MATHJAX + _FORMULAS + r"""  const root = document.documen
     }
   }
   if (theme === undefined) delete root.dataset.theme; else root.dataset.theme = theme;
-  done({state, width: root.clientWidth, scrollWidth: root.scrollWidth, widest, uncued, miscoloured,
-        cut: formulaBoxes(article).cut});
+  // a formula that scrolls fades out at an edge with more of it behind that edge, and only there: read at
+  // either end of its scroll, a frame after scrolling (the fade follows the scroll position on the next frame)
+  const formulas = formulaBoxes(article);
+  const frame = () => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const fades = b => ["left", "right"].map(
+    side => parseFloat(getComputedStyle(b).getPropertyValue("--gmlm-fade-" + side)) || 0);
+  (async () => {
+    const unfaded = [];
+    for (const [box, text] of formulas.boxes) {
+      const was = box.scrollLeft;
+      box.scrollLeft = 0;
+      await frame();
+      const [startLeft, startRight] = fades(box);
+      box.scrollLeft = box.scrollWidth;
+      await frame();
+      const [endLeft, endRight] = fades(box);
+      box.scrollLeft = was;
+      if (!(startLeft === 0 && startRight > 0 && endLeft > 0 && endRight === 0)) unfaded.push(text);
+    }
+    done({state, width: root.clientWidth, scrollWidth: root.scrollWidth, widest, uncued, miscoloured,
+          cut: formulas.cut, unfaded});
+  })().catch(e => done({state: "the check's script failed: " + e}));
   } catch (e) { done({state: "the check's script failed: " + e}); }
 });
 """
@@ -313,7 +338,9 @@ def check_phone(drv, path: Path, html_root: Path) -> list[str]:
     """Load ``path`` on an emulated phone screen (:data:`PHONE`) and return what is broken there: the
     page wider than the screen (with what reaches furthest right), a table wider than its box with
     no visible scroll cue, a table's scroll cue in another colour than its box (in the light or the dark
-    theme), or a formula cut off by its box. The browser's own screen is put back afterwards."""
+    theme), a formula cut off by its box, or a formula that scrolls without the book's fade at the edge
+    that has more of it (``--gmlm-fade-left`` and ``--gmlm-fade-right``, book/_static/tables.css). The
+    browser's own screen is put back afterwards."""
     name = path.relative_to(html_root).as_posix()
     drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                         {"width": PHONE[0], "height": PHONE[1], "deviceScaleFactor": 3, "mobile": True})
@@ -333,6 +360,8 @@ def check_phone(drv, path: Path, html_root: Path) -> list[str]:
                  for m in seen["miscoloured"]]
     problems += [f"formula cut off on a phone screen, {c['hidden']} px out of sight and no way to scroll to it: "
                  f"{c['text']!r}" for c in seen["cut"]]
+    problems += [f"formula wider than a phone screen without a fade at just the edges with more of it: {t!r}"
+                 for t in seen["unfaded"]]
     return problems
 
 
