@@ -74,17 +74,14 @@ rest runs with ``state`` saying which, ``limits`` holding the script's arguments
 ``done``."""
 
 _FORMULAS = r"""  const formulaBoxes = article => {
-    const cut = [], scrolled = [], boxes = new Map();
+    const cut = [], scrolled = [];
     for (const m of article.querySelectorAll("mjx-container")) {
       const r = m.getBoundingClientRect();
       const text = m.textContent.replace(/[\u2061-\u2064]/g, "").replace(/\s+/g, " ").trim().slice(0, 60).trimEnd();
       for (let a = m; a && a !== document.documentElement; a = a.parentElement) {
         const overflow = getComputedStyle(a).overflowX;
         if (overflow === "auto" || overflow === "scroll") {  // a box the reader can scroll
-          if (a.scrollWidth > a.clientWidth + 1) {
-            scrolled.push({over: a.scrollWidth - a.clientWidth, text});
-            boxes.set(a, text);
-          }
+          if (a.scrollWidth > a.clientWidth + 1) scrolled.push({over: a.scrollWidth - a.clientWidth, text, box: a});
           break;
         }
         const hidden = Math.round(r.right - a.getBoundingClientRect().right);
@@ -94,7 +91,7 @@ _FORMULAS = r"""  const formulaBoxes = article => {
         }
       }
     }
-    return {cut, scrolled, boxes};
+    return {cut, scrolled};
   };
 """
 """A script fragment both page scripts share: ``formulaBoxes(article)`` lists as ``cut`` each typeset
@@ -102,7 +99,7 @@ formula that reaches more than a pixel past the right edge of a box hiding its o
 that scrolls in between (``hidden``: the pixels out of sight; ``text``: the start of its text), and as
 ``scrolled`` each formula whose nearest box that scrolls (a display formula's own, an inline one's
 ``span.math``) is more than a pixel wider inside than out (``over``: by how much), where a desktop
-browser draws a scroll bar; ``boxes`` maps each such box to the start of its formula's text."""
+browser draws a scroll bar (``box``: that box, an element of the page)."""
 
 _PAGE_SCRIPT = _AFTER_MATHJAX + _FORMULAS + r"""  const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
   const column = article.getBoundingClientRect().width;
@@ -149,10 +146,11 @@ _PAGE_SCRIPT = _AFTER_MATHJAX + _FORMULAS + r"""  const article = document.query
   const verdict = Array.from(article.querySelectorAll("p"))
     .find(v => v.textContent.trim().startsWith("Verdict of this run."));
   const verdictBottom = verdict ? Math.round(verdict.getBoundingClientRect().bottom + window.scrollY) : null;
-  const {cut, scrolled} = formulaBoxes(article);  // not its boxes: page elements
+  const formulas = formulaBoxes(article);
   done({state, column: Math.round(column), tex, markup, mathSpans, rendered,
         mathErrors: document.querySelectorAll("mjx-merror").length, images, tables, boxes, decimals, rasters,
-        svgImages, smallestSvgText, unnumbered, verdictBottom, formulas: {cut, scrolled}});
+        svgImages, smallestSvgText, unnumbered, verdictBottom, formulas: {
+          cut: formulas.cut, scrolled: formulas.scrolled.map(({over, text}) => ({over, text}))}});
   } catch (e) { done({state: "the check's script failed: " + e}); }
 });
 """
@@ -216,7 +214,7 @@ _PHONE_SCRIPT = _AFTER_MATHJAX + _FORMULAS + r"""  const root = document.documen
     side => parseFloat(getComputedStyle(b).getPropertyValue("--gmlm-fade-" + side)) || 0);
   (async () => {
     const unfaded = [];
-    for (const [box, text] of formulas.boxes) {
+    for (const {box, text} of formulas.scrolled) {
       const was = box.scrollLeft;
       box.scrollLeft = 0;
       await frame();
