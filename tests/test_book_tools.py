@@ -231,7 +231,7 @@ def test_make_book_rebuilds_every_page_when_only_the_books_css_changed(tmp_path)
         return next(line for line in dry.stdout.splitlines() if "jupyter-book build" in line)
 
     assert not build_command().endswith("--all")
-    css = built / "tables.css"
+    css = built / "book.css"
     css.write_text(css.read_text() + "/* an older copy */\n")
     assert build_command().endswith(" --all")
     css.unlink()

@@ -69,7 +69,7 @@ def test_every_page_reads_in_a_browser(built_book):
     assert all(r.screenshot.is_file() and r.screenshot.stat().st_size > 10_000 for r in reports if r not in redirects)
 
 
-_UNFADED = {  # a formula's style that takes away the book's fade (book/_static/tables.css), or one of its edges
+_UNFADED = {  # a formula's style that takes away the book's fade (book/_static/book.css), or one of its edges
     "without its fade": "animation: none",
     "with no fade on the left": "animation-name: none, gmlm-fade-right",  # nothing at the end says "more on the left"
     "with no fade on the right": "animation-name: gmlm-fade-left, none",

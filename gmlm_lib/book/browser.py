@@ -27,7 +27,7 @@ reports what a reader would see as broken:
 
 Then it loads each page again on a phone's screen (:data:`PHONE`, emulated: :func:`check_phone`) and
 reports a page wider than the screen (a reader would scroll the whole page sideways), a table
-wider than its box that shows no scroll cue (the box's shadow at the edge, ``book/_static/tables.css``,
+wider than its box that shows no scroll cue (the box's shadow at the edge, ``book/_static/book.css``,
 missing or painted over by a row), a scroll cue whose covers are not the colour of the box under them
 (they would paint a band over the table's first and last columns), in the theme's light and dark modes
 both, a formula cut off, as above, by the narrower column, and a formula that scrolls but does not fade
@@ -337,7 +337,7 @@ def check_phone(drv, path: Path, html_root: Path) -> list[str]:
     page wider than the screen (with what reaches furthest right), a table wider than its box with
     no visible scroll cue, a table's scroll cue in another colour than its box (in the light or the dark
     theme), a formula cut off by its box, or a formula that scrolls without the book's fade at the edge
-    that has more of it (``--gmlm-fade-left`` and ``--gmlm-fade-right``, book/_static/tables.css). The
+    that has more of it (``--gmlm-fade-left`` and ``--gmlm-fade-right``, book/_static/book.css). The
     browser's own screen is put back afterwards."""
     name = path.relative_to(html_root).as_posix()
     drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",

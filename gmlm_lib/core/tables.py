@@ -5,7 +5,7 @@ Why: pandas' ``Styler`` writes bare ``<table>`` markup, a float index prints as 
 is missing. Numbers get one rule (:func:`column_format`): a column's decimals are fixed, three
 significant digits of its smallest value and never more than :data:`MAX_DECIMALS`, and a value
 too small for them is written in scientific notation, never as ``0.000``. The spacing of the cells
-is the book's CSS (``book/_static/tables.css``).
+is the book's CSS (``book/_static/book.css``).
 """
 
 from __future__ import annotations
