@@ -720,6 +720,38 @@ def test_text_showing_a_value_its_run_did_not_glue_fails_after_sync(book_copy):
     assert any("did not glue: ['never_glued']" in p for p in problems), problems
 
 
+def test_glued_values_side_by_side_are_found_in_pairs():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+        "at T = {glue:text}`t` {glue:text}`b:.1f`; **{glue:text}`x`**\n**{glue:text}`y`** {glue}`z` and "
+        "{glue:text}`u`, {glue:text}`v` or {glue:text}`p` of {glue:text}`q`")])
+    assert sources.adjacent_glue(nb) == [("t", "b"), ("x", "y"), ("y", "z")]
+
+
+def test_text_showing_glued_values_side_by_side_fails_in_a_chapter_and_a_staged_source(book_copy):
+    name = CHAPTERS[0]
+    md = book_copy / "notebooks" / f"{name}.md"
+    text = sources.read_text_notebook(md)
+    first = sorted(sources.glue_references(text))[0]  # a value the chapter's run glued
+    md.write_text(md.read_text().replace("## Why Ising models", f"## Why Ising models {{glue:text}}`{first}` "
+                                         f"{{glue:text}}`{first}`", 1))
+    checks.sync(book_copy)
+    problems = checks.check_all(book_copy)
+    assert problems == [f"{name}: its text shows glued values side by side with nothing between them ({first} "
+                        f"{first}): a reader sees one run of numbers; put a comma or a word between them (then "
+                        "`make sync`)."]
+    md.write_text(md.read_text().replace(f"`{first}` {{glue", f"`{first}`, {{glue", 1))
+    checks.sync(book_copy)
+    assert checks.check_all(book_copy) == []
+    (book_copy / "staged").mkdir()
+    shutil.copy(ROOT / "staged" / "padir.md", book_copy / "staged" / "padir.md")
+    assert checks.check_all(book_copy) == []
+    staged = book_copy / "staged" / "padir.md"
+    staged.write_text(staged.read_text().replace("`eval_T_long`, {glue", "`eval_T_long` {glue", 1))
+    assert checks.check_all(book_copy) == [
+        "staged/padir.md: its text shows glued values side by side with nothing between them (eval_T_long "
+        "dist_bleu_long): a reader sees one run of numbers; put a comma or a word between them (then `make sync`)."]
+
+
 def test_glue_references_find_roles_and_directives():
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
         "A {glue:text}`a_1:.2f` and {glue}`b`, not `c`.\n\n```{glue:figure} fig_x\n:name: f\n```\n")])

@@ -8,7 +8,9 @@ A chapter fails the check when
 - the code that produced the ``.ipynb``'s outputs (the SHA-256 stored at run time) is not
   the code the ``.ipynb`` now holds: a code cell was edited without rerunning;
 - its full run does not name one clean commit: the sources had uncommitted changes when it
-  started (``-dirty``) or changed while it ran, so no commit reproduces its outputs.
+  started (``-dirty``) or changed while it ran, so no commit reproduces its outputs;
+- its text (or a staged next version's, ``staged/*.md``) shows two glued values with nothing but
+  spaces between them, which a reader takes for one run of numbers.
 
 ``book/provenance.md`` is generated from the notebooks' metadata and must match it, and
 ``book/labels.md`` from the label tags (:mod:`gmlm_lib.book.labels`).
@@ -47,6 +49,7 @@ def check_pair(md: Path, ipynb: Path) -> list[str]:
                         f"between {md.name} and {ipynb.name}; run `make sync`.")
     if sources.markdown_cells(text) != sources.markdown_cells(nb):
         problems.append(f"{name}: the markdown cells of {md.name} and {ipynb.name} differ; run `make sync`.")
+    problems += adjacent_glue_problems(name, text)
     missing = sorted(sources.glue_references(text) - set(sources.glued_values(nb)))
     if missing and nb.metadata.get("gmlm"):
         problems.append(f"{name}: its text shows glued values that its run did not glue: {missing}; glue them in "
@@ -72,6 +75,17 @@ def check_pair(md: Path, ipynb: Path) -> list[str]:
                         f"{short(rec['gmlm_lib_commit'])}, ended at {short(rec['gmlm_lib_commit_at_finish'])}); "
                         f"rerun `make full NB={name}` and leave the tree alone until it ends.")
     return problems
+
+
+def adjacent_glue_problems(name: str, text) -> list[str]:
+    """A problem when the markdown of ``text`` (a chapter's text notebook) shows two glued values with
+    nothing between them (:func:`gmlm_lib.book.sources.adjacent_glue`)."""
+    pairs = sources.adjacent_glue(text)
+    if not pairs:
+        return []
+    shown = ", ".join(f"{a} {b}" for a, b in pairs)
+    return [f"{name}: its text shows glued values side by side with nothing between them ({shown}): a reader "
+            f"sees one run of numbers; put a comma or a word between them (then `make sync`)."]
 
 
 def _minute(stamp: str) -> str:
@@ -284,6 +298,8 @@ def check_all(root: Path) -> list[str]:
     for md in sorted((root / "notebooks").glob("*.md")):
         if md.stem not in chapters:
             problems.append(f"{md.stem}: notebooks/{md.name} is not listed in _toc.yml.")
+    for md in sorted((root / "staged").glob("*.md")):  # the next versions of chapters, run by make gpu-run
+        problems += adjacent_glue_problems(f"staged/{md.name}", sources.read_text_notebook(md))
     page = root / PROVENANCE_PAGE
     if not page.is_file() or page.read_text() != provenance_page(root):
         problems.append(f"{PROVENANCE_PAGE} does not match the notebooks' metadata; run `make provenance`.")

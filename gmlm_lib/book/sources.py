@@ -124,6 +124,19 @@ def glue_references(nb) -> set[str]:
     return names
 
 
+# a glue role, then (looked ahead, so that three in a row give two pairs) nothing but spaces and bold marks
+# before the next one
+_GLUE_PAIR = re.compile(r"\{glue(?::[a-z]+)?\}`([A-Za-z_][A-Za-z0-9_]*)[^`]*`"
+                        r"(?=\**\s+\**\{glue(?::[a-z]+)?\}`([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def adjacent_glue(nb) -> list[tuple[str, str]]:
+    """The pairs of glued values that the notebook's markdown shows with nothing but spaces (or bold
+    marks) between them, in order: a reader sees "at T = 10 35.1" as one run of numbers, where a comma
+    or a word says which is which."""
+    return [m.groups() for text in markdown_cells(nb) for m in _GLUE_PAIR.finditer(text)]
+
+
 GLUE_RECORD = "application/papermill.record/text/plain"
 """The MIME type under which ``myst_nb.glue`` keeps a glued value's text."""
 
