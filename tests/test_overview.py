@@ -20,6 +20,15 @@ def test_the_committed_page_is_the_one_the_notebooks_give():
     assert "{include} results.md" in (ROOT / "book" / "intro.md").read_text()
 
 
+def test_the_verdict_stands_beside_its_claim():
+    """Second of five columns, so that a phone, which scrolls the table sideways, shows it with the claim."""
+    header, rule, *body = overview.table(ROOT).splitlines()
+    assert [c.strip() for c in header.strip("|").split("|")][:2] == ["Claim", "Verdict"]
+    assert len(body) == len(overview.ROWS)
+    for line in body:
+        assert line.strip("|").split(" | ")[1].strip() in ("**met**", "**missed**", "**not comparable**", "—"), line
+
+
 def test_every_row_names_a_chapter_and_every_verdict_is_one_of_three():
     chapters = sources.toc_notebooks(ROOT)
     for row in overview.ROWS:
