@@ -85,7 +85,7 @@ def adjacent_glue_problems(name: str, text) -> list[str]:
         return []
     shown = ", ".join(f"{a} {b}" for a, b in pairs)
     return [f"{name}: its text shows glued values side by side with nothing between them ({shown}): a reader "
-            f"sees one run of numbers; put a comma or a word between them (then `make sync`)."]
+            "sees one run of numbers; put a comma or a word between them (then `make sync`)."]
 
 
 def _minute(stamp: str) -> str:
