@@ -3,6 +3,7 @@ significance rule, and the PaDIR chapter's findings on small hand-made tables.""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -287,6 +288,20 @@ def test_the_training_table_shows_each_record_and_leaves_a_missing_field_missing
     assert "1.235" in html and "7,600,000" in html and "61.5 s" in html and "1.234567" not in html
     with pytest.raises(ValueError, match="no training record"):
         padir.training_table({})
+
+
+def test_the_settings_table_shows_every_setting_but_the_folders_as_a_reader_reads_it():
+    from gmlm_lib.mt import config
+
+    exp = config.get("multi30k_gpu", dict(latency_sentences=0, test_sentences=50, run_root="/tmp/x", data_dir="/data"))
+    table = padir.settings_table(exp)
+    shown = [f.name for f in dataclasses.fields(exp) if f.name not in padir.SETTINGS_LEFT_OUT]
+    assert list(table.index) == shown and table.index.name == "setting"
+    assert set(padir.SETTINGS_LEFT_OUT) == {"data_dir", "run_root"}
+    assert (table["latency_sentences"], table["test_sentences"]) == ("all", "50")  # 0 sentences: the whole split
+    assert (table["eval_steps"], table["train_files"], table["layers"]) == ("4, 10", "none", str(exp.layers))
+    with pytest.raises(TypeError, match="settings_table: exp must be"):
+        padir.settings_table(dataclasses.asdict(exp))
 
 
 def test_selection_needs_a_validated_model():

@@ -130,6 +130,20 @@ def test_a_column_of_words_and_numbers_shows_its_numbers_with_three_decimals():
     assert cells[1:] == ["not reached", "0.123"]
 
 
+def test_labels_show_words_for_the_names_the_code_reads_a_table_by():
+    """The headers a reader sees, at any column level, escaped; the table keeps its names (and the
+    formats keyed by them); a label for a column the table lacks is refused, naming the columns."""
+    speed = pd.DataFrame({"median_ms": [1.234], "p<x": [0.1]}, index=pd.Index(["AR"], name="system"))
+    cells = _cells(present(speed, formats={"median_ms": "ms"}, labels={"median_ms": "median", "p<x": "p < 0.05"}))
+    assert cells[:3] == ["&nbsp;", "median", "p &lt; 0.05"] and "1.2 ms" in cells and "median_ms" not in cells
+    assert list(speed.columns) == ["median_ms", "p<x"]
+    steps = pd.DataFrame([[1.0, 2.0]], columns=pd.MultiIndex.from_tuples([("word_stutter", "raw"), ("BLEU", "raw")]))
+    cells = _cells(present(steps, labels={"word_stutter": "stutter /100 words", "raw": "PaDIR raw"}))
+    assert cells[:4] == ["stutter /100 words", "BLEU", "PaDIR raw", "PaDIR raw"]
+    with pytest.raises(KeyError, match=r"labels names column 'median'.*\['median_ms', 'p<x'\]"):
+        present(speed, labels={"median": "m"})
+
+
 def test_figure_style_asks_a_notebook_for_retina_pngs_and_nothing_elsewhere(monkeypatch):
     """``set_style``: in IPython the inline backend draws "retina" PNGs, so a figure carries the browser
     check's MIN_DENSITY image pixels per displayed pixel (saved at that multiple of its dpi); outside IPython

@@ -10,6 +10,7 @@ is the book's CSS (``book/_static/book.css``).
 
 from __future__ import annotations
 
+import html
 import math
 import numbers
 import re
@@ -73,7 +74,7 @@ _DECIMALS_IN = re.compile(r"\.(\d+)[fe%]")
 
 
 def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missing: str = "—",
-            formats: dict | None = None, index_digits: int | None = None):
+            formats: dict | None = None, index_digits: int | None = None, labels: dict | None = None):
     """``table`` as a ``Styler`` for display.
 
     ``table`` is a DataFrame, or a Series shown as a one-column table. Every float cell that
@@ -85,7 +86,9 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missi
     minimiser", "baseline"); a dash only when there is nothing to say. ``index_digits`` is the number
     of decimals of a float index and of float column labels (by default as many as their values
     need, at most :data:`MAX_DECIMALS`). A plain 0..N index is hidden; any other index is kept, since
-    it names the rows.
+    it names the rows. ``labels`` maps column labels (of any level) to the headers a reader sees,
+    such as ``{"median_ms": "median"}``: the table keeps the names the code reads it by (and that
+    ``formats`` uses), the page shows words.
     """
     if isinstance(table, pd.Series):
         table = table.to_frame()
@@ -117,19 +120,28 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missi
     for column in shown.columns:
         if column not in formats and pd.api.types.is_float_dtype(shown[column]):
             styler = styler.format(column_format(shown[column].tolist(), digits), subset=[column], na_rep=missing)
+    labels = dict(labels or {})
+    levels = [set(shown.columns.get_level_values(level)) for level in range(shown.columns.nlevels)]
+    unknown = [name for name in labels if not any(name in values for values in levels)]
+    if unknown:
+        raise KeyError(f"labels names column {unknown[0]!r}, which the table does not have; its columns: "
+                       f"{list(shown.columns)}.")
     bare = isinstance(shown.index, pd.RangeIndex) and shown.index.name is None
     if bare:
         styler = styler.hide(axis="index")
-    for axis, labels in (("index", shown.index), ("columns", shown.columns)):
+    for axis, names in (("index", shown.index), ("columns", shown.columns)):
         if axis == "index" and bare:
             continue
-        for level in range(labels.nlevels):  # a float level prints with the decimals it needs
-            values = labels.get_level_values(level)
+        for level in range(names.nlevels):  # a float level prints with the decimals it needs
+            values = names.get_level_values(level)
             floats = pd.api.types.is_float_dtype(values) or (values.dtype == object and len(values) > 0 and all(
                 isinstance(v, float) for v in values))
             if floats:
                 places = index_digits if index_digits is not None else _places(values, MAX_DECIMALS)
                 styler = styler.format_index(precision=places, axis=axis, level=level)
+    for level, values in enumerate(levels):  # a level's words replace its names (after any float level's decimals)
+        if labels.keys() & values:
+            styler = styler.format_index(lambda v: html.escape(str(labels.get(v, v))), axis="columns", level=level)
     return styler
 
 

@@ -32,6 +32,9 @@ from gmlm_lib.mt import decoding, metrics
 
 STATISTICS = ("self_fwd", "self_bwd", "tv", "cos")
 AGGREGATES = ("min", "avg", "max")
+STATISTIC_NAMES = {"self_fwd": "self-attention i → i+1", "self_bwd": "self-attention i+1 → i",
+                   "tv": "cross-attention TV distance", "cos": "cross-attention cosine distance"}
+"""What a reader calls each of ``STATISTICS`` (table rows, figure titles)."""
 
 
 def token_stutter_labels(ids: Sequence[int], ref_ids: Sequence[int]) -> np.ndarray:

@@ -418,3 +418,28 @@ def training_table(records: dict) -> pd.DataFrame:
     rows = {label: {name: rec.get(key, float("nan")) for key, name in TRAINING_COLUMNS.items()}
             for label, rec in records.items()}
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+SETTINGS_LEFT_OUT = ("data_dir", "run_root")
+"""The settings :func:`settings_table` does not show: folders of the machine that ran the chapter."""
+
+
+def settings_table(exp: config.Experiment) -> pd.Series:
+    """The run's :class:`~gmlm_lib.mt.config.Experiment` (after the preset, the overrides and the
+    wall-time budget) as text, one row a setting, so that a reader sees the value of each setting the
+    chapter's text cites (its parameters cell shows ``None`` for those the preset decides): a list
+    joined by commas, an empty list or text as "none", a ``*_sentences`` of 0 as "all". The folders
+    (``data_dir``, ``run_root``) are left out: where this machine kept its files says nothing about
+    the run."""
+    if not isinstance(exp, config.Experiment):
+        raise TypeError(f"settings_table: exp must be a gmlm_lib.mt.config.Experiment; got {type(exp).__name__}.")
+
+    def text(name: str, value) -> str:
+        if name.endswith("_sentences") and value == 0:
+            return "all"
+        shown = ", ".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
+        return shown or "none"
+
+    values = {field.name: text(field.name, getattr(exp, field.name)) for field in dataclasses.fields(exp)
+              if field.name not in SETTINGS_LEFT_OUT}
+    return pd.Series(values, name="value").rename_axis("setting")
