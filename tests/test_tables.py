@@ -142,6 +142,8 @@ def test_labels_show_words_for_the_names_the_code_reads_a_table_by():
     assert cells[:4] == ["stutter /100 words", "BLEU", "PaDIR raw", "PaDIR raw"]
     with pytest.raises(KeyError, match=r"labels names column 'median'.*\['median_ms', 'p<x'\]"):
         present(speed, labels={"median": "m"})
+    widths = pd.DataFrame([[1.0, 2.0, 3.0]], columns=pd.Index([0.5, 0.75, 1.0]))  # a float level keeps its decimals
+    assert _cells(present(widths, labels={1.0: "all"}))[:3] == ["0.50", "0.75", "all"]
 
 
 def test_figure_style_asks_a_notebook_for_retina_pngs_and_nothing_elsewhere(monkeypatch):

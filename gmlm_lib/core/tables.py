@@ -10,6 +10,7 @@ is the book's CSS (``book/_static/book.css``).
 
 from __future__ import annotations
 
+import functools
 import html
 import math
 import numbers
@@ -136,13 +137,21 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missi
             values = names.get_level_values(level)
             floats = pd.api.types.is_float_dtype(values) or (values.dtype == object and len(values) > 0 and all(
                 isinstance(v, float) for v in values))
+            places = None
             if floats:
                 places = index_digits if index_digits is not None else _places(values, MAX_DECIMALS)
                 styler = styler.format_index(precision=places, axis=axis, level=level)
-    for level, values in enumerate(levels):  # a level's words replace its names (after any float level's decimals)
-        if labels.keys() & values:
-            styler = styler.format_index(lambda v: html.escape(str(labels.get(v, v))), axis="columns", level=level)
+            if axis == "columns" and labels.keys() & levels[level]:  # words for the names labels gives
+                styler = styler.format_index(functools.partial(_header, labels, places), axis=axis, level=level)
     return styler
+
+
+def _header(labels: dict, places: int | None, name) -> str:
+    """A column header as :func:`present` shows it: ``labels``' words for ``name``, else ``name`` itself
+    (a float with ``places`` decimals), escaped for HTML."""
+    if name in labels:
+        return html.escape(str(labels[name]))
+    return f"{name:.{places}f}" if places is not None and isinstance(name, numbers.Real) else html.escape(str(name))
 
 
 def _places(values, most: int) -> int:
