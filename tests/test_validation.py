@@ -314,14 +314,20 @@ def test_selection_findings_grade_every_model():
     assert list(table["verdict"]) == ["converged", "still improving", "past its best"]
     found = padir_findings.selection_findings(table, 1000)
     assert found["converged_met"] == "missed" and found["still_improving"] == "PaDIR raw"
-    assert found["ar_selected_step"] == 1000 and found["n_validated"] == 3
+    assert found["ar_selected_step"] == 1000 and found["n_validated"] == 3 and found["ar_verdict"] == "converged"
     table = padir_findings.selection({"AR": curves["AR"], "PaDIR distilled": curves["PaDIR distilled"]})
     found = padir_findings.selection_findings(table, 1000)
     assert found["converged_met"] == "met" and found["still_improving"] == "none"
     none = padir_findings.selection_findings(None, 300)
     assert none["converged_met"] == "not measured" and none["ar_selected_step"] == 300
+    assert none["ar_verdict"] == "not measured"
     early = padir_findings.selection({"AR": ([(500, 1.9), (1000, 1.99)], 1000)})  # the teacher kept at 500
-    assert padir_findings.selection_findings(early, 1000)["ar_selected_step"] == 500
+    found = padir_findings.selection_findings(early, 1000)
+    assert found["ar_selected_step"] == 500 and found["ar_verdict"] == "past its best"
+    rising = padir_findings.selection({"AR": ([(500, 2.0), (1000, 1.5)], 1000), "PaDIR raw": curves["AR"]})
+    assert padir_findings.selection_findings(rising, 1000)["ar_verdict"] == "still improving"
+    no_teacher = padir_findings.selection({"PaDIR raw": curves["PaDIR raw"]})
+    assert padir_findings.selection_findings(no_teacher, 1000)["ar_verdict"] == "not measured"
 
 
 # --- the pipeline ------------------------------------------------------------------------------------

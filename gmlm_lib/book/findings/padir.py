@@ -250,15 +250,18 @@ def selection_findings(table: pd.DataFrame | None, ar_updates: int) -> dict:
     """The glued words of :func:`selection`'s table: ``converged_met`` ("met" when no model reads
     "still improving", "missed" otherwise, "not measured" without a val split: ``table`` ``None``),
     ``still_improving`` (those that do not, listed; "none"), ``n_validated``, and the AR teacher's
-    ``ar_selected_step`` of its ``ar_updates`` (the last one without a val split)."""
+    ``ar_selected_step`` of its ``ar_updates`` (the last one without a val split) and ``ar_verdict``, how
+    its training ended (:func:`convergence`'s verdict; "not measured" without a val split): the box reads
+    the AR BLEU target beside it, since a teacher still improving was stopped before its best."""
     out = dict(target_converged_gain=CONVERGED_GAIN, converged_tail=TAIL, ar_updates=int(ar_updates))
     if table is None or table.empty:
         return dict(out, converged_met="not measured", still_improving="not measured", n_validated=0,
-                    ar_selected_step=int(ar_updates))
+                    ar_selected_step=int(ar_updates), ar_verdict="not measured")
     still = [label for label, v in table["verdict"].items() if v == "still improving"]
     selected = int(table.loc["AR", "selected_step"]) if "AR" in table.index else int(ar_updates)
+    verdict = str(table.loc["AR", "verdict"]) if "AR" in table.index else "not measured"
     return dict(out, converged_met=grade(len(still), 0, at_least=False), still_improving=listed(still),
-                n_validated=len(table), ar_selected_step=selected)
+                n_validated=len(table), ar_selected_step=selected, ar_verdict=verdict)
 
 
 def findings(quality: pd.DataFrame, speed: pd.DataFrame, cost: pd.DataFrame, *, eval_steps, eval_hyps: int,
