@@ -22,7 +22,7 @@ def test_the_committed_page_is_the_one_the_notebooks_give():
 
 def test_the_verdict_stands_beside_its_claim():
     """Second of five columns, so that a phone, which scrolls the table sideways, shows it with the claim."""
-    header, rule, *body = overview.table(ROOT).splitlines()
+    header, _, *body = overview.table(ROOT).splitlines()
     assert [c.strip() for c in header.strip("|").split("|")][:2] == ["Claim", "Verdict"]
     assert len(body) == len(overview.ROWS)
     for line in body:
