@@ -61,7 +61,7 @@ def test_a_column_keeps_its_decimals_and_never_shows_more_than_four():
                        "mixed": [1411.006051, 7.69], "small": [0.5, 0.00004], "p": [0.0004, 0.2],
                        "bleu": [27.7834, 24.06]})
     cells = _cells(present(df, formats={"p": "p", "bleu": "bleu", "small": "{:.3f}"}))
-    assert cells[len(df.columns):] == ["1.00", "3.12e-03", "13518", "1411.01", "0.500", "&lt; 0.001", "27.8",
+    assert cells[len(df.columns):] == ["1.00", "3.12e-03", "13,518", "1,411.01", "0.500", "&lt; 0.001", "27.8",
                                        "1.00", "7.00e-04", "20", "7.69", "0.000", "0.200", "24.1"]
     assert all(not re.search(r"\d\.\d{5,}", c) for c in cells)
     assert _cells(present(pd.DataFrame({"x": [0.5, 0.00004]}), digits=3))[1:] == ["0.500", "4.0e-05"]
@@ -71,7 +71,7 @@ def test_a_column_keeps_its_decimals_and_never_shows_more_than_four():
 def test_large_values_get_no_decimals_and_a_label_never_more_than_four():
     """Three significant digits of a column whose smallest value has four integer digits leave no decimals;
     a float label exact at five decimals is shown with four (at most :data:`MAX_DECIMALS`)."""
-    assert _cells(present(pd.DataFrame({"x": [1411.006051, 2500.7]})))[1:] == ["1411", "2501"]
+    assert _cells(present(pd.DataFrame({"x": [1411.006051, 2500.7]})))[1:] == ["1,411", "2,501"]
     cells = _cells(present(pd.DataFrame({"x": [1.0, 2.0]}, index=pd.Index([0.12345, 0.5], name="J"))))
     assert "0.5000" in cells and not any(re.search(r"\d\.\d{5,}", c) for c in cells)
 
@@ -169,3 +169,20 @@ def test_figure_style_asks_a_notebook_for_retina_pngs_and_nothing_elsewhere(monk
         cycle = [mpl.colors.to_hex(c["color"]) for c in mpl.rcParams["axes.prop_cycle"]]
         assert cycle[:7] == [mpl.colors.to_hex(c) for c in sns.color_palette(plotting.PALETTE, 7)]
     assert len(plotting.colors(7)) == 7
+
+
+def test_digits_are_grouped_by_thousands_in_every_kind_of_cell():
+    """A reader counts the digits of 106566672: floats under the column rule, integers, the named formats
+    of times and ratios and a column_format passed by hand all group them; NaN is still the missing word,
+    small values and scientific notation are untouched, and ``thousands=False`` leaves the digits as they are."""
+    df = pd.DataFrame({"TFLOP": [2593.4, 13518.0, np.nan], "updates": [106566672, 2640, 3],
+                       "latency": [1234.56, 3.2, 0.5], "speed-up": [1019.2, 1.5, 2.0], "tiny": [0.0046, 0.0091, 1e-5]})
+    cells = _cells(present(df, formats={"latency": "ms", "speed-up": "ratio"}, missing="none"))[len(df.columns):]
+    assert cells == ["2,593", "106,566,672", "1,234.6 ms", "1,019.20x", "4.60e-03",
+                     "13,518", "2,640", "3.2 ms", "1.50x", "9.10e-03",
+                     "none", "3", "0.5 ms", "2.00x", "1.00e-05"]
+    small = [0.0046, 0.0091]
+    assert [column_format(small)(v) for v in small] == ["0.0046", "0.0091"]
+    assert column_format([1411.006, 2500.7], digits=1)(1411.006) == "1,411.0"
+    assert column_format([1411.006, 2500.7], thousands=False)(2500.7) == "2501"
+    assert column_format([2e6, 3e6])(2e6) == "2.00e+06"

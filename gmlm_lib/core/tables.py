@@ -3,8 +3,9 @@
 Why: pandas' ``Styler`` writes bare ``<table>`` markup, a float index prints as ``0.500000``, a
 0..N index means nothing to a reader, and a missing value printed as ``nan`` does not say why it
 is missing. Numbers get one rule (:func:`column_format`): a column's decimals are fixed, three
-significant digits of its smallest value and never more than :data:`MAX_DECIMALS`, and a value
-too small for them is written in scientific notation, never as ``0.000``. The spacing of the cells
+significant digits of its smallest value and never more than :data:`MAX_DECIMALS`, a value
+too small for them is written in scientific notation, never as ``0.000``, and digits are grouped
+by thousands (``106,566,672``, not ``106566672``), integers too. The spacing of the cells
 is the book's CSS (``book/_static/book.css``).
 """
 
@@ -32,24 +33,25 @@ def _p_value(v: float) -> str:
 FORMATS = {
     "bleu": "{:.1f}",
     "p": _p_value,
-    "ms": "{:.1f} ms",
-    "s": "{:.1f} s",
-    "min": "{:.1f} min",
+    "ms": "{:,.1f} ms",
+    "s": "{:,.1f} s",
+    "min": "{:,.1f} min",
     "count": "{:,.0f}",
-    "ratio": "{:.2f}x",
+    "ratio": "{:,.2f}x",
     "sci": "{:.1e}",
 }
 """Named formats of the book's quantities, usable as values of :func:`present`'s ``formats``: BLEU with
-one decimal, p-values with three (``< 0.001`` below), times with their unit, counts with thousands
-separators, ratios as ``1.23x``, and scientific notation with two significant digits."""
+one decimal, p-values with three (``< 0.001`` below), times with their unit, counts, ratios as ``1.23x``
+(these three with thousands separators), and scientific notation with two significant digits."""
 
 
-def column_format(values, digits: int | None = None):
+def column_format(values, digits: int | None = None, *, thousands: bool = True):
     """The formatter of one float column: ``digits`` decimals, or (``None``) the decimals that show
     three significant digits of the smallest magnitude among its finite non-zero values, at most
     :data:`MAX_DECIMALS` (none when every value is a whole number); a column whose smallest value is
     below 1e-3 or at least 1e6 is in scientific notation. A non-zero value that the decimals would
-    show as zero is written in scientific notation."""
+    show as zero is written in scientific notation. ``thousands``: digits grouped by commas
+    (``2,593.4``; a reader counts the digits of ``106566672``), as :func:`present` shows them."""
     finite = np.abs(np.asarray([v for v in values if isinstance(v, numbers.Real) and math.isfinite(v) and v != 0],
                                dtype=float))
     if digits is None:
@@ -63,10 +65,12 @@ def column_format(values, digits: int | None = None):
             if all(float(v).is_integer() for v in finite):
                 digits = 0
 
+    group = "," if thousands else ""
+
     def fmt(v):
         if v != 0 and abs(v) < 0.5 * 10.0 ** -digits:
             return f"{v:.1e}"
-        return f"{v:.{digits}f}"
+        return f"{v:{group}.{digits}f}"
 
     return fmt
 
@@ -106,7 +110,7 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missi
             shown[column] = values.astype(float)
     numeric = shown.select_dtypes("number").columns
     shown[numeric] = shown[numeric].where(~shown[numeric].isin([float("inf"), float("-inf")]))
-    styler = shown.style.format(precision=digits if digits is not None else 3, na_rep=missing, thousands=None)
+    styler = shown.style.format(precision=digits if digits is not None else 3, na_rep=missing, thousands=",")
     formats = dict(formats or {})
     for column, fmt in formats.items():
         if column not in shown.columns:
