@@ -4,6 +4,7 @@ values, every verdict met / missed / not comparable, checked against the committ
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,25 @@ def test_the_committed_page_is_the_one_the_notebooks_give():
     assert "{include} results.md" in (ROOT / "book" / "intro.md").read_text()
 
 
+def test_on_a_phone_each_cell_of_a_card_opens_with_its_headers_words():
+    """The phone layout hides the header row, so book.css names each cell after the claim with its header's
+    words: the same words, in the same order, as overview.COLUMNS (a renamed header renames its card label),
+    inside the media query for phones and for the container class the page uses."""
+    css = (ROOT / "book" / "_static" / "book.css").read_text()
+    start = css.index(f".{overview.CSS_CLASS} table")
+    query = css.rfind("@media", 0, start)
+    assert re.match(r"@media \(max-width: 576px\)", css[query:]), "the cards are for phones only"
+    labels = dict(re.findall(rf"\.{overview.CSS_CLASS} td:nth-child\((\d)\)::before \{{\s*content: \"([^\"]*)\";", css))
+    shown = {int(n): re.sub(r"\\2019", "'", text) for n, text in labels.items()}
+    assert shown == {n: f"{overview.COLUMNS[n - 1]}: " for n in range(2, len(overview.COLUMNS) + 1)}, shown
+
+
 def test_the_verdict_stands_beside_its_claim():
-    """Second of five columns, so that a phone, which scrolls the table sideways, shows it with the claim."""
-    header, _, *body = overview.table(ROOT).splitlines()
-    assert [c.strip() for c in header.strip("|").split("|")][:2] == ["Claim", "Verdict"]
+    """Second of five columns, beside the claim, in a container of the class the phone layout reads."""
+    opening, header, _, *body, closing = overview.table(ROOT).splitlines()
+    assert (opening, closing) == (f":::{{container}} {overview.CSS_CLASS}", ":::")
+    assert [c.strip() for c in header.strip("|").split("|")] == list(overview.COLUMNS)
+    assert overview.COLUMNS[:2] == ("Claim", "Verdict")
     assert len(body) == len(overview.ROWS)
     for line in body:
         assert line.strip("|").split(" | ")[1].strip() in ("**met**", "**missed**", "**not comparable**", "—"), line

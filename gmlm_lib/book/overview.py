@@ -169,12 +169,22 @@ def rows(root: Path) -> list[tuple[Row, str, str, str, str]]:
     return out
 
 
+COLUMNS = ("Claim", "Verdict", "The paper", "This book's last run", "Hardware")
+"""The overview table's headers. On a phone (``book/_static/book.css``, class :data:`CSS_CLASS`) each row
+is a card whose cells after the first open with these words, since the header row is not shown there."""
+CSS_CLASS = "gmlm-overview"
+"""The class of the container around the overview table, which the book's CSS lays out as cards on a phone."""
+
+
 def table(root: Path) -> str:
-    """The overview table (markdown) from the chapters' committed notebooks. The verdict comes second, beside
-    its claim: on a phone the table scrolls sideways and its first two columns are what shows."""
-    lines = ["| Claim | Verdict | The paper | This book's last run | Hardware |", "| --- | --- | --- | --- | --- |"]
+    """The overview table (markdown, in a container of class :data:`CSS_CLASS`) from the chapters' committed
+    notebooks. The verdict comes second, beside its claim. On a phone a five-column table is five narrow
+    columns of tall rows that scroll sideways, so there each row is a card instead: the claim, then each
+    other cell on its own line after its header's words."""
+    lines = [f":::{{container}} {CSS_CLASS}", "| " + " | ".join(COLUMNS) + " |",
+             "| " + " | ".join("---" for _ in COLUMNS) + " |"]
     lines += [f"| {where} | {verdict} | {row.paper} | {ours} | {hw} |" for row, where, ours, hw, verdict in rows(root)]
-    return "\n".join(lines)
+    return "\n".join(lines + [":::"])
 
 
 def page(root: Path) -> str:
@@ -242,5 +252,5 @@ def problems(root: Path) -> list[str]:
     return out
 
 
-__all__ = ["PAGE", "AGREEMENT", "ROWS", "Row", "glued", "hardware", "rows", "table", "page", "agreement",
-           "agreement_page", "write_page", "problems"]
+__all__ = ["PAGE", "AGREEMENT", "ROWS", "Row", "COLUMNS", "CSS_CLASS", "glued", "hardware", "rows", "table", "page",
+           "agreement", "agreement_page", "write_page", "problems"]
