@@ -173,8 +173,8 @@ def test_figure_style_asks_a_notebook_for_retina_pngs_and_nothing_elsewhere(monk
 
 def test_digits_are_grouped_by_thousands_in_every_kind_of_cell():
     """A reader counts the digits of 106566672: floats under the column rule, integers, and the named formats
-    of times and ratios all group them, as does column_format alone; NaN is still the missing word, small
-    values and scientific notation are untouched, and ``thousands=False`` leaves the digits as they are."""
+    of times and ratios all group them, as does column_format alone; NaN is still the missing word, and small
+    values and scientific notation are untouched."""
     df = pd.DataFrame({"TFLOP": [2593.4, 13518.0, np.nan], "updates": [106566672, 2640, 3],
                        "latency": [1234.56, 3.2, 0.5], "speed-up": [1019.2, 1.5, 2.0], "tiny": [0.0046, 0.0091, 1e-5]})
     cells = _cells(present(df, formats={"latency": "ms", "speed-up": "ratio"}, missing="none"))[len(df.columns):]
@@ -184,5 +184,4 @@ def test_digits_are_grouped_by_thousands_in_every_kind_of_cell():
     small = [0.0046, 0.0091]
     assert [column_format(small)(v) for v in small] == ["0.0046", "0.0091"]
     assert column_format([1411.006, 2500.7], digits=1)(1411.006) == "1,411.0"
-    assert column_format([1411.006, 2500.7], thousands=False)(2500.7) == "2501"
     assert column_format([2e6, 3e6])(2e6) == "2.00e+06"

@@ -45,13 +45,13 @@ one decimal, p-values with three (``< 0.001`` below), times with their unit, cou
 (these three with thousands separators), and scientific notation with two significant digits."""
 
 
-def column_format(values, digits: int | None = None, *, thousands: bool = True):
+def column_format(values, digits: int | None = None):
     """The formatter of one float column: ``digits`` decimals, or (``None``) the decimals that show
     three significant digits of the smallest magnitude among its finite non-zero values, at most
     :data:`MAX_DECIMALS` (none when every value is a whole number); a column whose smallest value is
     below 1e-3 or at least 1e6 is in scientific notation. A non-zero value that the decimals would
-    show as zero is written in scientific notation. ``thousands``: digits grouped by commas
-    (``2,593.4``; a reader counts the digits of ``106566672``), as :func:`present` shows them."""
+    show as zero is written in scientific notation. Digits are grouped by thousands (``2,593.4``: a
+    reader would have to count the digits of ``106566672``)."""
     finite = np.abs(np.asarray([v for v in values if isinstance(v, numbers.Real) and math.isfinite(v) and v != 0],
                                dtype=float))
     if digits is None:
@@ -65,12 +65,10 @@ def column_format(values, digits: int | None = None, *, thousands: bool = True):
             if all(float(v).is_integer() for v in finite):
                 digits = 0
 
-    group = "," if thousands else ""
-
     def fmt(v):
         if v != 0 and abs(v) < 0.5 * 10.0 ** -digits:
             return f"{v:.1e}"
-        return f"{v:{group}.{digits}f}"
+        return f"{v:,.{digits}f}"
 
     return fmt
 
