@@ -159,20 +159,22 @@ def test_glued_counts_show_thousands_separators(name):
             f"{path.relative_to(ROOT)}: write {{glue:text}}`name:,` for {unformatted_counts(values, markdown)}"
 
 
-@pytest.mark.parametrize("name", CHAPTERS)
-def test_every_exercise_has_one_solution_that_runs_code(name):
-    """Exercises (sphinx-exercise) each have exactly one gated solution, closed before the
-    next one opens, with at least one code cell inside it: the answer is computed, not typed."""
+def _exercises(path):
+    """The labels of a chapter source's exercises, after checking that each has exactly one gated
+    solution, closed before the next one opens, with at least one code cell inside it."""
     import re
 
-    nb = sources.read_text_notebook(ROOT / "notebooks" / f"{name}.md")
+    name = path.relative_to(ROOT)
+    nb = sources.read_text_notebook(path)
     exercises, starts, code_cells, current = [], {}, {}, None
     for cell in nb.cells:
         if cell.cell_type == "code":
             if current is not None:
                 code_cells[current] = code_cells.get(current, 0) + 1
             continue
-        events = r"^:::\{exercise\}\n:label: (?P<exercise>\S+)$|^```\{solution-start\} (?P<start>\S+)$|^```\{solution-(?P<end>end)\}$"
+        # an exercise fenced either way (``:::`` or backticks), so that neither form escapes the check
+        events = (r"^(?::::|```)\{exercise\}\n:label: (?P<exercise>\S+)$|^```\{solution-start\} (?P<start>\S+)$"
+                  r"|^```\{solution-(?P<end>end)\}$")
         for event in re.finditer(events, cell.source, flags=re.M):  # in the order they appear
             if event["exercise"]:
                 exercises.append(event["exercise"])
@@ -188,6 +190,23 @@ def test_every_exercise_has_one_solution_that_runs_code(name):
     for label in exercises:
         assert starts.get(label, 0) == 1, f"{name}: exercise {label} has {starts.get(label, 0)} solutions"
         assert code_cells.get(label, 0) >= 1, f"{name}: the solution of {label} runs no code"
+    return exercises
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_every_exercise_has_one_solution_that_runs_code(name):
+    """Exercises (sphinx-exercise) each have exactly one gated solution, closed before the next one
+    opens, with at least one code cell inside it: the answer is computed, not typed. Checked in the
+    source the chapter's next run executes (a staged chapter's committed notebook is the GPU run's, and
+    its next run replaces it)."""
+    _exercises(_next_source(name))
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_every_chapter_sets_exercises(name):
+    """Every chapter closes with exercises, as the book's chapter shape asks (docs/conventions: claim,
+    statement, computation, figures, exercises), in the source its next run executes."""
+    assert _exercises(_next_source(name)), f"{_next_source(name).relative_to(ROOT)} sets no exercise"
 
 
 def test_citation_file_names_the_paper_as_the_bibliography_does():

@@ -182,3 +182,61 @@ def test_the_two_frontiers_agree_when_both_targets_say_the_same(ising, translati
 def test_frontiers_agree_takes_graded_targets_only():
     with pytest.raises(ValueError, match="translation_target must be 'met' or 'missed'"):
         F.frontiers_agree("met", "not comparable")
+
+
+# --- the exercises ---------------------------------------------------------------------------------------
+
+def test_the_delta_grid_runs_from_the_exact_graph_to_no_graph():
+    grid = F.delta_grid([0.1, -0.4, 0.2, 0.3])
+    assert grid[0] == 0.0 and grid[1:4] == pytest.approx([0.175, 0.25, 0.325]) and grid[-1] > 0.4
+    assert grid[-1] == pytest.approx(0.4, abs=1e-15)  # the next float above the largest |J_ij|
+    assert F.delta_grid([0.5, 0.5]) == [0.0, 0.5, F.delta_grid([0.5])[-1]]  # repeats dropped
+    with pytest.raises(ValueError, match="couplings"):
+        F.delta_grid([])
+
+
+def _sweep():
+    rows = [(0.0, 0.1, 4.0, 0.010), (0.0, 1.0, 2.0, 0.200), (0.2, 0.1, 3.0, 0.012), (0.2, 1.0, 2.0, 0.150),
+            (0.5, 0.1, 1.0, 0.300), (0.5, 1.0, 1.0, 0.300)]
+    return pd.DataFrame(rows, columns=["delta", "gamma", "passes", "kl"])
+
+
+def test_the_best_threshold_at_each_budget():
+    table = F.delta_by_budget(_sweep(), [1, 2, 4])
+    assert list(table.index) == [0.0, 0.2, 0.5]
+    assert table.loc[0.0].tolist() == [math.inf, 0.2, 0.01] and table.loc[0.2].tolist() == [math.inf, 0.15, 0.012]
+    found = F.delta_findings(table)
+    assert found["ex_delta_best"] == "1 passes: 0.5; 2 passes: 0.2; 4 passes: 0"
+    assert (found["ex_delta_exact_best"], found["ex_delta_budgets"]) == (1, 3)
+    tie = _sweep()
+    tie.loc[3, "kl"] = 0.2 + 1e-13  # within the rounding floor of the exact graph's: both best
+    assert "2 passes: 0, 0.2" in F.delta_findings(F.delta_by_budget(tie, [2]))["ex_delta_best"]
+    none = F.delta_findings(F.delta_by_budget(_sweep(), [0.5]))
+    assert none["ex_delta_best"] == "0.5 passes: none fits" and none["ex_delta_exact_best"] == 0
+    with pytest.raises(ValueError, match="delta = 0"):
+        F.delta_findings(table.drop(index=0.0))
+
+
+def _records(tc, mass=None):
+    tc = [float(v) for v in tc]
+    mass = [1.0] * len(tc) if mass is None else mass
+    return {"pass": [1] * len(tc), "size": [2] * len(tc), "mass": mass, "total_correlation": tc,
+            "charge": [2 * v for v in tc]}
+
+
+def test_pass_errors_against_gamma_by_a_hair():
+    at = F.pass_errors(_records([0.05, 0.1, 0.0]), 0.1)
+    assert at["holds"] and at["largest_over_gamma"] == pytest.approx(1.0) and at["passes"] == 3.0
+    assert at["mean"] == pytest.approx(0.05) and at["mean_charge"] == pytest.approx(0.1)
+    assert not F.pass_errors(_records([0.1 + 2e-12]), 0.1)["holds"]
+    # a batch the decoder never draws (mass 0) does not count as its largest error
+    assert F.pass_errors(_records([0.05, 9.0], mass=[1.0, 0.0]), 0.1)["largest"] == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="gamma"):
+        F.pass_errors(_records([0.05]), 0.0)
+    table = pd.DataFrame([dict(rule="entropy", **F.pass_errors(_records([0.05]), 0.1)),
+                          dict(rule="entropy", **F.pass_errors(_records([0.02]), 0.05)),
+                          dict(rule="dependency", **F.pass_errors(_records([0.3]), 0.2))])
+    found = F.pass_error_findings(table)
+    assert found["ex_tc_holds"] == "not everywhere: dependency at gamma = 0.2"
+    assert found["ex_tc_entropy_largest"] == pytest.approx(0.5) and found["ex_tc_dependency_mean"] == pytest.approx(1.5)
+    assert F.pass_error_findings(table.iloc[:2])["ex_tc_holds"] == "on every path of every setting"

@@ -171,6 +171,13 @@ def test_glue_stores_the_value_through_myst_nb(monkeypatch):
     monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: stored.append((name, value, display)))
     assert glue.glue("gap", 0.5) is None and glue.glue("table", "x", display=True) is None
     assert stored == [("gap", 0.5, False), ("table", "x", True)]
+    import numpy as np
+
+    glue.glue("d", np.float64(-0.25))
+    glue.glue("n", np.int64(3))
+    glue.glue("a", np.zeros(2))  # an array is stored as it is
+    assert [(name, type(value)) for name, value, _ in stored[2:]] == [("d", float), ("n", int), ("a", np.ndarray)]
+    assert stored[2][1] == -0.25 and stored[3][1] == 3
 
 
 @pytest.mark.parametrize("name", [("threshold", 4), "", None])

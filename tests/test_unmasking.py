@@ -440,3 +440,90 @@ def test_select_with_gives_the_rules_own_selection_and_refuses_a_rule_without_a_
     for name in ("top_k", "dilated", "dependency"):
         with pytest.raises(ValueError, match="select_with takes a rule with a real parameter"):
             unmasking.select_with(name)
+
+
+# --- The error of every pass (batch_correlations) ------------------------------------------------
+
+
+def _reference_batches(model, name, param, strong=None):
+    """(pass, |A|, mass, total correlation of x_A given x_U, entropy charge) of every batch, by the
+    recursion of _reference over partial states, the conditional law of x_A summed from the joint."""
+    n = model.n
+    states = [tuple(int(v) for v in s) for s in np.asarray(ising.enumerate_states(n))]
+    p = dict(zip(states, np.asarray(ising.probabilities(model)).tolist()))
+    J = np.asarray(model.J).tolist()
+    records = []
+
+    def h(qs):
+        return -sum(q * math.log(q) for q in qs if q > 0)
+
+    def walk(x, mass, t):
+        if 0 not in x:
+            return
+        pu = _conditionals(p, x)
+        options = _ref_choose(name, param, x, pu, t, n, J)
+        agree = {s: w for s, w in p.items() if all(v == 0 or v == s[i] for i, v in enumerate(x))}
+        z = sum(agree.values())
+        for A in options:
+            A = sorted(A)
+            law = {}
+            for s, w in agree.items():
+                law[tuple(s[i] for i in A)] = law.get(tuple(s[i] for i in A), 0.0) + w / z
+            marginal = [h([pu[i], 1 - pu[i]]) for i in A]
+            records.append((t + 1, len(A), mass / len(options), sum(marginal) - h(law.values()),
+                            sum(marginal) - max(marginal)))
+            for vals in itertools.product((-1, 1), repeat=len(A)):
+                w = mass / len(options)
+                y = list(x)
+                for i, v in zip(A, vals):
+                    w *= pu[i] if v == 1 else 1 - pu[i]
+                    y[i] = v
+                walk(tuple(y), w, t + 1)
+
+    walk((0,) * n, 1.0, 0)
+    return np.asarray(records)
+
+
+@pytest.mark.parametrize("name,param", [("random", 2), ("top_k", 1), ("threshold", 0.7), ("entropy", 0.05),
+                                        ("entropy", 1.0), ("dilated", 4), ("dependency", 0.3)])
+def test_the_error_of_every_pass_matches_brute_force(strong_model, name, param):
+    """Per pass: the chance the decoder runs it, the expected and the largest total correlation of its
+    batch, and the expected charge, against the plain recursion over partial states."""
+    got = um.batch_correlations(strong_model, _rule(name, param, strong_model))
+    ref = _reference_batches(strong_model, name, param)
+    assert sorted(set(got["pass"].tolist())) == sorted(set(ref[:, 0].astype(int).tolist()))
+    for t in set(got["pass"].tolist()):
+        mine, theirs = got["pass"] == t, ref[:, 0] == t
+        mass, tc, charge = got["mass"][mine], got["total_correlation"][mine], got["charge"][mine]
+        assert mass.sum() == pytest.approx(ref[theirs, 2].sum(), abs=1e-12)
+        assert mass @ tc == pytest.approx(ref[theirs, 2] @ ref[theirs, 3], abs=1e-12)
+        assert mass @ charge == pytest.approx(ref[theirs, 2] @ ref[theirs, 4], abs=1e-12)
+        assert tc.max() == pytest.approx(ref[theirs, 3].max(), abs=1e-12)
+        assert mass @ got["size"][mine] == pytest.approx(ref[theirs, 2] @ ref[theirs, 1], abs=1e-12)
+    # each pass runs as often as the decoder needs at least that many passes
+    tail = np.cumsum(um.exact_law(strong_model, _rule(name, param, strong_model)).pass_law[::-1])[::-1]
+    for t in set(got["pass"].tolist()):
+        assert got["mass"][got["pass"] == t].sum() == pytest.approx(tail[t], abs=1e-12)
+
+
+def test_one_pass_over_everything_costs_the_total_correlation_and_one_at_a_time_nothing(strong_model):
+    once = um.batch_correlations(strong_model, um.top_k(N, 1))
+    assert once["total_correlation"] == pytest.approx([um.exact_law(strong_model, um.top_k(N, 1)).kl], abs=1e-12)
+    alone = um.batch_correlations(strong_model, um.top_k(N, N))
+    assert np.all(alone["size"] == 1) and np.all(alone["total_correlation"] == 0.0) and np.all(alone["charge"] == 0.0)
+
+
+@pytest.mark.parametrize("gamma", [0.02, 0.1, 0.5, 2.0])
+def test_each_pass_of_the_entropy_bound_and_of_ours_on_the_exact_graph_errs_at_most_gamma(strong_model, gamma):
+    """EB-Sampler keeps every batch's charge at most gamma, and the charge bounds the batch's error; our
+    rule charges each group of dependent positions apart and, on the exact graph (J_ij != 0), still
+    bounds every pass's error by gamma (the Markov property), with larger batches."""
+    eb = um.batch_correlations(strong_model, um.entropy_bound(N, gamma))
+    assert np.all(eb["total_correlation"] <= eb["charge"] + 1e-12) and np.all(eb["charge"] <= gamma + 1e-12)
+    free = ising.ising_model(np.array([[0.0, 1.2, 0.0, 0.0], [1.2, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, -1.0],
+                                       [0.0, 0.0, -1.0, 0.0]]), np.array([0.4, -0.3, 0.6, 0.1]))
+    ours = um.batch_correlations(free, um.dependency(N, gamma, np.asarray(free.J) != 0))
+    assert np.all(ours["total_correlation"] <= gamma + 1e-12)
+    plain = um.batch_correlations(free, um.entropy_bound(N, gamma))
+    mean_size = {name: r["mass"] @ r["size"] / r["mass"].sum() for name, r in (("ours", ours), ("plain", plain))}
+    assert mean_size["ours"] >= mean_size["plain"] - 1e-12

@@ -338,6 +338,21 @@ def dependency_groups(model: IsingModel, threshold: float) -> list[tuple[int, ..
     return groups
 
 
+def dependency_partitions(model: IsingModel) -> list[tuple[float, list[tuple[int, ...]]]]:
+    """Every distinct grouping :func:`dependency_groups` gives as its threshold rises from 0 (every
+    coupled pair strong) past the largest ``|J_ij|`` (every site alone): ``(threshold, groups)`` at 0 and
+    at each ``|J_ij|`` where the groups change, the smallest threshold of each grouping. The groups only
+    change there: a pair stops being strong when the threshold reaches its ``|J_ij|``."""
+    model = _check_model(model)
+    sizes = np.abs(np.asarray(model.J, dtype=np.float64))[np.triu_indices(model.n, 1)]
+    out: list[tuple[float, list[tuple[int, ...]]]] = []
+    for threshold in [0.0, *sorted(set(float(v) for v in sizes if v > 0))]:
+        groups = dependency_groups(model, threshold)
+        if not out or groups != out[-1][1]:
+            out.append((threshold, groups))
+    return out
+
+
 def dependency_aware(model: IsingModel, threshold: float | None = None, *, groups=None,
                      dtype=jnp.float64) -> Sampler:
     """The dependency-aware parallel sampler (this book's, beyond the paper): sites that depend

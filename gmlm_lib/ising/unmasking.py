@@ -37,9 +37,9 @@ from gmlm_lib.ising.model import IsingModel
 MAX_EXACT_UNMASK_N = 12
 """Largest n for :func:`exact_law`: it visits up to ``3^n`` partial states (531,441 at n = 12)."""
 
-__all__ = ["MAX_EXACT_UNMASK_N", "site_statistics", "ExactLaw", "exact_law", "UnmaskState", "Unmasker", "sampler",
-           "sample", "chi_square_check", "mutual_information_sum", "li_cai_rhs", "li_cai_bound", "families",
-           "STRONG_FAMILIES", "envelope"]
+__all__ = ["MAX_EXACT_UNMASK_N", "site_statistics", "ExactLaw", "exact_law", "batch_correlations", "UnmaskState",
+           "Unmasker", "sampler", "sample", "chi_square_check", "mutual_information_sum", "li_cai_rhs", "li_cai_bound",
+           "families", "STRONG_FAMILIES", "envelope"]
 
 
 def _binary_entropy(p):
@@ -129,13 +129,18 @@ class ExactLaw(NamedTuple):
     max_batch: int
 
 
-def exact_law(model: IsingModel, rule: Rule) -> ExactLaw:
+def exact_law(model: IsingModel, rule: Rule, *, on_batch: Callable | None = None) -> ExactLaw:
     """The exact law of the output of decoding ``model`` with ``rule`` from all-masked, by enumerating
     every reachable partial state pass by pass: pass ``t`` holds, for each unmasked set ``U``, the
     probability of every value of ``x_U``; the rule's choice ``A`` for each value (its
     ``select``, the same function the sampler calls) sends that mass to ``U + A`` times the product of
     the conditionals on ``A``. ``random`` averages over every ``s_t``-subset. float64,
-    ``n <=`` :data:`MAX_EXACT_UNMASK_N`; cost about ``4^n``. A KL below zero by rounding is returned as 0."""
+    ``n <=`` :data:`MAX_EXACT_UNMASK_N`; cost about ``4^n``. A KL below zero by rounding is returned as 0.
+
+    ``on_batch(t, U, A, values, mass)``, when given, is called for every batch the decoder draws with
+    positive probability: pass ``t`` (from 0), the unmasked sites ``U`` and the batch ``A`` (tuples,
+    increasing), ``values`` (R, len(U)) the values of ``x_U`` that choose ``A`` (1 for +1, in the sites'
+    order) and ``mass`` (R,) the decoder's probability of reaching each (:func:`batch_correlations`)."""
     require_x64("gmlm_lib.ising.unmasking.exact_law")
     if not isinstance(rule, Rule):
         raise TypeError(f"rule must be a Rule (make_rule(name, n, param)); got {type(rule).__name__}.")
@@ -189,6 +194,8 @@ def exact_law(model: IsingModel, rule: Rule) -> ExactLaw:
                            for g in range(keys.shape[0])]
             for A, rows, weight in choices:
                 max_batch = max(max_batch, len(A))
+                if on_batch is not None:
+                    on_batch(t, U, A, rows_bits[rows], mass[rows] * weight)
                 new, patterns, w = _spread(mass[rows] * weight, p_full[rows][:, list(A)], U, A, n)
                 idx = _index(rows_bits[rows], U, patterns, A, new)
                 nb = sum(1 << s for s in new)
@@ -202,6 +209,46 @@ def exact_law(model: IsingModel, rule: Rule) -> ExactLaw:
     kl = float(divergences.kl(target, out))
     return ExactLaw(out, float(np.arange(n + 1) @ pass_law), pass_law, target, max(kl, 0.0),
                     float(divergences.tv(out, target)), max_batch)
+
+
+def batch_correlations(model: IsingModel, rule: Rule) -> dict[str, np.ndarray]:
+    """The error of every pass of decoding ``model`` with ``rule``, exactly, path by path: for each batch
+    ``A`` drawn with positive probability after ``x_U`` (:func:`exact_law`'s ``on_batch``), the total
+    correlation of ``x_A`` given ``x_U``, ``sum_{i in A} H(X_i | x_U) - H(X_A | x_U)`` in nats: the KL
+    from the true conditional law of ``x_A`` to the product of its marginals that the pass draws from,
+    so the error of that one pass. Beside it the entropy bound's *charge*
+    ``sum_{i in A} H(X_i | x_U) - max_{i in A} H(X_i | x_U)``, which bounds it from above (``H(X_A | x_U)``
+    is at least its largest marginal entropy): EB-Sampler keeps the charge at most its ``gamma``
+    [Ben-Hamu et al., 2025], so it bounds each pass's error by ``gamma``.
+
+    Returns arrays of one entry a (pass, ``x_U``, ``A``): ``pass`` (from 1), ``size`` (``|A|``), ``mass``
+    (the decoder's probability of that state and batch; summed over a pass, the probability that the
+    decoder runs it), ``total_correlation`` (a rounding below 0 returned as 0) and ``charge``. float64,
+    ``n <=`` :data:`MAX_EXACT_UNMASK_N`."""
+    require_x64("gmlm_lib.ising.unmasking.batch_correlations")
+    marg = _Marginals(_joint(model))
+    out = {k: [] for k in ("pass", "size", "mass", "total_correlation", "charge")}
+
+    def entropies(p: np.ndarray) -> np.ndarray:  # rows of laws -> (R,) entropy, nats
+        return -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0), axis=-1)
+
+    def record(t, U, A, values, mass):
+        sites = tuple(sorted(U + A))
+        table = np.transpose(marg(sites), [sites.index(s) for s in U + A]).reshape(2 ** len(U), 2 ** len(A))
+        index = values @ (1 << np.arange(len(U) - 1, -1, -1)) if U else np.zeros(len(mass), np.int64)
+        rows = table[index]
+        law = rows / rows.sum(axis=1, keepdims=True)  # (R, 2^|A|): x_A given x_U, A's first site most significant
+        cube = law.reshape((-1,) + (2,) * len(A))
+        sites_h = np.stack([entropies(np.moveaxis(cube, k + 1, -1).reshape(len(law), -1, 2).sum(axis=1))
+                            for k in range(len(A))], axis=1)  # (R, |A|): H(X_i | x_U)
+        out["pass"].append(np.full(len(mass), t + 1))
+        out["size"].append(np.full(len(mass), len(A)))
+        out["mass"].append(np.asarray(mass, np.float64))
+        out["total_correlation"].append(np.maximum(sites_h.sum(axis=1) - entropies(law), 0.0))
+        out["charge"].append(sites_h.sum(axis=1) - sites_h.max(axis=1))
+
+    exact_law(model, rule, on_batch=record)
+    return {k: np.concatenate(v) for k, v in out.items()}
 
 
 # --- The same decoder as a sampler ---------------------------------------------------------------

@@ -12,12 +12,13 @@ import dataclasses
 
 import pandas as pd
 
-from gmlm_lib.book.findings.rules import ALPHA, compare, grade, listed
+from gmlm_lib.book.findings.rules import ALPHA, compare, grade, holm, listed
 from gmlm_lib.book.findings.reuse import ReuseParams
 from gmlm_lib.book.validate import count, finite
 
 __all__ = ["ACCELERATOR_SECONDS", "ACCELERATOR_STEPS", "BUDGET_MIN", "CPU_STEPS", "Params", "RESERVED", "STEPS_FLOOR",
-           "VARIANTS", "WORDS", "choice_verdict", "rates", "grid", "budget_text", "steps_findings", "findings"]
+           "VARIANTS", "WORDS", "choice_verdict", "rates", "grid", "budget_text", "steps_findings", "findings",
+           "family", "family_findings", "front", "front_findings"]
 
 BUDGET_MIN = 120.0
 """The chapter's budget: training and evaluation, minutes."""
@@ -137,6 +138,66 @@ def findings(table: pd.DataFrame, cells: pd.DataFrame, *, base_rate: float, vari
     out["choices_supported"] = sum(out[f"{key}_verdict"] == WORDS[-1] for key in ("stage", "pos", "dist")) + \
         (out["unmask_verdict"] == "our numbers agree")
     return {**out, **grid(cells)}
+
+
+# --- the exercises: the table's verdicts as one family, and the decoding settings worth using -----------
+
+def family(table: pd.DataFrame) -> pd.DataFrame:
+    """Exercise ``ex-ablation-family``: every row compared with the baseline, judged together by
+    :func:`~gmlm_lib.book.findings.rules.holm` instead of one at a time. The family is each row with a
+    nonzero BLEU difference (a difference of exactly zero is never significant by the book's rule, so it
+    tests nothing). Holm's table (smallest p first) with the row's ``difference`` (BLEU less the
+    baseline's) and ``call``: "better" or "worse" when significant in the family, "no significant
+    difference" otherwise."""
+    _check(table, ("BLEU", "p vs baseline"))
+    difference = table["BLEU"].drop("baseline") - float(table.loc["baseline", "BLEU"])
+    tested = difference[difference != 0.0]
+    if tested.empty:  # nothing to test: an empty table with the columns
+        return pd.DataFrame(columns=["difference", "p", "threshold", "adjusted", "alone", "holm", "call"])
+    out = holm({name: float(table.loc[name, "p vs baseline"]) for name in tested.index})
+    out.insert(0, "difference", tested.reindex(out.index))
+    out["call"] = ["no significant difference" if not kept else "better" if d > 0 else "worse"
+                   for d, kept in zip(out["difference"], out["holm"])]
+    return out
+
+
+def family_findings(table: pd.DataFrame) -> dict:
+    """The glued values of exercise ``ex-ablation-family`` from :func:`family`'s table: ``ex_family_m`` (tests
+    in the family), ``ex_family_alone`` / ``ex_family_holm`` (how many are significant alone / in the
+    family) and ``ex_family_lost`` (those significant alone but not in the family, listed; "none")."""
+    lost = [name for name, row in table.iterrows() if row["alone"] and not row["holm"]]
+    return dict(ex_family_m=len(table), ex_family_alone=int(table["alone"].sum()),
+                ex_family_holm=int(table["holm"].sum()), ex_family_lost=listed(lost))
+
+
+def front(table: pd.DataFrame, rows, *, quality: str = "BLEU", cost: str = "median ms") -> pd.DataFrame:
+    """Exercise ``ex-ablation-front``: which of ``rows`` (decoding settings of one model) no other of them
+    beats on both counts: higher or equal ``quality`` at lower or equal ``cost``, one of the two strictly
+    (the Pareto front). Returns those rows' ``quality`` and ``cost`` with ``on_front``, cheapest first."""
+    rows = list(rows)
+    _check(table, (quality, cost))
+    unknown = [r for r in rows if r not in table.index]
+    if not rows or unknown:
+        raise ValueError(f"front: rows must name rows of the table; got {rows!r} (unknown: {unknown}).")
+    q, c = table.loc[rows, quality].astype(float), table.loc[rows, cost].astype(float)
+    if not (q.notna().all() and c.notna().all()):
+        raise ValueError(f"front: a {quality!r} or {cost!r} value is missing among {rows}; a front needs both.")
+
+    def beaten(r):
+        return any(q[o] >= q[r] and c[o] <= c[r] and (q[o] > q[r] or c[o] < c[r]) for o in rows if o != r)
+
+    out = pd.DataFrame({quality: q, cost: c, "on_front": [not beaten(r) for r in rows]}, index=rows)
+    return out.sort_values([cost, quality], ascending=[True, False])
+
+
+def front_findings(table: pd.DataFrame) -> dict:
+    """The glued values of exercise ``ex-ablation-front`` from :func:`front`'s table: ``ex_front`` (the rows
+    on the front, cheapest first, listed), ``ex_front_n`` / ``ex_front_of`` (how many, of how many) and
+    ``ex_front_baseline`` ("on" or "off": whether the baseline's own setting is on it; "not compared"
+    when the baseline is not among the rows)."""
+    on = [name for name, flag in table["on_front"].items() if flag]
+    base = "not compared" if "baseline" not in table.index else "on" if table.loc["baseline", "on_front"] else "off"
+    return dict(ex_front=listed(on), ex_front_n=len(on), ex_front_of=len(table), ex_front_baseline=base)
 
 
 ACCELERATOR_STEPS = STEPS_FLOOR

@@ -17,7 +17,8 @@ from gmlm_lib.book.findings.reuse import PADIR_MODELS, ReuseParams
 from gmlm_lib.book.findings.rules import ALPHA, compare, grade, listed
 from gmlm_lib.book.validate import finite
 
-__all__ = ["PASS_RATIO_BAR", "GAIN_BAR", "STRATEGIES", "GRADED_T", "Params", "ising", "thresholds", "translation"]
+__all__ = ["PASS_RATIO_BAR", "GAIN_BAR", "STRATEGIES", "GRADED_T", "Params", "ising", "thresholds", "translation",
+           "threshold_pairs", "threshold_findings", "partition_findings"]
 
 PASS_RATIO_BAR = 10.0
 """Testbed bar: independent parallel needs at least this many times the dependency-aware sampler's passes."""
@@ -162,3 +163,74 @@ def translation(frontier: pd.DataFrame, *, at_T: int = 4) -> dict:
         better, worse = _better_worse(frontier, name)
         out[f"{key}_better_at"], out[f"{key}_worse_at"] = listed(better, "no T"), listed(worse, "no T")
     return out
+
+
+# --- the exercises: the thresholds of the translation strategy, and the groups on a random model ------
+
+def threshold_pairs(confidence, dependency, chosen: dict) -> dict:
+    """Exercise ``ex-dependency-threshold``: the (confidence, dependency) pairs to compare, by label:
+    ``"tuned"`` (``chosen``, the pair the chapter uses), ``"eager"`` (the lowest confidence and the
+    highest dependency threshold listed: most positions committed a pass) and ``"cautious"`` (the
+    highest confidence and the lowest dependency threshold: fewest). A pair equal to one before it is
+    left out."""
+    if not confidence or not dependency:
+        raise ValueError("threshold_pairs: confidence and dependency must each list at least one threshold.")
+    pairs = {"tuned": (float(chosen["confidence"]), float(chosen["dependency"])),
+             "eager": (float(min(confidence)), float(max(dependency))),
+             "cautious": (float(max(confidence)), float(min(dependency)))}
+    out: dict = {}
+    for label, pair in pairs.items():
+        if pair not in out.values():
+            out[label] = pair
+    return out
+
+
+def threshold_findings(table: pd.DataFrame) -> dict:
+    """The glued values of exercise ``ex-dependency-threshold``. ``table``: one row per (``pair``, ``T``)
+    with ``BLEU``, the pairs of :func:`threshold_pairs`. Returns ``ex_thr_small_T`` / ``ex_thr_large_T``
+    (the fewest and the most passes tried) and, for ``eager`` and ``cautious``, their BLEU less the tuned
+    pair's at each (``ex_thr_eager_small``, ...; NaN for a pair equal to the tuned one, which
+    ``ex_thr_<label>_text`` then says: "+1.2 at T = 1, -0.3 at T = 10" or "the tuned pair itself")."""
+    missing = [c for c in ("pair", "T", "BLEU") if c not in table.columns]
+    if missing or "tuned" not in set(table["pair"]):
+        raise ValueError(f"threshold_findings: the table needs rows of the 'tuned' pair and the columns pair, T, BLEU; "
+                         f"missing {missing}.")
+    bleu = table.set_index(["pair", "T"])["BLEU"].astype(float)
+    small, large = int(table["T"].min()), int(table["T"].max())
+    out = dict(ex_thr_small_T=small, ex_thr_large_T=large)
+    for label in ("eager", "cautious"):
+        if label in set(table["pair"]):
+            d_small = float(bleu[(label, small)] - bleu[("tuned", small)])
+            d_large = float(bleu[(label, large)] - bleu[("tuned", large)])
+            text = f"{d_small:+.1f} at T = {small}, {d_large:+.1f} at T = {large}"
+        else:
+            d_small = d_large = math.nan
+            text = "the tuned pair itself"
+        out.update({f"ex_thr_{label}_small": d_small, f"ex_thr_{label}_large": d_large, f"ex_thr_{label}_text": text})
+    return out
+
+
+EXACT_TV = 1e-12
+"""A stationary TV at or below this is exact to rounding."""
+
+
+def partition_findings(table: pd.DataFrame) -> dict:
+    """The glued values of exercise ``ex-dependency-random``. ``table``: one row per grouping of the
+    random model (:func:`gmlm_lib.ising.samplers.dependency_partitions`) with ``passes`` (a sweep's
+    passes, the largest group) and ``stationary_tv``. Returns ``ex_part_line``: for each number of
+    passes, the smallest stationary TV of a grouping that costs it ("1 pass: 0.21; 3 passes: 0.12;
+    5 passes: exact"), ``ex_part_one`` (the TV at one pass, independent parallel), ``ex_part_exact_at``
+    (the fewest passes whose TV is exact to :data:`EXACT_TV`; 0 when none is) and ``ex_part_monotone``
+    ("falls with every pass added" when the smallest TV strictly falls as the passes grow, until it is
+    exact, else "does not always fall")."""
+    missing = [c for c in ("passes", "stationary_tv") if c not in table.columns]
+    if missing or table.empty or table["stationary_tv"].isna().any():
+        raise ValueError(f"partition_findings: the table needs rows with passes and a stationary_tv that is not NaN; "
+                         f"missing {missing}, {len(table)} rows.")
+    best = table.groupby("passes")["stationary_tv"].min().sort_index()
+    line = "; ".join(f"{int(k)} pass{'es' if k != 1 else ''}: {'exact' if v <= EXACT_TV else f'{v:.3f}'}"
+                     for k, v in best.items())
+    exact = [int(k) for k, v in best.items() if v <= EXACT_TV]
+    falls = all(b < a or a <= EXACT_TV for a, b in zip(best.to_numpy()[:-1], best.to_numpy()[1:]))
+    return dict(ex_part_line=line, ex_part_one=float(best.get(1, math.nan)), ex_part_exact_at=min(exact, default=0),
+                ex_part_monotone="falls with every pass added" if falls else "does not always fall")

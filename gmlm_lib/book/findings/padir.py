@@ -11,10 +11,12 @@ import math
 import re
 from typing import Any
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
 from gmlm_lib.book.findings.reuse import preset_names
-from gmlm_lib.book.findings.rules import grade, listed
+from gmlm_lib.book.findings.rules import grade, listed, significant
 from gmlm_lib.book.validate import ChapterParams, finite, require
 from gmlm_lib.mt import config
 
@@ -446,3 +448,128 @@ def settings_table(exp: config.Experiment) -> pd.Series:
     values = {field.name: text(field.name, getattr(exp, field.name)) for field in dataclasses.fields(exp)
               if field.name not in SETTINGS_LEFT_OUT}
     return pd.Series(values, name="value").rename_axis("setting")
+
+
+# --- the exercises: speed and quality by sentence length -------------------------------------------------
+
+LENGTH_GROUPS = 4
+"""The exercises split the sentences into this many groups of equal size by length (quartiles)."""
+
+
+def length_groups(lengths, groups: int = LENGTH_GROUPS) -> np.ndarray:
+    """(n,) int: the group of each of ``n`` sentences by its length in pieces, 0 the shortest, ``g - 1`` the
+    longest, ``g = min(groups, n)`` groups of equal size (to one sentence). Sentences of equal length are
+    split by their order where a group boundary falls among them, so every group is filled and two
+    neighbouring groups can share a length."""
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1 or lengths.size == 0 or not np.issubdtype(lengths.dtype, np.integer) or (lengths < 0).any():
+        raise ValueError(f"length_groups: lengths must be a non-empty 1-D array of piece counts (integers >= 0); "
+                         f"got {lengths.dtype} of shape {lengths.shape}.")
+    if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
+        raise ValueError(f"length_groups: groups must be a whole number >= 1; got {groups!r}.")
+    g = min(int(groups), lengths.size)
+    out = np.empty(lengths.size, int)
+    out[np.argsort(lengths, kind="stable")] = np.arange(lengths.size) * g // lengths.size
+    return out
+
+
+def _span(lengths) -> str:
+    lo, hi = int(np.min(lengths)), int(np.max(lengths))
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+def _grouped(lengths, groups: int, row) -> pd.DataFrame:
+    """One row per length group (shortest first) and one for all sentences: ``pieces`` (the lengths'
+    range), ``sentences`` and ``row(index array)``'s columns."""
+    lengths = np.asarray(lengths)
+    group = length_groups(lengths, groups)
+    parts = [(f"group {g + 1}", np.flatnonzero(group == g)) for g in range(group.max() + 1)]
+    parts.append(("all", np.arange(lengths.size)))
+    return pd.DataFrame.from_dict({name: dict(pieces=_span(lengths[idx]), sentences=idx.size, **row(idx))
+                                   for name, idx in parts}, orient="index").rename_axis("length group")
+
+
+def speedup_by_length(ar_seconds, padir_seconds, lengths, groups: int = LENGTH_GROUPS) -> pd.DataFrame:
+    """Exercise ``ex-padir-length-speedup``: the batch-1 speed-up of PaDIR over AR greedy by the length of
+    AR's output. ``ar_seconds``, ``padir_seconds``: (n,) seconds of the same sentences, in the same order
+    (:func:`gmlm_lib.mt.translate.latencies`); ``lengths``: (n,) pieces of AR greedy's output for each
+    (its decoder runs one step a piece, and one more). Rows: :func:`length_groups`, then "all"; columns
+    ``pieces``, ``sentences``, ``ar_ms`` and ``padir_ms`` (median milliseconds) and ``speedup`` (their
+    ratio: a ratio of medians, as the chapter's speed table computes it)."""
+    ar, padir = np.asarray(ar_seconds, np.float64), np.asarray(padir_seconds, np.float64)
+    lengths = np.asarray(lengths)
+    if not ar.ndim == padir.ndim == lengths.ndim == 1 or not ar.size == padir.size == lengths.size:
+        raise ValueError(f"speedup_by_length: ar_seconds, padir_seconds and lengths must be 1-D, one entry a "
+                         f"sentence; got shapes {ar.shape}, {padir.shape}, {lengths.shape}.")
+    if not (np.isfinite(ar).all() and np.isfinite(padir).all() and (ar > 0).all() and (padir > 0).all()):
+        raise ValueError("speedup_by_length: every time must be a positive number of seconds; a NaN or a zero "
+                         "means a sentence was not timed.")
+
+    def row(idx):
+        a, p = 1e3 * np.median(ar[idx]), 1e3 * np.median(padir[idx])
+        return dict(ar_ms=a, padir_ms=p, speedup=a / p)
+
+    return _grouped(lengths, groups, row)
+
+
+def speedup_length_findings(table: pd.DataFrame, ar_seconds, padir_seconds, lengths) -> dict:
+    """The glued values of exercise ``ex-padir-length-speedup``: ``ex_speedup_short`` and
+    ``ex_speedup_long`` (the shortest and the longest group's speed-up in ``table``, from
+    :func:`speedup_by_length`, and their ``*_pieces``), ``ex_speedup_tau`` and ``ex_speedup_p`` (Kendall's
+    rank correlation of each sentence's speed-up with its length, and its p-value: exact for a few
+    sentences without ties, so that three sentences in order never read as a trend) and
+    ``ex_speedup_trend``: "rises with the length" or "falls with the length" when that correlation is
+    significant by the book's rule (:func:`~gmlm_lib.book.findings.rules.significant`), "shows no
+    significant trend with the length" otherwise (and with fewer than 3 sentences, or the lengths or the
+    speed-ups all equal, where no correlation exists: NaN), and ``ex_speedup_corr``, the correlation in
+    words for a sentence (``"Kendall's τ = 0.41, p < 0.001"``)."""
+    groups = [name for name in table.index if name != "all"]
+    ratio = np.asarray(ar_seconds, np.float64) / np.asarray(padir_seconds, np.float64)
+    lengths = np.asarray(lengths)
+    tau, p = math.nan, math.nan
+    if ratio.size >= 3 and np.ptp(lengths) > 0 and np.ptp(ratio) > 0:
+        result = stats.kendalltau(lengths, ratio)
+        tau, p = float(result.statistic), float(result.pvalue)
+    trend = ("shows no significant trend with the length" if math.isnan(p) or not significant(p)
+             else "rises with the length" if tau > 0 else "falls with the length")
+    corr = ("no correlation is defined: the lengths or the speed-ups are all equal" if math.isnan(p) else
+            f"Kendall's τ = {tau:.2f}, p {'< 0.001' if p < 0.001 else f'= {p:.3f}'}")
+    return dict(ex_speedup_short=float(table.loc[groups[0], "speedup"]),
+                ex_speedup_long=float(table.loc[groups[-1], "speedup"]),
+                ex_speedup_short_pieces=str(table.loc[groups[0], "pieces"]),
+                ex_speedup_long_pieces=str(table.loc[groups[-1], "pieces"]),
+                ex_speedup_tau=tau, ex_speedup_p=p, ex_speedup_trend=trend,
+                ex_speedup_corr=corr)
+
+
+def bleu_by_length(ar_hyps, padir_hyps, refs, lengths, groups: int = LENGTH_GROUPS) -> pd.DataFrame:
+    """Exercise ``ex-padir-length-quality``: corpus BLEU (cased SacreBLEU, :func:`gmlm_lib.mt.metrics.bleu`)
+    of AR greedy's and PaDIR's outputs ``ar_hyps``, ``padir_hyps`` against ``refs`` (one a test sentence,
+    in the same order) within each group of :func:`length_groups` of the references' ``lengths`` in pieces,
+    and over all; columns ``pieces``, ``sentences``, ``ar_bleu``, ``padir_bleu`` and ``gap`` (AR less
+    PaDIR). BLEU over a quarter of the test set is noisier than over all of it."""
+    from gmlm_lib.mt import metrics
+
+    lengths = np.asarray(lengths)
+    if not len(ar_hyps) == len(padir_hyps) == len(refs) == lengths.size:
+        raise ValueError(f"bleu_by_length: ar_hyps, padir_hyps, refs and lengths must have one entry a sentence; "
+                         f"got {len(ar_hyps)}, {len(padir_hyps)}, {len(refs)}, {lengths.size}.")
+
+    def row(idx):
+        refs_ = [refs[i] for i in idx]
+        ar = metrics.bleu([ar_hyps[i] for i in idx], refs_).score
+        padir = metrics.bleu([padir_hyps[i] for i in idx], refs_).score
+        return dict(ar_bleu=ar, padir_bleu=padir, gap=ar - padir)
+
+    return _grouped(lengths, groups, row)
+
+
+def bleu_length_findings(table: pd.DataFrame) -> dict:
+    """The glued values of exercise ``ex-padir-length-quality`` from :func:`bleu_by_length`'s table: the
+    shortest and the longest group's gap (``ex_gap_short``, ``ex_gap_long``), their pieces, and
+    ``ex_gap_wider``: the group whose gap is the larger ("the longest", "the shortest", "neither")."""
+    groups = [name for name in table.index if name != "all"]
+    short, long_ = float(table.loc[groups[0], "gap"]), float(table.loc[groups[-1], "gap"])
+    wider = "the longest" if long_ > short else "the shortest" if short > long_ else "neither"
+    return dict(ex_gap_short=short, ex_gap_long=long_, ex_gap_short_pieces=str(table.loc[groups[0], "pieces"]),
+                ex_gap_long_pieces=str(table.loc[groups[-1], "pieces"]), ex_gap_wider=wider)

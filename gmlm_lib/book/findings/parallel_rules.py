@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pandas as pd
 
 from gmlm_lib.book.findings.rules import compare, grade
@@ -24,7 +25,8 @@ from gmlm_lib.core.unmasking import RULES_2025
 from gmlm_lib.ising.unmasking import MAX_EXACT_UNMASK_N, envelope
 
 __all__ = ["RATIO_TARGET", "FLOOR", "Params", "ours_vs_best", "best_by_budget", "li_cai_check", "findings",
-           "best_2025_by_T", "translation", "frontiers_agree"]
+           "best_2025_by_T", "translation", "frontiers_agree", "delta_grid", "delta_by_budget", "delta_findings",
+           "pass_errors", "pass_error_findings"]
 
 RATIO_TARGET = 1.0
 """Ours "at least matches" the best 2025 rule when its exact KL is at most the best one's at every
@@ -156,6 +158,93 @@ def findings(frontier: pd.DataFrame, li_cai: pd.DataFrame, budgets, strong_famil
         ours_beats_entropy=int((eb.ratio < 1.0 - 1e-9).sum()),
         comparisons=int(eb.shape[0]),
     )
+
+
+# --- the exercises: how far to drop weak couplings, and how tight the entropy bound is ----------------
+
+def delta_grid(couplings) -> list[float]:
+    """Exercise ``ex-rules-delta``: the thresholds ``delta`` at which to try our rule, from the exact graph
+    to no graph: 0 (every coupled pair), the quartiles of the couplings' sizes ``|J_ij|`` (``couplings``,
+    one a pair), and the next float above the largest (no pair: every position at once). Increasing,
+    without repeats."""
+    sizes = np.abs(np.asarray(couplings, dtype=np.float64)).reshape(-1)
+    if sizes.size == 0 or not np.isfinite(sizes).all():
+        raise ValueError(f"delta_grid: couplings must be a non-empty array of finite |J_ij|; got {couplings!r}.")
+    grid = [0.0, *np.quantile(sizes, [0.25, 0.5, 0.75]).tolist(), float(np.nextafter(sizes.max(), np.inf))]
+    return sorted(set(float(d) for d in grid))
+
+
+def delta_by_budget(sweep: pd.DataFrame, budgets) -> pd.DataFrame:
+    """Exercise ``ex-rules-delta``: ``sweep`` one row per (``delta``, ``gamma``) of our rule with its
+    exact ``passes`` and ``kl``; for each ``delta`` (rows, increasing) and budget (columns), the best
+    exact KL of its settings within the budget (:func:`gmlm_lib.ising.unmasking.envelope`; ``inf``
+    when none fits)."""
+    _check(sweep, ("delta", "gamma", "passes", "kl"), "sweep")
+    budgets = _budgets(budgets)
+    rows = {float(d): {b: envelope(part.passes, part.kl, b) for b in budgets}
+            for d, part in sweep.groupby("delta", sort=True)}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("delta")
+
+
+def delta_findings(table: pd.DataFrame) -> dict:
+    """The glued values of exercise ``ex-rules-delta`` from :func:`delta_by_budget`'s table:
+    ``ex_delta_best`` (per budget, the thresholds whose KL is the smallest, within :data:`FLOOR`: "2
+    passes: 0.05; ..."; "none fits" where no setting meets the budget) and ``ex_delta_exact_best`` /
+    ``ex_delta_budgets`` (at how many of the budgets the exact graph, ``delta = 0``, is among the best)."""
+    if 0.0 not in table.index:
+        raise ValueError("delta_findings: the table has no row delta = 0 (the exact graph) to compare with.")
+    parts, exact_best = [], 0
+    for budget in table.columns:
+        column = table[budget].astype(float)
+        best = float(column.min())
+        if math.isinf(best):
+            parts.append(f"{budget:g} passes: none fits")
+            continue
+        winners = [d for d, v in column.items() if v <= best + FLOOR]
+        exact_best += 0.0 in winners
+        parts.append(f"{budget:g} passes: " + ", ".join(f"{d:.3g}" for d in winners))
+    return dict(ex_delta_best="; ".join(parts), ex_delta_exact_best=int(exact_best), ex_delta_budgets=len(table.columns))
+
+
+def pass_errors(records: dict, gamma: float) -> dict:
+    """Exercise ``ex-rules-entropy``: one rule's pass-by-pass errors, from
+    :func:`gmlm_lib.ising.unmasking.batch_correlations` (arrays ``pass``, ``size``, ``mass``,
+    ``total_correlation``, ``charge``) of a rule run with entropy budget ``gamma``: ``passes`` (expected),
+    ``largest`` (the largest total correlation of any batch drawn with positive probability),
+    ``largest_over_gamma``, ``mean`` (its mean over the passes the decoder runs, each weighted by its
+    probability), ``mean_over_gamma``, ``mean_charge`` and ``holds`` (``largest <= gamma`` up to
+    :data:`FLOOR`: every pass errs by at most ``gamma``)."""
+    gamma = float(gamma)
+    if not math.isfinite(gamma) or gamma <= 0:
+        raise ValueError(f"pass_errors: gamma must be a positive number of nats; got {gamma!r}.")
+    missing = [k for k in ("pass", "mass", "total_correlation", "charge") if k not in records]
+    if missing:
+        raise ValueError(f"pass_errors: records lack {missing} (pass batch_correlations' output).")
+    mass, tc = np.asarray(records["mass"], np.float64), np.asarray(records["total_correlation"], np.float64)
+    if mass.size == 0 or not (np.isfinite(mass).all() and np.isfinite(tc).all()):
+        raise ValueError("pass_errors: no batch, or a non-finite mass or error: nothing to judge.")
+    live = mass > 0
+    largest = float(tc[live].max())
+    mean = float(mass @ tc / mass.sum())
+    return dict(gamma=gamma, passes=float(mass.sum()), largest=largest, largest_over_gamma=largest / gamma,
+                mean=mean, mean_over_gamma=mean / gamma,
+                mean_charge=float(mass @ np.asarray(records["charge"], np.float64) / mass.sum()),
+                holds=bool(largest <= gamma + FLOOR))
+
+
+def pass_error_findings(table: pd.DataFrame) -> dict:
+    """The glued values of exercise ``ex-rules-entropy`` from one row of :func:`pass_errors` per (``rule``,
+    ``gamma``): ``ex_tc_holds`` ("on every path of every setting" or where it fails), and per rule
+    ``ex_tc_<rule>_largest`` / ``ex_tc_<rule>_mean``: the largest ``largest_over_gamma`` and
+    ``mean_over_gamma`` over its settings (how much of its budget a pass uses at most, and on average)."""
+    _check(table, ("rule", "gamma", "largest_over_gamma", "mean_over_gamma", "holds"), "table")
+    failed = table[~table.holds.astype(bool)]
+    out = dict(ex_tc_holds="on every path of every setting" if failed.empty else
+               "not everywhere: " + "; ".join(f"{r.rule} at gamma = {r.gamma:g}" for r in failed.itertuples()))
+    for rule, part in table.groupby("rule", sort=False):
+        out[f"ex_tc_{rule}_largest"] = float(part.largest_over_gamma.max())
+        out[f"ex_tc_{rule}_mean"] = float(part.mean_over_gamma.max())
+    return out
 
 
 def best_2025_by_T(table: pd.DataFrame) -> dict:

@@ -1,12 +1,15 @@
 """The book's two decision rules: a target is met when the measurement reaches it, a difference is
 significant when its paired-bootstrap p-value is below :data:`ALPHA`. Every chapter's findings use
-these, so one rule decides every verdict of the book."""
+these, so one rule decides every verdict of the book; :func:`holm` applies the second to a family of
+tests at once (the ablations chapter's exercise)."""
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["ALPHA", "grade", "significant", "compare", "listed"]
+import pandas as pd
+
+__all__ = ["ALPHA", "grade", "significant", "compare", "holm", "listed"]
 
 ALPHA = 0.05
 """The book's one significance level: p < ALPHA is significant (paired bootstrap, two systems)."""
@@ -46,6 +49,35 @@ def compare(difference: float, p: float, alpha: float = ALPHA) -> int:
     if not significant(p, alpha) or difference == 0.0:
         return 0
     return 1 if difference > 0 else -1
+
+
+def holm(pvalues: dict, alpha: float = ALPHA) -> pd.DataFrame:
+    """Holm's step-down correction of a family of p-values (Holm, 1979): with ``m`` tests sorted by p,
+    the ``i``-th smallest (from 1) is significant when it and every smaller one satisfy
+    ``p_(j) < alpha / (m - j + 1)``. It holds the chance of *any* false "significant" in the family at
+    ``alpha``, where :func:`significant` holds each test's alone. Its decisions are those of the closed
+    testing procedure with Bonferroni tests of every intersection (``tests/test_findings_translation.py``
+    checks that on all small families by brute force).
+
+    ``pvalues``: name -> p. Returns one row a test, smallest p first: ``p``, ``threshold``
+    (``alpha / (m - rank + 1)``), ``adjusted`` (Holm's adjusted p-value, ``max_{j <= i} min(1, (m - j + 1)
+    p_(j))``: below ``alpha`` exactly when significant, up to rounding), ``alone`` (:func:`significant` of ``p``) and
+    ``holm`` (significant in the family)."""
+    if not isinstance(pvalues, dict) or not pvalues:
+        raise ValueError(f"holm: pvalues must be a non-empty dict name -> p; got {pvalues!r}.")
+    alpha = _number("alpha", alpha)
+    ps = {name: _number(f"the p-value of {name!r}", p) for name, p in pvalues.items()}
+    for name, p in ps.items():
+        significant(p, alpha)  # the ranges of p and alpha, checked with their names
+    order = sorted(ps, key=lambda name: ps[name])
+    m, running, kept, rows = len(order), 0.0, True, {}
+    for rank, name in enumerate(order, start=1):
+        threshold = alpha / (m - rank + 1)
+        running = max(running, min(1.0, (m - rank + 1) * ps[name]))
+        kept = kept and ps[name] < threshold  # the step-down stops at the first p at or above its threshold
+        rows[name] = dict(p=ps[name], threshold=threshold, adjusted=running, alone=significant(ps[name], alpha),
+                          holm=kept)
+    return pd.DataFrame.from_dict(rows, orient="index")
 
 
 def listed(items, empty: str = "none") -> str:

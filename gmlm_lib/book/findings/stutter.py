@@ -10,12 +10,15 @@ otherwise.
 from __future__ import annotations
 
 import dataclasses
+import math
 
+import numpy as np
 import pandas as pd
 
 from gmlm_lib.book.findings.reuse import PADIR_MODELS, ReuseParams
 
-__all__ = ["HYPOTHESES", "AGGREGATES", "Params", "hypothesis", "agreement", "findings"]
+__all__ = ["HYPOTHESES", "AGGREGATES", "Params", "hypothesis", "agreement", "findings", "THIRDS", "by_position",
+           "position_findings", "stutter_tokens", "token_findings"]
 
 HYPOTHESES = {"h1": ("self_fwd", "self_bwd"), "h2": ("tv", "cos")}
 """Hypothesis 1 (stutter pairs attend more to each other: self-attention i -> i+1 and back) and
@@ -99,3 +102,106 @@ def findings(tables: dict, by_step: pd.DataFrame, *, analysed: str, other: str =
         out[f"stT{suffix}"] = float(last.loc[name, "word_stutter"])
     out["stT_drop"] = float(last.loc[analysed, "word_stutter_after_drop"])
     return out
+
+
+# --- the exercises: where in a sentence, and on which tokens, PaDIR stutters -------------------------
+
+THIRDS = ("start", "middle", "end")
+"""The parts of an output in exercise ``ex-stutter-position``: pair ``i`` of a sentence's ``n`` adjacent pairs
+is in third ``floor(3 i / n)``."""
+
+
+def _pairs(pairs: pd.DataFrame, columns) -> None:
+    missing = [c for c in columns if c not in pairs.columns]
+    if missing:
+        raise ValueError(f"the pairs table (gmlm_lib.mt.stutter_analysis.analyse) lacks the columns {missing}.")
+
+
+def by_position(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Exercise ``ex-stutter-position``: stutter and Hypothesis 2's signal in each third of the outputs
+    (:data:`THIRDS`), and over all. ``pairs``: one row an adjacent output pair with ``sentence``,
+    ``position`` (0 for a sentence's first pair), ``stutter`` and ``tv_avg``
+    (:func:`gmlm_lib.mt.stutter_analysis.analyse`). Columns ``pairs``, ``stutter`` (stutter pairs),
+    ``stutter_pct`` and ``tv_auroc``: the AUROC of the smaller cross-attention TV for predicting stutter
+    among that third's pairs alone (NaN where the third has no stutter pair or only stutter pairs). If
+    stutter gathered in one part of the outputs and TV were smaller there for every pair, the AUROC over
+    all pairs would be high without the hypothesis holding within any part; within a third, position
+    cannot produce it."""
+    from gmlm_lib.mt.stutter_analysis import auroc
+
+    _pairs(pairs, ("sentence", "position", "stutter", "tv_avg"))
+    if pairs.empty:
+        raise ValueError("by_position: no adjacent pair to describe (every output shorter than two tokens).")
+    per_sentence = pairs.groupby("sentence")["position"].transform("size").to_numpy()
+    third = np.minimum(3 * pairs["position"].to_numpy() // per_sentence, 2)
+    rows = {}
+    for name, sel in [*((t, third == i) for i, t in enumerate(THIRDS)), ("all", np.ones(len(pairs), bool))]:
+        part = pairs[sel]
+        flag = part["stutter"].to_numpy(bool)
+        rows[name] = dict(pairs=len(part), stutter=int(flag.sum()),
+                          stutter_pct=100 * flag.mean() if len(part) else math.nan,
+                          tv_auroc=auroc(-part["tv_avg"].to_numpy(np.float64), flag) if len(part) else math.nan)
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("part of the output")
+
+
+def position_findings(table: pd.DataFrame) -> dict:
+    """The glued values of exercise ``ex-stutter-position`` from :func:`by_position`'s table:
+    ``ex_pos_most`` (the third with the highest stutter share; "none" without stutter) and its
+    ``ex_pos_most_pct``, the lowest and highest AUROC within a third (``ex_pos_auc_low``,
+    ``ex_pos_auc_high``, over the thirds where it is defined; NaN where none is; in words ``ex_pos_auc_span``,
+    "from 0.612 to 0.744") and ``ex_pos_within``:
+    "above 0.5 in every third", "at or below 0.5 in some third", or "not measurable in every third" (a
+    third with no stutter pair, or no other pair)."""
+    thirds = table.loc[list(THIRDS)]
+    if thirds["stutter"].sum() == 0:
+        most, most_pct = "none", 0.0
+    else:
+        most = str(thirds["stutter_pct"].idxmax())
+        most_pct = float(thirds.loc[most, "stutter_pct"])
+    auc = thirds["tv_auroc"].astype(float)
+    defined = auc.dropna()
+    if len(defined) < len(THIRDS):
+        within = "not measurable in every third"
+    else:
+        within = "above 0.5 in every third" if (defined > 0.5).all() else "at or below 0.5 in some third"
+    low, high = (float(defined.min()), float(defined.max())) if len(defined) else (math.nan, math.nan)
+    span = ("not defined in any third" if not len(defined) else f"{low:.3f}" if len(defined) == 1
+            else f"from {low:.3f} to {high:.3f}")
+    return dict(ex_pos_most=most, ex_pos_most_pct=most_pct, ex_pos_auc_low=low, ex_pos_auc_high=high,
+                ex_pos_auc_span=span, ex_pos_within=within)
+
+
+def stutter_tokens(pairs: pd.DataFrame, piece, top: int = 10) -> pd.DataFrame:
+    """Exercise ``ex-stutter-tokens``: the ``top`` tokens that stutter most often. ``pairs`` as for
+    :func:`by_position` with ``token`` (the pair's first token, which a stutter pair repeats); ``piece``:
+    token id -> its SentencePiece text (``vocab.sp.id_to_piece``). One row a token that stutters at least
+    once, most stutter pairs first (then by id): ``piece``, ``stutter``, ``share`` (of all stutter pairs),
+    ``opens`` (the pairs whose first token it is) and ``rate`` (``stutter / opens``: how often the token,
+    once output, is repeated next)."""
+    _pairs(pairs, ("token", "stutter"))
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise ValueError(f"stutter_tokens: top must be a whole number >= 1; got {top!r}.")
+    counts = pairs.groupby("token")["stutter"].agg(["sum", "size"])
+    counts = counts[counts["sum"] > 0].rename(columns={"sum": "stutter", "size": "opens"})
+    counts = counts.reset_index().sort_values(["stutter", "token"], ascending=[False, True]).head(top)
+    total = int(pairs["stutter"].sum())
+    out = pd.DataFrame({"piece": [str(piece(int(t))) for t in counts["token"]],
+                        "stutter": counts["stutter"].astype(int),
+                        "share": counts["stutter"] / total if total else counts["stutter"] * 0.0,
+                        "opens": counts["opens"].astype(int), "rate": counts["stutter"] / counts["opens"]})
+    return out.set_index("piece")
+
+
+def token_findings(table: pd.DataFrame, pairs: pd.DataFrame) -> dict:
+    """The glued values of exercise ``ex-stutter-tokens``: ``ex_tok_distinct`` (tokens that stutter at least
+    once, in ``pairs``), ``ex_tok_top`` (the one that stutters most; "none") with ``ex_tok_top_share``,
+    and ``ex_tok_shown`` / ``ex_tok_shown_share`` (the rows of :func:`stutter_tokens`' table and the share
+    of all stutter pairs they hold; 0 without stutter)."""
+    _pairs(pairs, ("token", "stutter"))
+    distinct = int(pairs.loc[pairs["stutter"].astype(bool), "token"].nunique())
+    if table.empty:
+        return dict(ex_tok_distinct=distinct, ex_tok_top="none", ex_tok_top_share=0.0, ex_tok_shown=0,
+                    ex_tok_shown_share=0.0)
+    return dict(ex_tok_distinct=distinct, ex_tok_top=str(table.index[0]),
+                ex_tok_top_share=float(table["share"].iloc[0]), ex_tok_shown=len(table),
+                ex_tok_shown_share=float(table["share"].sum()))
