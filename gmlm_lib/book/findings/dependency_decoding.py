@@ -18,7 +18,7 @@ from gmlm_lib.book.findings.rules import ALPHA, compare, grade, listed
 from gmlm_lib.book.validate import finite
 
 __all__ = ["PASS_RATIO_BAR", "GAIN_BAR", "STRATEGIES", "GRADED_T", "Params", "ising", "thresholds", "translation",
-           "threshold_pairs", "threshold_findings", "partition_findings"]
+           "threshold_pairs", "threshold_findings", "EXACT_TV", "partition_findings"]
 
 PASS_RATIO_BAR = 10.0
 """Testbed bar: independent parallel needs at least this many times the dependency-aware sampler's passes."""
