@@ -80,8 +80,9 @@ def _ref_choose(name, param, x, pu, t, n, J):
     raise AssertionError(name)
 
 
-def _reference(model, name, param):
-    """(law over enumerate_states order, expected passes) by recursion over partial states."""
+def _reference(model, name, param, visit=None):
+    """(law over enumerate_states order, expected passes) by recursion over partial states;
+    ``visit(t, x, A, mass, pu, p)`` for every batch ``A`` drawn at partial state ``x`` of pass ``t``."""
     n = model.n
     states = [tuple(int(v) for v in s) for s in np.asarray(ising.enumerate_states(n))]
     p = dict(zip(states, np.asarray(ising.probabilities(model)).tolist()))
@@ -99,6 +100,8 @@ def _reference(model, name, param):
         options = _ref_choose(name, param, x, pu, t, n, J)
         for A in options:
             A = sorted(A)
+            if visit is not None:
+                visit(t, x, A, mass / len(options), pu, p)
             for vals in itertools.product((-1, 1), repeat=len(A)):
                 w = mass / len(options)
                 y = list(x)
@@ -445,42 +448,24 @@ def test_select_with_gives_the_rules_own_selection_and_refuses_a_rule_without_a_
 # --- The error of every pass (batch_correlations) ------------------------------------------------
 
 
-def _reference_batches(model, name, param, strong=None):
+def _reference_batches(model, name, param):
     """(pass, |A|, mass, total correlation of x_A given x_U, entropy charge) of every batch, by the
     recursion of _reference over partial states, the conditional law of x_A summed from the joint."""
-    n = model.n
-    states = [tuple(int(v) for v in s) for s in np.asarray(ising.enumerate_states(n))]
-    p = dict(zip(states, np.asarray(ising.probabilities(model)).tolist()))
-    J = np.asarray(model.J).tolist()
     records = []
 
     def h(qs):
         return -sum(q * math.log(q) for q in qs if q > 0)
 
-    def walk(x, mass, t):
-        if 0 not in x:
-            return
-        pu = _conditionals(p, x)
-        options = _ref_choose(name, param, x, pu, t, n, J)
+    def visit(t, x, A, mass, pu, p):
         agree = {s: w for s, w in p.items() if all(v == 0 or v == s[i] for i, v in enumerate(x))}
         z = sum(agree.values())
-        for A in options:
-            A = sorted(A)
-            law = {}
-            for s, w in agree.items():
-                law[tuple(s[i] for i in A)] = law.get(tuple(s[i] for i in A), 0.0) + w / z
-            marginal = [h([pu[i], 1 - pu[i]]) for i in A]
-            records.append((t + 1, len(A), mass / len(options), sum(marginal) - h(law.values()),
-                            sum(marginal) - max(marginal)))
-            for vals in itertools.product((-1, 1), repeat=len(A)):
-                w = mass / len(options)
-                y = list(x)
-                for i, v in zip(A, vals):
-                    w *= pu[i] if v == 1 else 1 - pu[i]
-                    y[i] = v
-                walk(tuple(y), w, t + 1)
+        law = {}
+        for s, w in agree.items():
+            law[tuple(s[i] for i in A)] = law.get(tuple(s[i] for i in A), 0.0) + w / z
+        marginal = [h([pu[i], 1 - pu[i]]) for i in A]
+        records.append((t + 1, len(A), mass, sum(marginal) - h(law.values()), sum(marginal) - max(marginal)))
 
-    walk((0,) * n, 1.0, 0)
+    _reference(model, name, param, visit)
     return np.asarray(records)
 
 
