@@ -185,3 +185,13 @@ def test_digits_are_grouped_by_thousands_in_every_kind_of_cell():
     assert [column_format(small)(v) for v in small] == ["0.0046", "0.0091"]
     assert column_format([1411.006, 2500.7], digits=1)(1411.006) == "1,411.0"
     assert column_format([2e6, 3e6])(2e6) == "2.00e+06"
+
+
+def test_text_in_cells_and_row_names_shows_as_text_not_as_html():
+    """A SentencePiece control token (``<unk>``) in a row name or a cell would be read as a tag and vanish;
+    the p-value format's own ``&lt;`` is not escaped twice."""
+    table = pd.DataFrame({"piece": ["<unk>", "a&b"], "p": [0.0001, 0.2], "note": ["x<y", "ok"]}).set_index("piece")
+    html = present(table, formats={"p": "p"}).to_html()
+    cells = _cells(present(table, formats={"p": "p"}))
+    assert "&lt;unk&gt;" in cells and "a&amp;b" in cells and "x&lt;y" in cells
+    assert "&lt; 0.001" in cells and "<unk>" not in html

@@ -108,7 +108,10 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missi
             shown[column] = values.astype(float)
     numeric = shown.select_dtypes("number").columns
     shown[numeric] = shown[numeric].where(~shown[numeric].isin([float("inf"), float("-inf")]))
-    styler = shown.style.format(precision=digits if digits is not None else 3, na_rep=missing, thousands=",")
+    # text cells and row names escaped for HTML: a SentencePiece control token such as <unk> in a cell would
+    # otherwise be read as a tag and vanish from the page (the Styler writes cells as they are)
+    styler = shown.style.format(precision=digits if digits is not None else 3, na_rep=missing, thousands=",",
+                                escape="html")
     formats = dict(formats or {})
     for column, fmt in formats.items():
         if column not in shown.columns:
@@ -119,7 +122,7 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missi
         if isinstance(fmt, str) and any(int(d) > MAX_DECIMALS for d in _DECIMALS_IN.findall(fmt)):
             raise ValueError(f"formats[{column!r}] = {fmt!r} shows more than {MAX_DECIMALS} decimals; a reader cannot "
                              "compare such numbers: use fewer, or scientific notation ('sci').")
-        styler = styler.format(fmt, subset=[column], na_rep=missing)
+        styler = styler.format(fmt, subset=[column], na_rep=missing, escape="html")
     for column in shown.columns:
         if column not in formats and pd.api.types.is_float_dtype(shown[column]):
             styler = styler.format(column_format(shown[column].tolist(), digits), subset=[column], na_rep=missing)
@@ -145,6 +148,8 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missi
                 styler = styler.format_index(precision=places, axis=axis, level=level)
             if axis == "columns" and labels.keys() & levels[level]:  # words for the names labels gives
                 styler = styler.format_index(functools.partial(_header, labels, places), axis=axis, level=level)
+            elif not floats:
+                styler = styler.format_index(escape="html", axis=axis, level=level)
     return styler
 
 
