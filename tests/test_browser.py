@@ -15,8 +15,12 @@ from gmlm_lib.book import browser, sources
 from conftest import ROOT
 
 
-# Problems known on pages whose chapters wait for a rerun (none now).
-KNOWN: dict[str, tuple[str, ...]] = {}
+# Problems known on pages whose chapters wait for a rerun: page -> the start of each problem it still shows.
+# The stutter chapter's committed notebook counts its pairs without separators; its staged source groups them
+# (tables.present), and its next run is the GPU run (issue 45).
+KNOWN: dict[str, tuple[str, ...]] = {
+    "notebooks/stutter.html": ("table cell with a number of 5 or more digits not grouped by thousands: ",),
+}
 
 
 def _png_base64(side: int) -> str:
@@ -118,6 +122,9 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
         "broken image": text.replace("</article>", '<img src="no-such-figure.png" alt="gone"></article>', 1),
         "wide table": text.replace("</article>", "<table><tr>" + "<td>1234567.891</td>" * 60 + "</tr></table></article>", 1),
         "long decimals": text.replace("</article>", "<table><tr><td>1411.006051</td><td>0.5000</td></tr></table></article>", 1),
+        "ungrouped digits": text.replace("</article>", "<table><tr><td>12728 pairs</td><td>12,728</td><td>2025</td>"
+                                         "<td>56bcb7e3cb65</td><td>arXiv:2505.12345</td><td>1.5e+05</td><td>0.1234"
+                                         "</td></tr><tr><th>30000</th></tr></table></article>", 1),
         "unnumbered reference": text.replace("</article>", '<p><a class="reference internal" href="#top">Proposition '
                                              "</a> and <a class=\"reference internal\" href=\"#top\">Theorem 2</a></p></article>", 1),
         "blurry figure": text.replace("</article>", f'<figure><img src="data:image/png;base64,{_png_base64(1)}" '
@@ -228,6 +235,8 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     assert any(p.startswith("broken image: no-such-figure.png") for p in found["broken image"]), found["broken image"]
     assert any(p.startswith("table ") and "px wide" in p for p in found["wide table"]), found["wide table"]
     assert found["long decimals"] == ["table cell with more than 4 decimals: '1411.006051'"], found["long decimals"]
+    ungrouped = "table cell with a number of 5 or more digits not grouped by thousands: "
+    assert found["ungrouped digits"] == [ungrouped + "'12728 pairs'", ungrouped + "'30000'"], found["ungrouped digits"]
     assert found["unnumbered reference"] == ["cross-reference without its number: 'Proposition'"]
     assert len(found["blurry figure"]) == 1 and found["blurry figure"][0].startswith(
         "raster figure with 0.00 image pixels per displayed pixel (at least 2)"), found["blurry figure"]

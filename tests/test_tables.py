@@ -195,3 +195,23 @@ def test_text_in_cells_and_row_names_shows_as_text_not_as_html():
     cells = _cells(present(table, formats={"p": "p"}))
     assert "&lt;unk&gt;" in cells and "a&amp;b" in cells and "x&lt;y" in cells
     assert "&lt; 0.001" in cells and "<unk>" not in html
+
+
+def test_numeric_row_and_column_names_group_their_digits_as_the_cells_do():
+    """A sample size in the index reads 30,000 as it would in a cell: integer and float levels, a level
+    held as objects, column names with and without labels; small numbers, words and bools are as they were."""
+    sizes = pd.DataFrame({"TV": [0.5, 0.25]}, index=pd.Index([1000, 30000], name="N"))
+    assert {"1,000", "30,000"} <= set(_cells(present(sizes)))
+    multi = pd.DataFrame({"v": [1.0, 2.0, 3.0]},
+                         index=pd.MultiIndex.from_tuples([("a", 300), ("a", 9000), ("b", 12500)], names=["s", "N"]))
+    cells = _cells(present(multi))
+    assert {"300", "9,000", "12,500", "a", "b"} <= set(cells) and "9000" not in cells
+    as_objects = pd.DataFrame({"v": [1.0, 2.0]}, index=pd.Index([4000, 5], dtype=object, name="N"))
+    assert {"4,000", "5"} <= set(_cells(present(as_objects)))
+    floats = pd.DataFrame({"v": [1.0, 2.0]}, index=pd.Index([1500.5, 0.25], name="x"))
+    assert {"1,500.50", "0.25"} <= set(_cells(present(floats)))
+    columns = pd.DataFrame([[1.0, 2.0, 3.0]], columns=pd.Index([1000, 20000, 7]))
+    assert _cells(present(columns))[:3] == ["1,000", "20,000", "7"]
+    assert _cells(present(columns, labels={7: "seven"}))[:3] == ["1,000", "20,000", "seven"]
+    flags = pd.DataFrame({"v": [1.0, 2.0]}, index=pd.Index([True, False], dtype=object, name="converged"))
+    assert {"True", "False"} <= set(_cells(present(flags)))

@@ -10,7 +10,9 @@ reports what a reader would see as broken:
   outside code, as a role nested in a code span leaves it;
 - a broken image (not loaded, or zero width);
 - a table wider than the content column, or a table cell with a number of more than
-  :data:`MAX_DECIMALS` digits after the decimal point (a reader cannot compare ``1411.006051``);
+  :data:`MAX_DECIMALS` digits after the decimal point (a reader cannot compare ``1411.006051``), or
+  with :data:`UNGROUPED_DIGITS` or more digits not grouped by thousands (``12728``: a reader counts
+  them; four digits may be a year);
 - a figure a reader cannot read: a raster image (PNG, JPEG) with fewer than :data:`MIN_DENSITY`
   image pixels per displayed pixel, or an SVG figure whose smallest text renders under
   :data:`MIN_TEXT_PT` points at its displayed size (from its font sizes and its scale);
@@ -49,6 +51,9 @@ PHONE = (390, 844)
 """A phone's screen in CSS pixels (an iPhone 14's), emulated at 3 device pixels per CSS pixel."""
 MAX_DECIMALS = 4
 """The most digits after the decimal point a number in a table cell may show."""
+UNGROUPED_DIGITS = 5
+"""The fewest digits in a row that a table cell's number may not show without thousands separators
+(``12,728``, not ``12728``); four are allowed, since a year has four."""
 MIN_DENSITY = 2.0
 """The fewest image pixels per displayed (CSS) pixel of a raster figure: sharp on a high-density screen."""
 MIN_TEXT_PT = 9.0
@@ -125,6 +130,11 @@ _PAGE_SCRIPT = _AFTER_MATHJAX + _FORMULAS + r"""  const article = document.query
     .filter(t => new RegExp("(^|[^\\w.])\\d+\\.\\d{" + (limits[0] + 1) + ",}(?![\\d.])")
       .test(t.replace(/arXiv[:\s]*\d{4}\.\d{4,5}(v\d+)?/g, "")))  // an arXiv number is a name, not a decimal
     .slice(0, 5);
+  const ungrouped = Array.from(article.querySelectorAll("td, th"))
+    .map(c => c.innerText.trim())
+    .filter(t => new RegExp("(^|[^\\w.,])\\d{" + limits[2] + ",}(?![\\w,])")
+      .test(t.replace(/arXiv[:\s]*\d{4}\.\d{4,5}(v\d+)?/g, "")))
+    .slice(0, 5);
   const figures = "figure img, .cell_output img, .output img";  // figures, not badges or icons in the text
   const rasters = Array.from(article.querySelectorAll(figures))
     .filter(i => i.complete && i.naturalWidth > 0 && !/\.svg(\?|#|$)|^data:image\/svg/i.test(i.currentSrc || i.src))
@@ -148,7 +158,7 @@ _PAGE_SCRIPT = _AFTER_MATHJAX + _FORMULAS + r"""  const article = document.query
   const verdictBottom = verdict ? Math.round(verdict.getBoundingClientRect().bottom + window.scrollY) : null;
   const formulas = formulaBoxes(article);
   done({state, column: Math.round(column), tex, markup, mathSpans, rendered,
-        mathErrors: document.querySelectorAll("mjx-merror").length, images, tables, boxes, decimals, rasters,
+        mathErrors: document.querySelectorAll("mjx-merror").length, images, tables, boxes, decimals, ungrouped, rasters,
         svgImages, smallestSvgText, unnumbered, verdictBottom, formulas: {
           cut: formulas.cut, scrolled: formulas.scrolled.map(({over, text}) => ({over, text}))}});
   } catch (e) { done({state: "the check's script failed: " + e}); }
@@ -284,7 +294,7 @@ def check_page(drv, path: Path, html_root: Path, screenshots: Path | None = None
         return report
     drv.get_log("browser")  # drop what earlier pages logged
     drv.get(path.resolve().as_uri())
-    seen = drv.execute_async_script(_PAGE_SCRIPT, MAX_DECIMALS, list(NUMBERED))
+    seen = drv.execute_async_script(_PAGE_SCRIPT, MAX_DECIMALS, list(NUMBERED), UNGROUPED_DIGITS)
     report = PageReport(name)
     p = report.problems
     if seen["state"].startswith("the check's script failed"):
@@ -301,6 +311,8 @@ def check_page(drv, path: Path, html_root: Path, screenshots: Path | None = None
     p += [f"broken image: {src}" for src in seen["images"]]
     p += [f"table {t['width']} px wide in a {seen['column']} px column: {t['text']!r}" for t in seen["tables"]]
     p += [f"table cell with more than {MAX_DECIMALS} decimals: {t!r}" for t in seen["decimals"]]
+    p += [f"table cell with a number of {UNGROUPED_DIGITS} or more digits not grouped by thousands: {t!r}"
+          for t in seen["ungrouped"]]
     p += [f"raster figure with {r['density']:.2f} image pixels per displayed pixel (at least {MIN_DENSITY:g}): "
           f"{r['src']}" for r in seen["rasters"] if r["density"] < MIN_DENSITY]
     for img in seen["svgImages"]:

@@ -5,7 +5,8 @@ Why: pandas' ``Styler`` writes bare ``<table>`` markup, a float index prints as 
 is missing. Numbers get one rule (:func:`column_format`): a column's decimals are fixed, three
 significant digits of its smallest value and never more than :data:`MAX_DECIMALS`, a value
 too small for them is written in scientific notation, never as ``0.000``, and digits are grouped
-by thousands (``106,566,672``, not ``106566672``), integers too. The spacing of the cells
+by thousands (``106,566,672``, not ``106566672``), integers too, in the cells and in numeric row and
+column names (a sample size ``30,000``). The spacing of the cells
 is the book's CSS (``book/_static/book.css``).
 """
 
@@ -142,13 +143,17 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missi
             values = names.get_level_values(level)
             floats = pd.api.types.is_float_dtype(values) or (values.dtype == object and len(values) > 0 and all(
                 isinstance(v, float) for v in values))
+            integers = not floats and (pd.api.types.is_integer_dtype(values) or (
+                values.dtype == object and len(values) > 0 and all(_integer(v) for v in values)))
             places = None
             if floats:
                 places = index_digits if index_digits is not None else _places(values, MAX_DECIMALS)
-                styler = styler.format_index(precision=places, axis=axis, level=level)
+                styler = styler.format_index(precision=places, thousands=",", axis=axis, level=level)
+            elif integers:  # row names such as sample sizes group their digits as the cells do (30,000)
+                styler = styler.format_index("{:,}", axis=axis, level=level)
             if axis == "columns" and labels.keys() & levels[level]:  # words for the names labels gives
                 styler = styler.format_index(functools.partial(_header, labels, places), axis=axis, level=level)
-            elif not floats:
+            elif not floats and not integers:
                 styler = styler.format_index(escape="html", axis=axis, level=level)
     return styler
 
@@ -158,7 +163,14 @@ def _header(labels: dict, places: int | None, name) -> str:
     (a float with ``places`` decimals), escaped for HTML."""
     if name in labels:
         return html.escape(str(labels[name]))
-    return f"{name:.{places}f}" if places is not None and isinstance(name, numbers.Real) else html.escape(str(name))
+    if places is not None and isinstance(name, numbers.Real):
+        return f"{name:,.{places}f}"
+    return f"{name:,}" if _integer(name) else html.escape(str(name))
+
+
+def _integer(value) -> bool:
+    """A whole number of a table's labels (not a bool, which reads as a word)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _places(values, most: int) -> int:
