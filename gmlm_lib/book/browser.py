@@ -125,15 +125,13 @@ _PAGE_SCRIPT = _AFTER_MATHJAX + _FORMULAS + r"""  const article = document.query
   const tables = Array.from(article.querySelectorAll("table"))
     .map(t => ({width: Math.round(t.getBoundingClientRect().width), text: t.innerText.slice(0, 60)}))
     .filter(t => t.width > column + 1);
-  const decimals = Array.from(article.querySelectorAll("td, th"))
-    .map(c => c.innerText.trim())
-    .filter(t => new RegExp("(^|[^\\w.])\\d+\\.\\d{" + (limits[0] + 1) + ",}(?![\\d.])")
-      .test(t.replace(/arXiv[:\s]*\d{4}\.\d{4,5}(v\d+)?/g, "")))  // an arXiv number is a name, not a decimal
+  const cells = Array.from(article.querySelectorAll("td, th")).map(c => c.innerText.trim());
+  const numbers = t => t.replace(/arXiv[:\s]*\d{4}\.\d{4,5}(v\d+)?/g, "");  // an arXiv number is a name
+  const decimals = cells
+    .filter(t => new RegExp("(^|[^\\w.])\\d+\\.\\d{" + (limits[0] + 1) + ",}(?![\\d.])").test(numbers(t)))
     .slice(0, 5);
-  const ungrouped = Array.from(article.querySelectorAll("td, th"))
-    .map(c => c.innerText.trim())
-    .filter(t => new RegExp("(^|[^\\w.,])\\d{" + limits[2] + ",}(?![\\w,])")
-      .test(t.replace(/arXiv[:\s]*\d{4}\.\d{4,5}(v\d+)?/g, "")))
+  const ungrouped = cells
+    .filter(t => new RegExp("(^|[^\\w.,])\\d{" + limits[2] + ",}(?![\\w,])").test(numbers(t)))
     .slice(0, 5);
   const figures = "figure img, .cell_output img, .output img";  // figures, not badges or icons in the text
   const rasters = Array.from(article.querySelectorAll(figures))

@@ -56,7 +56,7 @@ def holm(pvalues: dict, alpha: float = ALPHA) -> pd.DataFrame:
     the ``i``-th smallest (from 1) is significant when it and every smaller one satisfy
     ``p_(j) < alpha / (m - j + 1)``. It holds the chance of *any* false "significant" in the family at
     ``alpha``, where :func:`significant` holds each test's alone. Its decisions are those of the closed
-    testing procedure with Bonferroni tests of every intersection (``tests/test_findings_translation.py``
+    testing procedure with Bonferroni tests of every intersection (``tests/test_findings_exercises.py``
     checks that on all small families by brute force).
 
     ``pvalues``: name -> p. Returns one row a test, smallest p first: ``p``, ``threshold``
