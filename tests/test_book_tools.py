@@ -209,6 +209,48 @@ def test_every_chapter_sets_exercises(name):
     assert _exercises(_next_source(name)), f"{_next_source(name).relative_to(ROOT)} sets no exercise"
 
 
+def _intro_exercise_phrase(with_exercises: dict[str, bool]) -> str | None:
+    """What the landing page must say of where exercises are, given for each part of the book (its
+    numeral) whether every chapter of it that the book renders sets exercises; None: no part does."""
+    parts = [numeral for numeral, every in with_exercises.items() if every]
+    if parts and len(parts) == len(with_exercises):
+        return "Every chapter ends with exercises"
+    if not parts:
+        return None
+    names = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"The chapters of Part{'s' if len(parts) > 1 else ''} {names} end with exercises"
+
+
+def test_the_intro_phrase_names_the_parts_whose_chapters_all_set_exercises():
+    assert _intro_exercise_phrase({"I": True, "II": True, "III": False}) == \
+        "The chapters of Parts I and II end with exercises"
+    assert _intro_exercise_phrase({"I": True, "II": False, "III": False}) == "The chapters of Part I end with exercises"
+    assert _intro_exercise_phrase({"I": True, "II": True, "III": True}) == "Every chapter ends with exercises"
+    assert _intro_exercise_phrase({"I": False, "II": False}) is None
+
+
+def test_the_landing_page_says_which_chapters_end_with_exercises():
+    """book/intro.md says which parts' chapters end with exercises, as the committed chapters (the ones
+    the book renders) set them: once the GPU run promotes the staged translation chapters, which add
+    exercises to Part III, the sentence must say every chapter, and this test fails until it does."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    with_exercises = {}
+    for part in toc["parts"]:
+        names = [Path(c["file"]).name for c in part["chapters"] if c["file"].startswith("notebooks/")]
+        if names:
+            numeral = re.match(r"Part ([IVX]+):", part["caption"]).group(1)
+            with_exercises[numeral] = all(_exercises(ROOT / "notebooks" / f"{n}.md") for n in names)
+    intro = " ".join((ROOT / "book" / "intro.md").read_text().split())
+    phrase = _intro_exercise_phrase(with_exercises)
+    if phrase is None:
+        assert "exercises" not in intro, "book/intro.md mentions exercises, but no part's chapters all set them"
+    else:
+        assert phrase in intro, f"book/intro.md should say '{phrase}' (parts whose chapters all set exercises: " \
+                                f"{[p for p, every in with_exercises.items() if every]})"
+
+
 def test_citation_file_names_the_paper_as_the_bibliography_does():
     """CITATION.cff's preferred citation and book/references.bib's li2024promises agree (title, authors, year)."""
     import re
