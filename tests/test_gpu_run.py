@@ -563,6 +563,71 @@ def test_a_full_batch_gathers_the_provenance_page_and_a_smoke_batch_does_not(tmp
     assert (tmp_path / "smoke" / "stutter.ipynb").is_file() and not (tmp_path / "smoke" / "provenance.md").exists()
 
 
+def test_a_staged_chapters_full_run_goes_to_out_and_leaves_the_book_as_it_was(tmp_path, monkeypatch):
+    """A full batch runs a staged chapter into OUT only: the committed notebook (made from the old
+    source) and the book's pages stay as they were until promote takes the run in, and OUT's
+    provenance page reads as the book's will once it has; a chapter that is not staged is run into
+    notebooks/, as a full run of it always is (the committed output)."""
+    root = _copy_without_git(tmp_path / "root")
+    for nb in (ROOT / "notebooks").glob("*.ipynb"):
+        shutil.copy2(nb, root / "notebooks" / nb.name)
+    page = root / checks.PROVENANCE_PAGE
+    before = page.read_text()
+    staged = root / runner.STAGED
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir()
+    (staged / "stutter.md").write_text((root / "notebooks" / "stutter.md").read_text()
+                                       .replace("bootstrap_samples = 1000", "bootstrap_samples = 999"))
+    committed = (root / "notebooks" / "stutter.ipynb").read_bytes()
+    dests = {}
+
+    def fake_run(name, profile, params, *, root, staged=None, dest=None):
+        dests[name] = dest
+        nb = sources.read_text_notebook(runner.chapter_source(root, name, staged))
+        nb.metadata.pop("jupytext", None)
+        rec = dict(backend="gpu", device_count=1, device_kind="NVIDIA H200", gmlm_lib_commit=COMMIT,
+                   started_at=f"2026-12-04T06:0{len(dests)}:00+00:00", jax_version="0.11.2")
+        nb.metadata["gmlm"] = meta = dict(profile=profile, code_sha256=sources.code_hash(nb), provenance=rec,
+                                          total_wall_time_s=60.0 * len(dests))
+        nbformat.write(nb, dest or runner.output_path(root, name, profile))
+        return meta
+
+    monkeypatch.setattr(runner, "run_notebook", fake_run)
+    out = tmp_path / "out"
+    assert runner.run_batch(["padir", "stutter"], "full", out, root=root, staged=staged) == 0
+    assert dests == {"padir": None, "stutter": out / "stutter.ipynb"}
+    assert (root / "notebooks" / "stutter.ipynb").read_bytes() == committed and page.read_text() == before
+    assert "staged chapter(s) stutter: each executed notebook goes to" in (out / "log.txt").read_text()
+    shown = (out / "provenance.md").read_text()
+    assert shown != before and f"`{COMMIT[:12]}`" in shown
+    assert runner.promote(root, out) == ["padir", "stutter"]
+    assert page.read_text() == shown  # what OUT showed is what the promoted book says
+
+
+def test_run_notebook_into_another_file_leaves_the_committed_notebook_and_pages_alone(tmp_path, monkeypatch):
+    """run_notebook(dest=...): the executed notebook goes there, whole, and a full run regenerates the
+    book's pages only when it replaced the committed notebook."""
+    import papermill
+
+    root = _book_copy(tmp_path / "root")
+    committed = (root / "notebooks" / "stutter.ipynb").read_bytes()
+
+    def kernel(src, dst, *, cwd, **kw):  # a chapter that runs to its end and records its provenance
+        shutil.copy(src, dst)
+        Path(os.environ[runner.provenance.ENV_RECORD]).write_text(json.dumps({"backend": "cpu"}))
+
+    regenerated = []
+    monkeypatch.setattr(papermill, "execute_notebook", kernel)
+    monkeypatch.setattr(runner.provenance, "git_commit", lambda: COMMIT)
+    monkeypatch.setattr(checks, "write_provenance_page", lambda r: regenerated.append(r))
+    dest = tmp_path / "out" / "stutter.ipynb"
+    meta = runner.run_notebook("stutter", "full", {}, root=root, dest=dest)
+    assert meta["profile"] == "full" and nbformat.read(dest, as_version=4).metadata["gmlm"] == meta
+    assert (root / "notebooks" / "stutter.ipynb").read_bytes() == committed and regenerated == []
+    runner.run_notebook("stutter", "full", {}, root=root)
+    assert (root / "notebooks" / "stutter.ipynb").read_bytes() != committed and regenerated == [root]
+
+
 def _executed(root: Path, name: str, profile: str) -> dict:
     """What a fake chapter run leaves: its executed notebook where the runner puts it, and its metadata."""
     path = runner.output_path(root, name, profile)

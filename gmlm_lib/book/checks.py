@@ -112,8 +112,15 @@ def made_by_the_run(artifact: dict, rec: dict, others: Sequence[dict] = ()) -> b
                    and any(_artifact_key(a) == key for a in o.get("artifacts", {}).values()) for o in others)
 
 
-def provenance_page(root: Path) -> str:
-    """The text of ``book/provenance.md``, generated from every chapter's metadata."""
+def _executed_notebook(root: Path, name: str, runs: dict | None) -> Path:
+    """Chapter ``name``'s executed notebook: ``runs[name]`` when given, else the committed one."""
+    return Path(runs[name]) if runs and name in runs else root / "notebooks" / f"{name}.ipynb"
+
+
+def provenance_page(root: Path, runs: dict | None = None) -> str:
+    """The text of ``book/provenance.md``, generated from every chapter's metadata. ``runs``: chapter
+    name -> an executed notebook read instead of the committed ``notebooks/NAME.ipynb`` (the page a
+    batch's staged runs would give once promoted, :func:`gmlm_lib.book.runner.run_batch`)."""
     lines = [
         "# Provenance of every result",
         "",
@@ -126,8 +133,9 @@ def provenance_page(root: Path) -> str:
     ]
     details, used = [], []
     chapter_s, artifact_s, made = 0.0, {}, {}
-    metas = {name: nbformat.read(root / "notebooks" / f"{name}.ipynb", as_version=4).metadata.get("gmlm", {})
-             for name in sources.toc_notebooks(root) if (root / "notebooks" / f"{name}.ipynb").is_file()}
+    found = {name: _executed_notebook(root, name, runs) for name in sources.toc_notebooks(root)}
+    metas = {name: nbformat.read(path, as_version=4).metadata.get("gmlm", {})
+             for name, path in found.items() if path.is_file()}
     for name in sources.toc_notebooks(root):
         if name not in metas:
             lines.append(f"| {{doc}}`../notebooks/{name}` | not run | | | | | | |")
@@ -175,12 +183,12 @@ def provenance_page(root: Path) -> str:
               f"measured by these runs: {verdict} the {BOOK_RERUN_BUDGET_H:g}-hour budget. Each part ran on the hardware",
               "of its row, on its own date (this machine's speed varies from day to day: compare the",
               "same chapter on two dates before reading a change in this total as a change in the code)."]
-    lines += ["", "## The translation chapters on an accelerator", "", *accelerator_run(root)]
+    lines += ["", "## The translation chapters on an accelerator", "", *accelerator_run(root, runs)]
     lines += ["", "## Parameters of each run", "", *details]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def accelerator_run(root: Path) -> list[str]:
+def accelerator_run(root: Path, runs: dict | None = None) -> list[str]:
     """The provenance page's lines on the translation chapters' full runs (``make gpu-run``): each
     chapter's minutes on the accelerator, and their wall time together, compilation included, against
     :data:`GPU_RUN_BUDGET_MIN` when every one of them ran on a GPU or TPU; otherwise which ran where.
@@ -188,12 +196,12 @@ def accelerator_run(root: Path) -> list[str]:
     Chapters run at one commit form one batch. When they ran in several (a lent machine stops a command
     sooner than the four take), a later batch starts on a fresh machine and trains again the models an
     earlier batch made (the PaDIR chapter's run folder); that repeated training is stated and left out
-    of the total that is graded, since one batch would not repeat it."""
+    of the total that is graded, since one batch would not repeat it. ``runs``: as in :func:`provenance_page`."""
     from gmlm_lib.book import run_times, runner
 
-    runs = {}
+    given, runs = runs, {}
     for name in runner.TRANSLATION_CHAPTERS:
-        ipynb = root / "notebooks" / f"{name}.ipynb"
+        ipynb = _executed_notebook(root, name, given)
         meta = nbformat.read(ipynb, as_version=4).metadata.get("gmlm", {}) if ipynb.is_file() else {}
         runs[name] = (meta.get("provenance", {}), meta.get("total_wall_time_s"))
     chapters = ", ".join(runner.TRANSLATION_CHAPTERS)

@@ -131,10 +131,12 @@ def output_path(root: Path, name: str, profile: str) -> Path:
 
 
 def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = None, root: Path | None = None, *,
-                 staged: Path | None = None) -> dict:
+                 staged: Path | None = None, dest: Path | None = None) -> dict:
     """Execute chapter ``name`` through papermill. Returns its ``metadata.gmlm`` record. ``staged``: a
     folder whose ``NAME.md``, if present, is executed instead of ``notebooks/NAME.md``
-    (:func:`chapter_source`)."""
+    (:func:`chapter_source`). ``dest``: where the executed notebook goes instead of
+    :func:`output_path`; then the book's generated pages are left alone too (a full run into
+    ``output_path`` regenerates them from the committed notebooks, its own among them)."""
     import papermill
 
     root = root or sources.find_root()
@@ -146,7 +148,7 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
     if profile == "full" and sources.INSTALL_REF in params and sources.INSTALL_REF not in inject:
         # the Colab install cell of the committed notebook installs the commit that made its outputs
         inject[sources.INSTALL_REF] = params[sources.INSTALL_REF] = provenance.git_commit()
-    out = output_path(root, name, profile)
+    out = output_path(root, name, profile) if dest is None else Path(dest)
     out.parent.mkdir(parents=True, exist_ok=True)
     failed = root / "_build" / "failed" / f"{profile}-{name}.ipynb"
     failed.unlink(missing_ok=True)  # an earlier run's failure is not this run's
@@ -203,10 +205,10 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
             "code_sha256": sources.code_hash(executed),
         }
         executed.metadata["gmlm"] = meta
-        staged = out.with_name(f".{out.name}.part")
-        nbformat.write(executed, staged)
-        os.replace(staged, out)  # every cell succeeded: only now is the target replaced, whole
-    if profile == "full":
+        part = out.with_name(f".{out.name}.part")
+        nbformat.write(executed, part)
+        os.replace(part, out)  # every cell succeeded: only now is the target replaced, whole
+    if profile == "full" and dest is None:
         from gmlm_lib.book import checks
 
         checks.write_provenance_page(root)
@@ -380,7 +382,11 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
     of their ``notebooks/`` version. A chapter whose code changes must be rerun in full, and the
     translation chapters' full run needs an accelerator: their next version waits in ``staged/``,
     smoke-tested in CI, until a GPU run executes it; ``make gpu-promote`` then moves the staged
-    sources and the run's notebooks into ``notebooks/`` together.
+    sources and the run's notebooks into ``notebooks/`` together. So a staged chapter's full run goes
+    to ``out`` only: the checkout's ``notebooks/NAME.ipynb`` and the pages generated from the notebooks
+    stay as they are (a full run from ``notebooks/NAME.md`` replaces its committed notebook, as
+    :func:`run_notebook` does), and ``out/provenance.md`` is the provenance page as it will read once
+    the batch's notebooks are promoted.
 
     ``sizing_from``: a previous batch's ``run-records.tar.gz``, whose sizing decisions are put back
     into the run folders first (:func:`restore_sizing`).
@@ -459,11 +465,21 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
     status = 0
     t_all = time.perf_counter()
 
+    in_out: dict[str, Path] = {}  # the staged chapters' finished full runs, in out only (docstring)
+
     def gather():
         """What a reader of the run needs so far, into ``out`` (after every chapter: a command killed at
         a time limit keeps the finished chapters' records)."""
-        if profile == "full" and (root / "book" / "provenance.md").is_file():
-            shutil.copy2(root / "book" / "provenance.md", out / "provenance.md")
+        from gmlm_lib.book import checks
+
+        page = root / checks.PROVENANCE_PAGE
+        if profile == "full" and in_out:
+            try:
+                (out / "provenance.md").write_text(checks.provenance_page(root, in_out))
+            except Exception as err:  # the runs themselves are in out already: said, and the batch goes on
+                log(f"provenance.md: not written ({type(err).__name__}: {err}); make gpu-promote regenerates it")
+        elif profile == "full" and page.is_file():
+            shutil.copy2(page, out / "provenance.md")
         return _records_archive(root, out, compile_log)
 
     from gmlm_lib.core import timing
@@ -471,6 +487,11 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
     # every program the chapters' kernels compile (or read from the cache), one line each: summed by
     # program in this log after each chapter, a stopped one included, and kept whole in the records
     compile_log = Path(tempfile.mkdtemp(prefix="gmlm-compiles-")) / "compiles.tsv"
+    if profile == "full":
+        from_staged = [n for n in names if chapter_source(root, n, staged) != root / "notebooks" / f"{n}.md"]
+        if from_staged:
+            log(f"staged chapter(s) {', '.join(from_staged)}: each executed notebook goes to {out} only; the book's "
+                "notebooks/ stay as they are (make gpu-promote FROM=that folder takes the runs in)")
     for name in names:
         mine = own[name]
         if shared is not None and name in takes_run and names.index(name) > names.index("padir"):
@@ -481,12 +502,14 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
                 log(f"{name}: the padir chapter left no finished run folder in {shared}; this chapter trains "
                     "its own stand-in")
         source = chapter_source(root, name, staged)
+        to_out = profile == "full" and source != root / "notebooks" / f"{name}.md"
         log(f"{name}: started from {source.relative_to(root) if source.is_relative_to(root) else source}"
             + (f" with {mine}" if mine else ""))
         t0, began = time.perf_counter(), time.time()
         try:
             with _environ(**{timing.COMPILE_LOG: str(compile_log)}):
-                meta = run_notebook(name, profile, mine, root=root, staged=staged)
+                meta = run_notebook(name, profile, mine, root=root, staged=staged,
+                                    **({"dest": out / f"{name}.ipynb"} if to_out else {}))
         except (Exception, KeyboardInterrupt) as err:  # reported; an interrupt stops the batch, an error does not
             interrupted = isinstance(err, KeyboardInterrupt)
             why = ("interrupted (SIGINT: a deadline such as make gpu-run's GPU_DEADLINE, or Ctrl-C)"
@@ -501,7 +524,10 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
                 break
             gather()
             continue
-        shutil.copy2(output_path(root, name, profile), out / f"{name}.ipynb")
+        if to_out:
+            in_out[name] = out / f"{name}.ipynb"
+        else:
+            shutil.copy2(output_path(root, name, profile), out / f"{name}.ipynb")
         rec = meta.get("provenance", {})
         log(f"{name}: finished in {meta['total_wall_time_s']:.1f} s"
             + (f" (compiling {rec['compilations']} programs, {rec['cache_hits']} from the compilation cache: "
