@@ -487,11 +487,12 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
     # every program the chapters' kernels compile (or read from the cache), one line each: summed by
     # program in this log after each chapter, a stopped one included, and kept whole in the records
     compile_log = Path(tempfile.mkdtemp(prefix="gmlm-compiles-")) / "compiles.tsv"
-    if profile == "full":
-        from_staged = [n for n in names if chapter_source(root, n, staged) != root / "notebooks" / f"{n}.md"]
-        if from_staged:
-            log(f"staged chapter(s) {', '.join(from_staged)}: each executed notebook goes to {out} only; the book's "
-                "notebooks/ stay as they are (make gpu-promote FROM=that folder takes the runs in)")
+    # the chapters whose full run goes to out only (docstring)
+    from_staged = [n for n in names
+                   if profile == "full" and chapter_source(root, n, staged) != root / "notebooks" / f"{n}.md"]
+    if from_staged:
+        log(f"staged chapter(s) {', '.join(from_staged)}: each executed notebook goes to {out} only; the book's "
+            "notebooks/ stay as they are (make gpu-promote FROM=that folder takes the runs in)")
     for name in names:
         mine = own[name]
         if shared is not None and name in takes_run and names.index(name) > names.index("padir"):
@@ -502,7 +503,7 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
                 log(f"{name}: the padir chapter left no finished run folder in {shared}; this chapter trains "
                     "its own stand-in")
         source = chapter_source(root, name, staged)
-        to_out = profile == "full" and source != root / "notebooks" / f"{name}.md"
+        to_out = name in from_staged
         log(f"{name}: started from {source.relative_to(root) if source.is_relative_to(root) else source}"
             + (f" with {mine}" if mine else ""))
         t0, began = time.perf_counter(), time.time()
