@@ -135,6 +135,14 @@ def _training_programs_forgotten():
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+def checkout_ignore(*more: str):
+    """A ``shutil.copytree`` ``ignore`` that leaves out what this checkout's ``.gitignore`` names
+    (run folders, virtual environments, caches: ``notebooks/runs`` of a full CPU run holds gigabytes)
+    and the patterns ``more``, so a test's copy of the tree holds the project's files only."""
+    names = [line.strip().rstrip("/") for line in (ROOT / ".gitignore").read_text().splitlines()]
+    return shutil.ignore_patterns(*[n for n in names if n and not n.startswith("#") and "/" not in n], *more)
+
+
 _BOOK_RECORD = ROOT / "_build" / "test-book-build.json"
 
 

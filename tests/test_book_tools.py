@@ -11,6 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from conftest import checkout_ignore
 from gmlm_lib.book import browser, checks, provenance, runner, sources
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -701,11 +702,8 @@ def book_copy(tmp_path):
     """A minimal copy of the book: config, toc, params, the chapter pairs, and the tagged sources."""
     for f in ("_toc.yml", "_config.yml"):
         shutil.copy(ROOT / f, tmp_path / f)
-    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
-    shutil.copytree(ROOT / "book", tmp_path / "book")
-    shutil.copytree(ROOT / "params", tmp_path / "params")
-    for tagged in ("gmlm_lib", "tests"):  # the label index is generated from their tags
-        shutil.copytree(ROOT / tagged, tmp_path / tagged, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("notebooks", "book", "params", "gmlm_lib", "tests"):  # the label index is generated from tags
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=checkout_ignore())
     assert checks.check_all(tmp_path) == []
     return tmp_path
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from conftest import checkout_ignore
 from gmlm_lib.book import checks, runner, sources
 from gmlm_lib.core import records, timing
 
@@ -35,10 +36,23 @@ def _copy_without_git(dest: Path) -> Path:
         if not src.exists():
             continue
         if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.ipynb"))
+            shutil.copytree(src, dest / name, ignore=checkout_ignore("*.ipynb"))
         else:
             shutil.copy2(src, dest / name)
     return dest
+
+
+def test_the_tests_copies_of_the_tree_leave_out_what_git_ignores(tmp_path):
+    """The copies the tests make of notebooks/ and the library skip run folders and caches (a full CPU run
+    leaves gigabytes in notebooks/runs, which each copy duplicated) and keep every project file."""
+    src = tmp_path / "notebooks"
+    for rel in ("padir.md", "padir.ipynb", "runs/padir/ckpt.bin", "__pycache__/x.pyc", ".ipynb_checkpoints/a.ipynb"):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text("x")
+    shutil.copytree(src, tmp_path / "copy", ignore=checkout_ignore())
+    assert sorted(p.name for p in (tmp_path / "copy").rglob("*")) == ["padir.ipynb", "padir.md"]
+    shutil.copytree(src, tmp_path / "copy2", ignore=checkout_ignore("*.ipynb"))
+    assert [p.name for p in (tmp_path / "copy2").rglob("*")] == ["padir.md"]
 
 
 def _make(tree: Path, *args: str, timeout: int = 60) -> subprocess.CompletedProcess:
@@ -640,7 +654,10 @@ def _book_copy(root: Path) -> Path:
     root.mkdir()
     for name in ("_toc.yml", "_config.yml", "notebooks", "params"):
         src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
+        if src.is_dir():
+            shutil.copytree(src, root / name, ignore=checkout_ignore())
+        else:
+            shutil.copy2(src, root / name)
     return root
 
 

@@ -15,6 +15,7 @@ import warnings
 import numpy as np
 import pytest
 
+from conftest import checkout_ignore
 from gmlm_lib.book import runner, sources
 from gmlm_lib.mt import batching, runfolder, seq2seq, training
 
@@ -398,7 +399,7 @@ def book(tmp_path):
     for f in ("_toc.yml", "_config.yml"):
         shutil.copy(ROOT / f, tmp_path / f)
     for d in ("notebooks", "params", "book"):
-        shutil.copytree(ROOT / d, tmp_path / d, ignore=shutil.ignore_patterns("runs"))
+        shutil.copytree(ROOT / d, tmp_path / d, ignore=checkout_ignore())
     return tmp_path
 
 
