@@ -94,3 +94,86 @@ def test_a_damaged_store_is_refused_by_name(tmp_path):
 def test_the_book_holds_every_committed_run_and_the_running_page_includes_the_table():
     assert run_times.problems(ROOT) == []
     assert "```{include} run_times.md" in (ROOT / "book" / "running.md").read_text()
+
+
+def _executed(path: Path, meta: dict, *, code: str = "x = 1") -> Path:
+    """An executed chapter notebook at ``path`` holding ``meta`` as its run, its code hash that of its cells."""
+    from gmlm_lib.book import sources
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(code)]
+    nb.metadata["gmlm"] = dict(meta, code_sha256=sources.code_hash(nb))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def test_a_run_the_book_does_not_show_is_recorded_in_its_hardware_cell_and_bad_ones_are_refused(tmp_path):
+    """A staged chapter's full run on a CPU (make gpu-run's OUT/NAME.ipynb) goes into the table beside the
+    committed GPU run, and the check stays clean; refused, each by name, with the store unchanged: a run on
+    the committed notebook's hardware, an older run than the one held, a smoke run, a notebook whose outputs
+    are not from its code, and a file that is no chapter."""
+    (tmp_path / "book").mkdir()
+    root = _book(tmp_path / "book", {"one": _meta("gpu", 475.4, "c" * 40, "2026-11-27T21:42:47+00:00")})
+    run_times.write(root)
+    out = tmp_path / "out"
+    cpu = _executed(out / "one.ipynb", _meta("cpu", 2478.65, "e" * 40, "2026-12-04T06:50:13+00:00",
+                                             compile_s=473.68, compile_wall_s=351.3))
+    [(name, key, run)] = run_times.record(root, [cpu])
+    assert (name, key, run["wall_s"], run["commit"]) == ("one", "2 CPU cores", 2478.65, "e" * 40)
+    stored = json.loads((root / run_times.FILE).read_text())
+    assert list(stored["one"]) == ["2 CPU cores", "1 x NVIDIA H200"]
+    assert "| {doc}`../notebooks/one` | 41.3 min (5.9 compiling; `eeeeeeeeeeee`, 2026-12-04) |" in \
+        (root / run_times.PAGE).read_text()
+    assert run_times.problems(root) == []
+    before = (root / run_times.FILE).read_text()
+
+    def refused(path, words):
+        with pytest.raises(ValueError, match=words):
+            run_times.record(root, path if isinstance(path, list) else [path])
+        assert (root / run_times.FILE).read_text() == before
+
+    refused(_executed(out / "gpu" / "one.ipynb", _meta("gpu", 300.0, "f" * 40, "2026-12-05")),
+            r"notebooks/one.ipynb holds a full run on 1 x NVIDIA H200, and its run is that cell; .* promote it")
+    refused(_executed(out / "old" / "one.ipynb", _meta("cpu", 100.0, "f" * 40, "2026-12-01T00:00:00+00:00")),
+            r"the table holds a later run of one on 2 CPU cores \(started 2026-12-04T06:50:13\+00:00\)")
+    refused(_executed(out / "smoke" / "one.ipynb", _meta("cpu", 9.0, "f" * 40, "2026-12-05", profile="smoke")),
+            r"holds no full run whose outputs its code produced \(profile 'smoke'\)")
+    edited = out / "edited" / "one.ipynb"
+    _executed(edited, _meta("cpu", 9.0, "f" * 40, "2026-12-05"))
+    nb = nbformat.read(edited, as_version=4)
+    nb.cells[0].source = "x = 2"  # the code changed after the run: its outputs are not from this code
+    nbformat.write(nb, edited)
+    refused(edited, "holds no full run whose outputs its code produced")
+    refused(_executed(out / "three.ipynb", _meta("cpu", 9.0, "f" * 40, "2026-12-05")),
+            r"three.ipynb is not an executed chapter \(NAME.ipynb of a chapter in _toc.yml\)")
+    # one bad notebook among good ones: none is recorded; two runs for one cell: refused
+    later = _executed(out / "new" / "one.ipynb", _meta("cpu", 60.0, "a" * 40, "2026-12-06"))
+    refused([later, out / "smoke" / "one.ipynb"], "holds no full run")
+    refused([later, later], r"more than one run given for one on 2 CPU cores")
+    # a later run on that hardware replaces the earlier one
+    run_times.record(root, [later])
+    assert json.loads((root / run_times.FILE).read_text())["one"]["2 CPU cores"]["commit"] == "a" * 40
+
+
+def test_the_times_command_records_runs_and_stops_on_a_bad_one_by_name(tmp_path):
+    import subprocess
+    import sys
+
+    root = _book(tmp_path, {"one": _meta("gpu", 475.4, "c" * 40, "2026-11-27T21:42:47+00:00")})
+    run_times.write(root)
+    good = _executed(tmp_path / "out" / "one.ipynb", _meta("cpu", 5158.9, "e" * 40, "2026-12-04T02:46:48+00:00"))
+    smoke = _executed(tmp_path / "smoke" / "one.ipynb", _meta("cpu", 9.0, "f" * 40, "2026-12-05", profile="smoke"))
+
+    def times(*paths):
+        return subprocess.run([sys.executable, "-m", "gmlm_lib.book", "times", *map(str, paths)], cwd=root,
+                              capture_output=True, text=True, timeout=120)
+
+    done = times(good)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (f"one: 86.0 min on 2 CPU cores (commit eeeeeeeeeeee) -> {run_times.FILE} and "
+                           f"{run_times.PAGE}\n")
+    assert run_times.problems(root) == []
+    done = times(smoke)
+    assert done.returncode == 1 and "holds no full run" in done.stderr and str(smoke) in done.stderr
+    assert run_times.problems(root) == [] and "86.0 min" in (root / run_times.PAGE).read_text()

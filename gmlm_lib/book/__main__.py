@@ -1,4 +1,5 @@
-"""Command line for the book: ``python -m gmlm_lib.book {run,batch,promote,check,sync,provenance,labels,compiles}``.
+"""Command line for the book: ``python -m gmlm_lib.book {run,batch,promote,check,sync,provenance,labels,compiles,
+digest,times}``.
 
 Examples::
 
@@ -8,6 +9,8 @@ Examples::
     python -m gmlm_lib.book batch full padir stutter dependency_decoding ablations --out gpu-out --staged staged
     python -m gmlm_lib.book promote gpu-out
     python -m gmlm_lib.book compiles benchmarks/gpu_runs/2026-11-27c-h200/run-records.tar.gz
+    python -m gmlm_lib.book digest gpu-out/padir.ipynb > benchmarks/gpu_runs/DATE-h200/padir_cells.json
+    python -m gmlm_lib.book times cpu-out/ablations.ipynb
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import errno
+import json
 import os
 import sys
 import tarfile
@@ -22,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from gmlm_lib.book import checks, labels, runner, sources
+from gmlm_lib.book import checks, digest, labels, run_times, runner, sources
 from gmlm_lib.core import timing
 
 
@@ -94,7 +98,7 @@ def compile_report(path: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """The ``python -m gmlm_lib.book`` command line (``run``, ``batch``, ``promote``, ``check``, ``sync``,
-    ``provenance``, ``labels``, ``compiles``);
+    ``provenance``, ``labels``, ``compiles``, ``digest``, ``times``);
     returns the exit status. An error it stops on (a failed cell, a bad parameter, a missing or unreadable
     file, a full disk) is one line on stderr, ``error: ...``, and exit status 1; a traceback is left only
     for a bug of the tools themselves (``GMLM_TRACEBACK=1`` shows one for every error)."""
@@ -145,6 +149,13 @@ def _main(argv: list[str] | None) -> int:
     compiles = sub.add_parser("compiles", help="a batch's compilations by chapter process: programs, seconds summed "
                               "over them, and the wall time in which any compiled")
     compiles.add_argument("log", help="a compile log (compiles.tsv) or a batch's run-records.tar.gz holding one")
+    dig = sub.add_parser("digest", help="an executed notebook's cells as JSON on stdout: seconds and printed "
+                         "outputs, tables as text (the records of a run kept in benchmarks/)")
+    dig.add_argument("notebook", help="an executed notebook (a batch's OUT/NAME.ipynb)")
+    dig.add_argument("--note", default="", help="what ran, e.g. 'staged/padir.md, full profile, preset auto'")
+    times = sub.add_parser("times", help="put full runs the book does not show (a staged chapter rehearsed on "
+                           "other hardware) on the running page's table of run times")
+    times.add_argument("notebooks", nargs="+", help="executed chapter notebooks (a batch's OUT/NAME.ipynb)")
     args = parser.parse_args(argv)
     root = sources.find_root()
 
@@ -186,6 +197,14 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "compiles":
         for line in compile_report(Path(args.log)):
             print(line)
+        return 0
+    if args.command == "digest":
+        print(json.dumps(digest.digest(Path(args.notebook), note=args.note), indent=1))
+        return 0
+    if args.command == "times":
+        for name, key, run in run_times.record(root, [Path(p) for p in args.notebooks]):
+            print(f"{name}: {run['wall_s'] / 60:.1f} min on {key} (commit {run['commit'][:12]}) -> "
+                  f"{run_times.FILE} and {run_times.PAGE}")
         return 0
     if args.command == "labels":
         print(f"wrote {labels.write_page(root).relative_to(root)}")

@@ -132,6 +132,56 @@ def write(root: Path) -> Path:
     return path
 
 
+def _checked(root: Path, notebook: Path, times: dict) -> tuple[str, str, dict]:
+    """``(chapter, hardware key, entry)`` of the run in ``notebook``, or a ValueError naming what is wrong."""
+    notebook = Path(notebook)
+    name = notebook.stem
+    if notebook.suffix != ".ipynb" or name not in sources.toc_notebooks(root):
+        raise ValueError(f"run times: {notebook} is not an executed chapter (NAME.ipynb of a chapter in _toc.yml).")
+    nb = nbformat.read(notebook, as_version=4)
+    meta = nb.metadata.get("gmlm", {})
+    got = entry(meta)
+    if got is None or meta.get("code_sha256") != sources.code_hash(nb):
+        raise ValueError(f"run times: {notebook} holds no full run whose outputs its code produced (profile "
+                         f"{meta.get('profile')!r}); record the executed notebook a full run or batch wrote.")
+    key, run = got
+    committed = root / "notebooks" / f"{name}.ipynb"
+    if committed.is_file():
+        shown = entry(nbformat.read(committed, as_version=4).metadata.get("gmlm", {}))
+        if shown is not None and shown[0] == key:
+            raise ValueError(f"run times: notebooks/{name}.ipynb holds a full run on {key}, and its run is that "
+                             f"cell; to show {notebook}'s run, promote it (make gpu-promote FROM=its folder).")
+    held = times.get(name, {}).get(key)
+    if held is not None and held.get("started_at", "") > run["started_at"]:
+        raise ValueError(f"run times: the table holds a later run of {name} on {key} (started "
+                         f"{held['started_at']}) than {notebook} (started {run['started_at']}).")
+    return name, key, run
+
+
+def record(root: Path, notebooks) -> list[tuple[str, str, dict]]:
+    """Put the full runs of executed chapter notebooks that the book does not show (a batch's
+    ``OUT/NAME.ipynb``: a staged chapter rehearsed on other hardware, or a run that was not promoted)
+    into ``book/run_times.json``, each as the cell of its chapter and kind of hardware, and rewrite the
+    running page. Returns ``(chapter, hardware key, entry)`` per notebook. Nothing is written unless
+    every notebook passes; refused, naming the file and what to do: a notebook of no chapter in
+    ``_toc.yml``, one that holds no full run whose outputs its code produced, a run on the hardware
+    of the chapter's committed notebook (that notebook's run is the cell: promote this one instead),
+    a run older than the one the table holds for that hardware, and two runs for one cell. Why: the
+    committed notebook keeps one run, so a chapter staged for a GPU run would otherwise show the CPU
+    time of an older version of its code on the running page."""
+    times = stored(root)
+    done = [_checked(root, Path(nb), times) for nb in notebooks]
+    cells = [(name, key) for name, key, _ in done]
+    twice = sorted({f"{name} on {key}" for name, key in cells if cells.count((name, key)) > 1})
+    if twice:
+        raise ValueError(f"run times: more than one run given for {', '.join(twice)}; give one run a cell.")
+    for name, key, run in done:
+        times.setdefault(name, {})[key] = run
+    (root / FILE).write_text(json.dumps(times, indent=1) + "\n")
+    write(root)
+    return done
+
+
 def problems(root: Path) -> list[str]:
     """``book/run_times.json`` lacking a committed run, or ``book/run_times.md`` out of date."""
     out = []
@@ -143,4 +193,5 @@ def problems(root: Path) -> list[str]:
     return out
 
 
-__all__ = ["FILE", "PAGE", "hardware_key", "entry", "stored", "collect", "table", "page", "write", "problems"]
+__all__ = ["FILE", "PAGE", "hardware_key", "entry", "stored", "collect", "table", "page", "write", "record",
+           "problems"]

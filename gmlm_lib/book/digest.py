@@ -1,0 +1,107 @@
+"""An executed chapter notebook as a small JSON record: each code cell's seconds and what it printed,
+tables as text. Why: a run the book does not show (a staged chapter rehearsed on a CPU, a GPU run that
+stopped at its deadline) is kept in ``benchmarks/`` as its records, not as a notebook of half a
+megabyte of figures; this record says where the time went and what each cell printed, and the GPU
+run's records are read from it (``python -m gmlm_lib.book digest OUT/NAME.ipynb``).
+"""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from pathlib import Path
+
+import nbformat
+
+from gmlm_lib.book import sources
+
+
+class _Tables(HTMLParser):
+    """The rows of every ``<table>`` in an HTML output, each row its cells' text."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th") and self.rows:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.rows[-1].append(" ".join("".join(self._cell).split()))
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def html_tables(html: str) -> str:
+    """The tables of ``html`` as text, a line a row with its cells joined by `` | ``; empty when it
+    holds none."""
+    parser = _Tables()
+    parser.feed(html)
+    return "\n".join(" | ".join(row) for row in parser.rows if row)
+
+
+def _text(value) -> str:
+    return "".join(value) if isinstance(value, list) else str(value)
+
+
+def output_text(output) -> str | None:
+    """What one cell output shows as text: a stream's text, an error's name and message, a table of an
+    HTML output as rows, else the plain-text form; None for an output with no text (a figure)."""
+    kind = output.get("output_type")
+    if kind == "stream":
+        return _text(output.get("text", ""))
+    if kind == "error":
+        return f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"
+    data = output.get("data", {})
+    if "text/html" in data:
+        tables = html_tables(_text(data["text/html"]))
+        if tables:
+            return tables + "\n"
+    if "text/plain" in data and "image/png" not in data and "image/svg+xml" not in data:
+        return _text(data["text/plain"])
+    return None
+
+
+def cells(nb) -> list[dict]:
+    """Each code cell of an executed notebook that has a source: its index among all cells, its first
+    line, its seconds (papermill's record; None where it did not run) and its outputs as text."""
+    out = []
+    for i, cell in enumerate(nb.cells):
+        source = _text(cell.get("source", "")).strip()
+        if cell.get("cell_type") != "code" or not source:
+            continue
+        seconds = cell.get("metadata", {}).get("papermill", {}).get("duration")
+        texts = [t for t in (output_text(o) for o in cell.get("outputs", [])) if t is not None]
+        out.append(dict(cell=i, first_line=source.splitlines()[0], seconds=seconds, outputs=texts))
+    return out
+
+
+def digest(path: Path, *, note: str = "") -> dict:
+    """The record of the executed notebook at ``path``: ``notebook`` (``note``, e.g. which source and
+    profile ran, else the file's name), ``commit``, ``profile``, ``wall_s`` (the run's wall time, None
+    for a run that did not finish), ``code_matches`` (whether its outputs come from its code),
+    ``stopped`` (the first error a cell printed, else None) and ``cells`` (:func:`cells`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"digest: {path} does not exist; pass an executed notebook (a batch's OUT/NAME.ipynb).")
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as err:  # nbformat raises several kinds for a damaged file
+        raise ValueError(f"digest: {path} is not a readable notebook ({type(err).__name__}: {err}).") from None
+    meta = nb.metadata.get("gmlm", {})
+    rows = cells(nb)
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    return dict(notebook=note or path.name, commit=meta.get("provenance", {}).get("gmlm_lib_commit"),
+                profile=meta.get("profile"), wall_s=meta.get("total_wall_time_s"),
+                code_matches=meta.get("code_sha256") == sources.code_hash(nb),
+                stopped=output_text(errors[0]) if errors else None, cells=rows)
+
+
+__all__ = ["html_tables", "output_text", "cells", "digest"]
