@@ -40,7 +40,7 @@ class _Tables(HTMLParser):
 
 
 def html_tables(html: str) -> str:
-    """The tables of ``html`` as text, a line a row with its cells joined by `` | ``; empty when it
+    """The tables of ``html`` as text, a line a row with its cells joined by ``" | "``; empty when it
     holds none."""
     parser = _Tables()
     parser.feed(html)
