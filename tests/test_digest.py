@@ -70,7 +70,7 @@ def test_a_run_that_stopped_names_its_error_and_an_edited_notebook_is_flagged(tm
 
 
 def test_a_missing_or_damaged_notebook_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"digest: .*nowhere.ipynb does not exist"):
+    with pytest.raises(FileNotFoundError, match=r"digest: .*nowhere.ipynb is not a file"):
         digest.digest(tmp_path / "nowhere.ipynb")
     (tmp_path / "bad.ipynb").write_text("{not json")
     with pytest.raises(ValueError, match=r"digest: .*bad.ipynb is not a readable notebook"):
@@ -86,4 +86,4 @@ def test_the_command_line_prints_the_record_as_json(tmp_path):
     done = subprocess.run([sys.executable, "-m", "gmlm_lib.book", "digest", str(tmp_path / "none.ipynb")],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and done.stderr.startswith("error: ") and "digest: " in done.stderr
-    assert "none.ipynb does not exist" in done.stderr
+    assert "none.ipynb is not a file" in done.stderr

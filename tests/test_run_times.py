@@ -129,7 +129,7 @@ def test_a_run_the_book_does_not_show_is_recorded_in_its_hardware_cell_and_bad_o
     before = (root / run_times.FILE).read_text()
 
     def refused(path, words):
-        with pytest.raises(ValueError, match=words):
+        with pytest.raises((ValueError, FileNotFoundError), match=words):
             run_times.record(root, path if isinstance(path, list) else [path])
         assert (root / run_times.FILE).read_text() == before
 
@@ -145,6 +145,11 @@ def test_a_run_the_book_does_not_show_is_recorded_in_its_hardware_cell_and_bad_o
     nb.cells[0].source = "x = 2"  # the code changed after the run: its outputs are not from this code
     nbformat.write(nb, edited)
     refused(edited, "holds no full run whose outputs its code produced")
+    damaged = out / "damaged" / "one.ipynb"
+    damaged.parent.mkdir()
+    damaged.write_text('{"cells": 3}')
+    refused(damaged, r"run times: .*damaged/one.ipynb is not a readable notebook")
+    refused(out / "missing" / "one.ipynb", r"run times: .*missing/one.ipynb is not a file")
     refused(_executed(out / "three.ipynb", _meta("cpu", 9.0, "f" * 40, "2026-12-05")),
             r"three.ipynb is not an executed chapter \(NAME.ipynb of a chapter in _toc.yml\)")
     # one bad notebook among good ones: none is recorded; two runs for one cell: refused
