@@ -278,3 +278,21 @@ def test_compile_probe_chooses_the_defaults_unless_a_setting_compiles_faster_wit
         probe.choose([fast])
     with pytest.raises(ValueError, match="they failed"):
         probe.choose([_setting("", (), (), ok=False), fast])
+
+
+def test_host_transfer_times_the_copy_back_and_its_alternatives(tmp_path):
+    """benchmarks/host_transfer.py: every variant timed (pinned where the device has pinned_host memory, as
+    JAX's CPU device does), the copy back as get - wait, the record complete; a bad width refused by name."""
+    out = tmp_path / "transfer.json"
+    stdout, took = run_timed("host_transfer.py", "--width", "16", "--min-time", "0.06", "--json", str(out),
+                             cwd=tmp_path)
+    rec = json.loads(out.read_text())
+    ms = rec["ms"]
+    assert set(ms) == {"wait", "get", "async_get", "pinned", "copy_ms"} and rec["width"] == 16
+    assert all(math.isfinite(v) and v > 0 for k, v in ms.items() if k != "copy_ms")
+    assert ms["copy_ms"] == pytest.approx(ms["get"] - ms["wait"])
+    assert "(1, 16) int32 output on" in stdout and rec["machine"]["backend"] == "cpu"
+    assert rec["commit"] == LIBRARY_COMMIT and 0 < rec["wall_s"] <= took
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "host_transfer.py"), "--width", "0"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and "--width must be >= 1" in done.stderr

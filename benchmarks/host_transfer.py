@@ -1,0 +1,91 @@
+"""What copying a batch-1 translation's output back to the host costs on this machine, and whether an output
+placed in host memory by the program itself costs less.
+
+    PYTHONPATH=. python benchmarks/host_transfer.py                  # a (1, 64) int32 result
+    PYTHONPATH=. python benchmarks/host_transfer.py --width 32 --json transfer.json
+
+Why: on one H200 (benchmarks/gpu_runs/2026-12-04-h200, the PaDIR chapter's time split of one batch-1
+translation) the host's side of a translation, the whole call less the compiled decoder waited for on
+the device, took 1.5 of PaDIR T = 4's 3.0 ms and 1.4 of AR greedy's 4.5 ms, while tokenising, padding,
+stripping and detokenising the same sentence take about 0.06 ms on a CPU. The one other step on that side
+is the copy of the (1, width) ids back to the host (``jax.device_get``): if it is what costs the
+millisecond, both decoders pay it once per sentence and it pulls every speed-up toward 1. This script
+times that copy alone, beside two ways around it, on a tiny program (``x + 1``) so that nothing else is measured:
+
+- ``wait``: the program, waited for on the device (``block_until_ready``);
+- ``get``: the program and ``np.asarray(jax.device_get(out))``, as ``Translator.translate_one`` does;
+- ``async_get``: the same with ``out.copy_to_host_async()`` issued right after the call;
+- ``pinned``: the program compiled to write its output to ``pinned_host`` memory (a JAX memory kind;
+  measured only where the device offers it), then ``np.asarray(out)``.
+
+Each is the fastest call over interleaved rounds (:func:`gmlm_lib.core.timing.best_times`); ``get -
+wait`` is what the copy back adds. It prints a table and, with ``--json``, writes it with the machine,
+the commit and the wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def measure(width: int = 64, min_time: float = 1.0) -> dict:
+    """``{variant: ms}`` for the variants above on the default device (``pinned`` absent where the
+    device has no ``pinned_host`` memory), and ``copy_ms`` = get - wait. ``width``: the output's length."""
+    import jax
+    import numpy as np
+
+    from gmlm_lib.core import timing
+
+    if not (isinstance(width, int) and width >= 1):
+        raise ValueError(f"width must be an integer >= 1; got {width!r}.")
+    device = jax.devices()[0]
+    x = jax.device_put(np.zeros((1, width), np.int32), device)
+    plain = jax.jit(lambda a: a + 1)
+
+    def get():
+        return np.asarray(jax.device_get(plain(x)))
+
+    def async_get():
+        out = plain(x)
+        out.copy_to_host_async()
+        return np.asarray(out)
+
+    fns = dict(wait=lambda: plain(x).block_until_ready(), get=get, async_get=async_get)
+    if "pinned_host" in [m.kind for m in device.addressable_memories()]:
+        sharding = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
+        pinned = jax.jit(lambda a: a + 1, out_shardings=sharding)
+        fns["pinned"] = lambda: np.asarray(pinned(x))
+    for fn in fns.values():  # compiled and warm before anything is timed
+        assert np.array_equal(np.asarray(fn()), np.ones((1, width), np.int32))
+    out = {name: 1e3 * s for name, s in timing.best_times(fns, min_time).items()}
+    out["copy_ms"] = out["get"] - out["wait"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--width", type=int, default=64, help="length of the (1, width) int32 output (default 64)")
+    ap.add_argument("--min-time", type=float, default=1.0, help="seconds each variant is timed, in 3 rounds")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+
+    from gmlm_lib.core import records, timing  # after parsing: --help does not start JAX
+
+    if args.width < 1 or not args.min_time > 0:
+        ap.error(f"--width must be >= 1 and --min-time > 0; got {args.width} and {args.min_time}.")
+    start = time.time()
+    ms = measure(args.width, args.min_time)
+    where = timing.machine()
+    print(f"(1, {args.width}) int32 output on {where}")
+    for name, value in ms.items():
+        print(f"  {name:>10}: {value:.3f} ms")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(width=args.width, min_time=args.min_time, ms=ms, machine=where,
+                           commit=records.short_commit(records.git_commit()), wall_s=time.time() - start), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
