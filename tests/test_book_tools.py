@@ -1,6 +1,7 @@
 """The book machinery: parameters cells, the runner's parameter resolution, provenance,
 and the sync/freshness check (an edited, unrerun notebook must fail it)."""
 
+import ast
 import json
 import re
 import shutil
@@ -403,14 +404,17 @@ def test_parameters_cell_literals_only():
         sources.parameters_cell(_nb(nbformat.v4.new_code_cell("a = 1")))
 
 
-@pytest.mark.parametrize("name", CHAPTERS)
-def test_every_chapter_is_runnable_by_the_book_rules(name):
+@pytest.mark.parametrize("source", [f"notebooks/{name}.md" for name in CHAPTERS]
+                         + sorted(f"staged/{p.name}" for p in (ROOT / "staged").glob("*.md")))
+def test_every_chapter_is_runnable_by_the_book_rules(source):
     """One literal parameters cell; smoke overrides name real parameters; the Colab badge
     points at this notebook in the configured repository; the first code cell installs only
-    on Colab; the last code cell closes the provenance record."""
+    on Colab; the last code cell ends by closing the provenance record. The chapters' sources and
+    the staged ones (``staged/NAME.md``, which a GPU run executes and promotes)."""
     import yaml
 
-    nb = sources.read_text_notebook(ROOT / "notebooks" / f"{name}.md")
+    name = Path(source).stem
+    nb = sources.read_text_notebook(ROOT / source)
     params = sources.parameters_cell(nb)
     smoke = sources.smoke_overrides(ROOT)
     assert name in smoke, f"params/smoke.yaml has no entry for {name}"
@@ -424,7 +428,8 @@ def test_every_chapter_is_runnable_by_the_book_rules(name):
     early = "".join(c.source for c in code[:colab])
     assert not re.search(r"^\s*(from|import) gmlm_lib", early, flags=re.M), "gmlm_lib is imported before the Colab cell"
     assert "provenance.start(" in "".join(c.source for c in code)
-    assert code[-1].source.strip().startswith("provenance.finish(run")
+    last = ast.parse(code[-1].source).body[-1]  # the last statement of the last code cell closes the record
+    assert isinstance(last, ast.Expr) and ast.unparse(last.value).startswith("provenance.finish(run"), code[-1].source
 
 
 # Chapters whose Colab cell still installs the newest `main`: each is pinned (sources.COLAB_INSTALL_CELL)
@@ -802,7 +807,7 @@ def test_text_showing_glued_values_side_by_side_fails_in_a_chapter_and_a_staged_
     checks.sync(book_copy)
     assert checks.check_all(book_copy) == []
     (book_copy / "staged").mkdir()
-    shutil.copy(ROOT / "staged" / "padir.md", book_copy / "staged" / "padir.md")
+    shutil.copy(ROOT / "notebooks" / "padir.md", book_copy / "staged" / "padir.md")  # a staged version of padir
     assert checks.check_all(book_copy) == []
     staged = book_copy / "staged" / "padir.md"
     staged.write_text(staged.read_text().replace("`eval_T_long`, {glue", "`eval_T_long` {glue", 1))
