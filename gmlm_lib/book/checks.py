@@ -60,7 +60,7 @@ def check_pair(md: Path, ipynb: Path) -> list[str]:
         return problems
     if meta.get("profile") != "full":
         problems.append(f"{name}: {ipynb.name} holds a {meta.get('profile')!r} run, not a full one; run `make full NB={name}`.")
-    if meta.get("code_sha256") != sources.code_hash(nb):
+    if not sources.outputs_from_code(nb):
         problems.append(
             f"{name}: the outputs of {ipynb.name} were not produced by its current code "
             f"(code changed since the last run); rerun `make full NB={name}`."

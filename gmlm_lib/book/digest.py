@@ -10,7 +10,6 @@ from __future__ import annotations
 from html.parser import HTMLParser
 from pathlib import Path
 
-import nbformat
 
 from gmlm_lib.book import sources
 
@@ -83,32 +82,20 @@ def cells(nb) -> list[dict]:
     return out
 
 
-def read(path: Path, what: str):
-    """The notebook at ``path``; an error that names ``path`` (and ``what`` reads it) when there is no
-    such file or it is not a notebook (damaged JSON, cells that are not a list, ...)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{what}: {path} is not a file; pass an executed notebook (a batch's OUT/NAME.ipynb).")
-    try:
-        return nbformat.read(path, as_version=4)
-    except Exception as err:  # nbformat raises several kinds for a damaged file
-        raise ValueError(f"{what}: {path} is not a readable notebook ({type(err).__name__}: {err}).") from None
-
-
 def digest(path: Path, *, note: str = "") -> dict:
     """The record of the executed notebook at ``path``: ``notebook`` (``note``, e.g. which source and
     profile ran, else the file's name), ``commit``, ``profile``, ``wall_s`` (the run's wall time, None
     for a run that did not finish), ``code_matches`` (whether its outputs come from its code),
     ``stopped`` (the first error a cell printed, else None) and ``cells`` (:func:`cells`)."""
     path = Path(path)
-    nb = read(path, "digest")
+    nb = sources.read_notebook(path, "digest")
     meta = nb.metadata.get("gmlm", {})
     rows = cells(nb)
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     return dict(notebook=note or path.name, commit=meta.get("provenance", {}).get("gmlm_lib_commit"),
                 profile=meta.get("profile"), wall_s=meta.get("total_wall_time_s"),
-                code_matches=meta.get("code_sha256") == sources.code_hash(nb),
+                code_matches=sources.outputs_from_code(nb),
                 stopped=output_text(errors[0]) if errors else None, cells=rows)
 
 
-__all__ = ["html_tables", "output_text", "cells", "read", "digest"]
+__all__ = ["html_tables", "output_text", "cells", "digest"]

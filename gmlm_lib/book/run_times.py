@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from gmlm_lib.book import digest, provenance, sources
+from gmlm_lib.book import provenance, sources
 
 FILE = Path("book") / "run_times.json"
 PAGE = Path("book") / "run_times.md"
@@ -138,10 +138,10 @@ def _checked(root: Path, notebook: Path, times: dict) -> tuple[str, str, dict]:
     name = notebook.stem
     if notebook.suffix != ".ipynb" or name not in sources.toc_notebooks(root):
         raise ValueError(f"run times: {notebook} is not an executed chapter (NAME.ipynb of a chapter in _toc.yml).")
-    nb = digest.read(notebook, "run times")
+    nb = sources.read_notebook(notebook, "run times")
     meta = nb.metadata.get("gmlm", {})
     got = entry(meta)
-    if got is None or meta.get("code_sha256") != sources.code_hash(nb):
+    if got is None or not sources.outputs_from_code(nb):
         raise ValueError(f"run times: {notebook} holds no full run whose outputs its code produced (profile "
                          f"{meta.get('profile')!r}); record the executed notebook a full run or batch wrote.")
     key, run = got

@@ -586,9 +586,9 @@ def promote(root: Path, results: Path) -> list[str]:
     for nb_path in found:
         name = nb_path.stem
         md = chapter_source(root, name, staged if staged.is_dir() else None)
-        nb = nbformat.read(nb_path, as_version=4)
+        nb = sources.read_notebook(nb_path, "promote")
         meta = nb.metadata.get("gmlm", {})
-        if meta.get("profile") != "full" or meta.get("code_sha256") != sources.code_hash(nb):
+        if meta.get("profile") != "full" or not sources.outputs_from_code(nb):
             raise ValueError(f"promote: {nb_path} is not a full run whose outputs its code produced "
                              f"(profile {meta.get('profile')!r}); run `make gpu-run` again.")
         if sources.code_cells(sources.read_text_notebook(md)) != sources.code_cells(nb):

@@ -168,6 +168,24 @@ def code_hash(nb) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
+def outputs_from_code(nb) -> bool:
+    """Whether an executed notebook's outputs were made by the code it holds now: the hash the runner
+    recorded when it ran (``metadata.gmlm.code_sha256``) is :func:`code_hash` of its code cells."""
+    return nb.metadata.get("gmlm", {}).get("code_sha256") == code_hash(nb)
+
+
+def read_notebook(path: Path, what: str) -> nbformat.NotebookNode:
+    """The executed notebook at ``path`` (a batch's ``OUT/NAME.ipynb``), or an error naming ``path`` and
+    ``what`` reads it: no such file, or not a notebook (damaged JSON, cells that are not a list, ...)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what}: {path} is not a file; pass an executed notebook (a batch's OUT/NAME.ipynb).")
+    try:
+        return nbformat.read(path, as_version=4)
+    except Exception as err:  # nbformat raises several kinds for a damaged file
+        raise ValueError(f"{what}: {path} is not a readable notebook ({type(err).__name__}: {err}).") from None
+
+
 def parameters_cell(nb) -> dict:
     """The defaults of the single cell tagged ``parameters``, as a dict.
 
