@@ -15,10 +15,14 @@ times that copy alone, beside two ways around it, on a tiny program (``x + 1``) 
 - ``wait``: the program, waited for on the device (``block_until_ready``);
 - ``get``: the program and ``np.asarray(jax.device_get(out))``, as ``Translator.translate_one`` does;
 - ``async_get``: the same with ``out.copy_to_host_async()`` issued right after the call;
+- ``wait_get``: the program waited for as in ``wait``, then the copy back of the finished result (if this
+  is near ``wait``, what costs is how ``device_get`` waits for the program, not the copy itself);
 - ``pinned``: the program compiled to write its output to ``pinned_host`` memory (a JAX memory kind;
   measured only where the device offers it), then ``np.asarray(out)``.
 
-Each is the fastest call over interleaved rounds (:func:`gmlm_lib.core.timing.best_times`); ``get -
+Each variant's calls are timed one by one over 3 interleaved rounds: ``ms`` holds its fastest call (as
+:func:`gmlm_lib.core.timing.best_times`), ``median_ms`` its median call (a chapter's latencies are medians
+over sentences, so a wake-up that is slow only sometimes shows there and not in the fastest); ``get -
 wait`` is what the copy back adds. It prints a table and, with ``--json``, writes it with the machine,
 the commit and the wall time.
 """
@@ -30,16 +34,18 @@ import json
 import time
 
 
-def measure(width: int = 64, min_time: float = 1.0) -> dict:
-    """``{variant: ms}`` for the variants above on the default device (``pinned`` absent where the
-    device has no ``pinned_host`` memory), and ``copy_ms`` = get - wait. ``width``: the output's length."""
+def measure(width: int = 64, min_time: float = 1.0, rounds: int = 3) -> dict:
+    """``{"ms": {variant: fastest ms}, "median_ms": {variant: median ms}, "calls": {variant: n}}`` for the
+    variants above on the default device (``pinned`` absent where the device has no ``pinned_host``
+    memory); ``ms`` and ``median_ms`` also hold ``copy_ms`` = get - wait. ``width``: the output's length;
+    each variant is called for ``min_time / rounds`` seconds in each of ``rounds`` interleaved rounds."""
     import jax
     import numpy as np
 
-    from gmlm_lib.core import timing
-
     if not (isinstance(width, int) and width >= 1):
         raise ValueError(f"width must be an integer >= 1; got {width!r}.")
+    if not (isinstance(rounds, int) and rounds >= 1):
+        raise ValueError(f"rounds must be an integer >= 1; got {rounds!r}.")
     device = jax.devices()[0]
     x = jax.device_put(np.zeros((1, width), np.int32), device)
     plain = jax.jit(lambda a: a + 1)
@@ -52,15 +58,32 @@ def measure(width: int = 64, min_time: float = 1.0) -> dict:
         out.copy_to_host_async()
         return np.asarray(out)
 
-    fns = dict(wait=lambda: plain(x).block_until_ready(), get=get, async_get=async_get)
+    def wait_get():
+        return np.asarray(plain(x).block_until_ready())
+
+    fns = dict(wait=lambda: plain(x).block_until_ready(), get=get, async_get=async_get, wait_get=wait_get)
     if "pinned_host" in [m.kind for m in device.addressable_memories()]:
         sharding = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
         pinned = jax.jit(lambda a: a + 1, out_shardings=sharding)
         fns["pinned"] = lambda: np.asarray(pinned(x))
     for fn in fns.values():  # compiled and warm before anything is timed
         assert np.array_equal(np.asarray(fn()), np.ones((1, width), np.int32))
-    out = {name: 1e3 * s for name, s in timing.best_times(fns, min_time).items()}
-    out["copy_ms"] = out["get"] - out["wait"]
+    calls = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            while True:
+                t0 = time.perf_counter()
+                fn()
+                now = time.perf_counter()
+                calls[name].append(now - t0)
+                if now - start >= min_time / rounds:
+                    break
+    out = dict(ms={name: 1e3 * min(t) for name, t in calls.items()},
+               median_ms={name: 1e3 * float(np.median(t)) for name, t in calls.items()},
+               calls={name: len(t) for name, t in calls.items()})
+    for stat in ("ms", "median_ms"):
+        out[stat]["copy_ms"] = out[stat]["get"] - out[stat]["wait"]
     return out
 
 
@@ -76,14 +99,15 @@ def main() -> None:
     if args.width < 1 or not args.min_time > 0:
         ap.error(f"--width must be >= 1 and --min-time > 0; got {args.width} and {args.min_time}.")
     start = time.time()
-    ms = measure(args.width, args.min_time)
+    got = measure(args.width, args.min_time)
     where = timing.machine()
     print(f"(1, {args.width}) int32 output on {where}")
-    for name, value in ms.items():
-        print(f"  {name:>10}: {value:.3f} ms")
+    print(f"  {'':>10}  {'fastest':>9}  {'median':>9}  calls")
+    for name, value in got["ms"].items():
+        print(f"  {name:>10}: {value:6.3f} ms  {got['median_ms'][name]:6.3f} ms  {got['calls'].get(name, '')}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(width=args.width, min_time=args.min_time, ms=ms, machine=where,
+            json.dump(dict(width=args.width, min_time=args.min_time, **got, machine=where,
                            commit=records.short_commit(records.git_commit()), wall_s=time.time() - start), f, indent=1)
 
 

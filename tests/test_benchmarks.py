@@ -282,15 +282,20 @@ def test_compile_probe_chooses_the_defaults_unless_a_setting_compiles_faster_wit
 
 def test_host_transfer_times_the_copy_back_and_its_alternatives(tmp_path):
     """benchmarks/host_transfer.py: every variant timed (pinned where the device has pinned_host memory, as
-    JAX's CPU device does), the copy back as get - wait, the record complete; a bad width refused by name."""
+    JAX's CPU device does), fastest and median call of each, the copy back as get - wait in both, the record
+    complete; a bad width refused by name."""
     out = tmp_path / "transfer.json"
     stdout, took = run_timed("host_transfer.py", "--width", "16", "--min-time", "0.06", "--json", str(out),
                              cwd=tmp_path)
     rec = json.loads(out.read_text())
-    ms = rec["ms"]
-    assert set(ms) == {"wait", "get", "async_get", "pinned", "copy_ms"} and rec["width"] == 16
-    assert all(math.isfinite(v) and v > 0 for k, v in ms.items() if k != "copy_ms")
-    assert ms["copy_ms"] == pytest.approx(ms["get"] - ms["wait"])
+    variants = {"wait", "get", "async_get", "wait_get", "pinned"}
+    assert set(rec["calls"]) == variants and all(n >= 3 for n in rec["calls"].values())
+    for stat in ("ms", "median_ms"):
+        ms = rec[stat]
+        assert set(ms) == variants | {"copy_ms"} and rec["width"] == 16
+        assert all(math.isfinite(v) and v > 0 for k, v in ms.items() if k != "copy_ms")
+        assert ms["copy_ms"] == pytest.approx(ms["get"] - ms["wait"])
+    assert all(rec["ms"][k] <= rec["median_ms"][k] for k in variants)
     assert "(1, 16) int32 output on" in stdout and rec["machine"]["backend"] == "cpu"
     assert rec["commit"] == LIBRARY_COMMIT and 0 < rec["wall_s"] <= took
     done = subprocess.run([sys.executable, str(BENCHMARKS / "host_transfer.py"), "--width", "0"], capture_output=True,
