@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from gmlm_lib.book import findings
-from gmlm_lib.book.findings import ablations, dependency_decoding, stutter
+from gmlm_lib.book.findings import ablations, dependency_decoding, reuse, stutter
 
 
 # --- the one significance rule ------------------------------------------------------------------------
@@ -222,3 +222,27 @@ def test_one_given_pair_is_used_untuned_and_several_need_a_table():
                                        [0.3], [0.8], 300)
     with pytest.raises(ValueError, match=r"missing columns \['BLEU'\]"):
         dependency_decoding.thresholds(pd.DataFrame(dict(confidence=[0.3], dependency=[0.8])), [0.3], [0.8], 300)
+
+
+@pytest.mark.parametrize("padir_run, complete_before, want", [
+    ("runs/padir/en-de", True, "reused from the PaDIR chapter's run folder"),
+    ("runs/padir/en-de", False, "trained in this run by the PaDIR chapter's pipeline"),
+    ("", False, "stand-in"),
+])
+def test_the_models_origin_says_reused_or_trained_here(padir_run, complete_before, want):
+    """A chapter that opened a finished PaDIR run folder says it reused that chapter's model; one that had to
+    build the folder says its models were trained again here; the smoke stand-in says it is one. Each wording
+    holds only its own case."""
+    words = reuse.origin(padir_run, complete_before)
+    assert want in words
+    others = {"reused from the PaDIR chapter's run folder", "trained in this run by the PaDIR chapter's pipeline", "stand-in"} - {want}
+    assert not any(o in words for o in others)
+
+
+def test_the_models_origin_refuses_what_cannot_be():
+    with pytest.raises(ValueError, match="empty padir_run"):
+        reuse.origin("", True)
+    with pytest.raises(TypeError, match="complete_before must be True or False"):
+        reuse.origin("runs/padir/en-de", 1)
+    with pytest.raises(TypeError, match="padir_run must be a string"):
+        reuse.origin(None, False)

@@ -13,7 +13,7 @@ import dataclasses
 
 from gmlm_lib.book.validate import ChapterParams, positive_ints
 
-__all__ = ["PADIR_MODELS", "ReuseParams", "preset_names"]
+__all__ = ["PADIR_MODELS", "ReuseParams", "origin", "preset_names"]
 
 PADIR_MODELS = ("padir_distilled", "padir_raw")
 """The PaDIR models of the run folder that a chapter can analyse."""
@@ -24,6 +24,26 @@ def preset_names() -> tuple[str, ...]:
     from gmlm_lib.mt import config
 
     return (config.AUTO, *sorted(config.PRESETS))
+
+
+def origin(padir_run: str, complete_before: bool) -> str:
+    """Where the models a chapter analyses come from, as words for its setting line: ``padir_run`` the
+    chapter's parameter, ``complete_before`` whether that folder held a finished run before the chapter
+    opened it (:func:`gmlm_lib.mt.pipeline.complete`, read before :func:`gmlm_lib.mt.pipeline.reuse`).
+    A folder the chapter had to build holds models trained again with the PaDIR chapter's recipe, seed
+    and number of updates, not the ones that chapter measured: a reader comparing the two chapters'
+    numbers needs to know which."""
+    if not isinstance(padir_run, str):
+        raise TypeError(f"origin: padir_run must be a string (the chapter's parameter); got {type(padir_run).__name__}.")
+    if not isinstance(complete_before, bool):
+        raise TypeError(f"origin: complete_before must be True or False; got {complete_before!r}.")
+    if not padir_run:
+        if complete_before:
+            raise ValueError("origin: an empty padir_run (the smoke stand-in) has no folder that was complete before.")
+        return "a few-step stand-in trained in this run (smoke profile), not the PaDIR chapter's model"
+    if complete_before:
+        return "reused from the PaDIR chapter's run folder"
+    return "trained in this run by the PaDIR chapter's pipeline, with its recipe, seed and number of updates"
 
 
 @dataclasses.dataclass(frozen=True)
