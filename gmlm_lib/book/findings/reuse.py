@@ -34,7 +34,8 @@ def origin(padir_run: str, complete_before: bool) -> str:
     and number of updates, not the ones that chapter measured: a reader comparing the two chapters'
     numbers needs to know which."""
     if not isinstance(padir_run, str):
-        raise TypeError(f"origin: padir_run must be a string (the chapter's parameter); got {type(padir_run).__name__}.")
+        raise TypeError(f"origin: padir_run must be a string (the chapter's parameter); "
+                        f"got {type(padir_run).__name__}.")
     if not isinstance(complete_before, bool):
         raise TypeError(f"origin: complete_before must be True or False; got {complete_before!r}.")
     if not padir_run:
