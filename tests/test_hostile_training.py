@@ -304,6 +304,27 @@ def test_a_resumed_record_keeps_the_earlier_segments_up_to_its_checkpoint_and_ti
     assert json.loads((tmp_path / "run.json").read_text()) == written
 
 
+def test_the_token_rate_leaves_out_the_seconds_spent_compiling(tmp_path):
+    """A segment's compile_s (its programs compiled before the first update) is part of its wall_s but not
+    of the time its updates took: tokens_per_s divides by the seconds past compiling, of every timed
+    segment, while the run's wall_s still adds up everything. update_seconds refuses a compile time
+    longer than its segment or not finite, naming the segment."""
+    prev = dict(data_fingerprint="f" * 64, segments=[
+        dict(start=0, end=2, wall_s=10.0, tokens=40, compile_s=8.0),
+        dict(start=2, end=4, wall_s=3.0, tokens=40)])  # an older segment, no compile_s: counted whole
+    assert runfolder.update_seconds(prev["segments"]) == pytest.approx(2.0 + 3.0)
+    rec = runfolder.RunRecord(tmp_path / "run.json", _cfg(), _batcher(), 4, {}, None, 1, prev)
+    rec.segment["compile_s"] = 0.0
+    rec.tokens += 20
+    written = rec.write(6, None)
+    own = written["segments"][-1]["wall_s"]
+    assert written["wall_s"] == pytest.approx(13.0 + own)
+    assert written["tokens_per_s"] == pytest.approx(100 / (5.0 + own))
+    for bad in (dict(wall_s=1.0, compile_s=2.0), dict(wall_s=float("nan")), dict(wall_s=1.0, compile_s=float("inf"))):
+        with pytest.raises(ValueError, match=r"update_seconds: segment 1 has wall_s"):
+            runfolder.update_seconds([dict(wall_s=1.0), bad])
+
+
 def _hold_lock(folder, ready, release):
     with runfolder.exclusive(pathlib.Path(folder)):
         ready.set()

@@ -23,6 +23,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import math
 import os
 import pathlib
 import socket
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RunFolderError", "RunFolderBusy", "DAMAGED", "read_json", "folder", "read_metrics", "keep_metrics",
            "losses", "check_data", "exclusive", "digest", "all_finite", "move_aside", "restore", "restore_step",
-           "checkpoint_digests", "checkpoint_manager", "prune", "save_checkpoint", "RunRecord"]
+           "checkpoint_digests", "checkpoint_manager", "prune", "save_checkpoint", "update_seconds", "RunRecord"]
 
 
 class RunFolderError(OSError):
@@ -334,6 +335,22 @@ def prune(manager: ocp.CheckpointManager, keep: set[int]) -> None:
             manager.delete(step)
 
 
+def update_seconds(segments: list[dict]) -> float:
+    """Wall seconds the ``segments`` of a ``run.json`` spent past compiling: each one's ``wall_s`` less its
+    ``compile_s`` (the programs compiled before its first update; absent in a segment that compiled
+    nothing, which then counts whole), so the updates with their validation, checkpoints and loss reads.
+    The denominator of a run's throughput (``tokens_per_s``) and of its FLOP/s against a peak: compiling
+    is a one-off of each process that starts training, not a cost of the updates."""
+    total = 0.0
+    for i, g in enumerate(segments):
+        wall, compiling = float(g["wall_s"]), float(g.get("compile_s") or 0.0)
+        if not (math.isfinite(wall) and math.isfinite(compiling) and 0 <= compiling <= wall + 1e-6):
+            raise ValueError(f"update_seconds: segment {i} has wall_s {g['wall_s']!r} and compile_s "
+                             f"{g.get('compile_s')!r}; compiling is part of the wall time, both finite.")
+        total += max(wall - compiling, 0.0)
+    return total
+
+
 class RunRecord:
     """``run.json`` of a run being trained: the segments of earlier calls up to the checkpoint this
     call resumed from, and this call's own segment (its steps, time, tokens, commit and machine).
@@ -357,13 +374,13 @@ class RunRecord:
         has finished), and return the record as a later call reads it back."""
         self.segment.update(end=done, wall_s=time.perf_counter() - self.t0, tokens=self.tokens)
         segments = self.earlier + [self.segment]
-        timed = [g for g in segments if "tokens" in g and g["end"] > g["start"] and g["wall_s"] > 0]
+        timed = [g for g in segments if "tokens" in g and g["end"] > g["start"] and update_seconds([g]) > 0]
         record = dict(
             config=self.cfg.to_dict(), commit=self.segment["commit"], hardware=records.environment(), init=self.init,
             data_fingerprint=self.fingerprint or self.prev.get("data_fingerprint"), parameters=self.parameters,
             dropped_pairs=self.batcher.dropped, batches_per_epoch=len(self.batcher), steps=self.cfg.steps, done=done,
             final_loss=final_loss, wall_s=sum(g["wall_s"] for g in segments), segments=segments,
-            tokens_per_s=(sum(g["tokens"] for g in timed) / sum(g["wall_s"] for g in timed)) if timed
+            tokens_per_s=(sum(g["tokens"] for g in timed) / update_seconds(timed)) if timed
             else self.prev.get("tokens_per_s"),
         )
         if self.validation is not None:
