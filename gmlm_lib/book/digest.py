@@ -10,7 +10,6 @@ from __future__ import annotations
 from html.parser import HTMLParser
 from pathlib import Path
 
-
 from gmlm_lib.book import sources
 
 
