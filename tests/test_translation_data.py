@@ -148,6 +148,28 @@ def test_vocab_special_ids_and_round_trip():
         vocab.train(["a dog", 3], 60)
 
 
+def test_short_lists_are_encoded_text_by_text_and_long_ones_in_one_threaded_call():
+    """SentencePiece starts a pool of threads for every list it encodes: a batch-1 translation encodes a
+    list of one, so it would pay that start on every sentence. The ids must not depend on the path."""
+    texts = [f"dog {i} runs on the grass" for i in range(vocab.BATCH_FROM + 1)]
+    v = vocab.train(texts, 60)
+    real, calls = v.sp, []
+
+    class Recording:
+        def encode(self, arg, **kw):
+            calls.append(type(arg).__name__)
+            return real.encode(arg, **kw)
+
+    want = real.encode(texts, out_type=int)
+    v.sp = Recording()
+    short = texts[: vocab.BATCH_FROM - 1]
+    assert v.encode(short[:1]) == want[:1] and calls == ["str"]
+    calls.clear()
+    assert v.encode(short) == want[: len(short)] and calls == ["str"] * len(short)
+    calls.clear()
+    assert v.encode(texts) == want and calls == ["list"]
+
+
 def test_a_saved_vocabulary_loads_as_the_same_model(tmp_path):
     texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras"] * 20
     v = vocab.train(texts, 60)

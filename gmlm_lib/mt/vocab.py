@@ -19,6 +19,9 @@ from gmlm_lib.core import checks
 PAD, EOS, BOS, UNK, MASK, LENGTH = range(6)
 FIRST_PIECE = 6
 SPECIALS = ("[MASK]", "[LENGTH]")
+#: lists of at least this many texts go to SentencePiece's threaded batch encoder (:meth:`Vocab.encode`);
+#: about where its pool's start-up stops costing more than it saves on 2 CPU cores
+BATCH_FROM = 64
 
 
 class Vocab:
@@ -43,13 +46,20 @@ class Vocab:
         return self.sp.get_piece_size()
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Ids of each text of ``texts`` (a list of strings; one string would be split into characters)."""
+        """Ids of each text of ``texts`` (a list of strings; one string would be split into characters).
+
+        SentencePiece encodes a list on a pool of threads that it starts for each call; for fewer than
+        :data:`BATCH_FROM` texts starting the pool costs more than the encoding (a batch-1 translation
+        would pay it on every sentence, in its latency), so short lists are encoded one text at a time.
+        The ids are the same either way."""
         if isinstance(texts, (str, bytes)):
             raise TypeError("Vocab.encode takes a list of texts, not one string; pass [text].")
         texts = list(texts)
         bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
         if bad is not None:
             raise TypeError(f"Vocab.encode: texts[{bad}] must be a string; got {type(texts[bad]).__name__}.")
+        if len(texts) < BATCH_FROM:
+            return [self.sp.encode(t, out_type=int) for t in texts]
         return self.sp.encode(texts, out_type=int)
 
     def decode(self, ids: Iterable[Sequence[int]]) -> list[str]:
