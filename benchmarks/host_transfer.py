@@ -18,7 +18,14 @@ times that copy alone, beside two ways around it, on a tiny program (``x + 1``) 
 - ``wait_get``: the program waited for as in ``wait``, then the copy back of the finished result (if this
   is near ``wait``, what costs is how ``device_get`` waits for the program, not the copy itself);
 - ``pinned``: the program compiled to write its output to ``pinned_host`` memory (a JAX memory kind;
-  measured only where the device offers it), then ``np.asarray(out)``.
+  measured only where the device offers it), then ``np.asarray(out)``;
+- ``pinned_wait_get``: the same program waited for with ``block_until_ready``, then ``np.asarray(out)``
+  (the two changes together: if the copy machinery costs, ``pinned`` gains; if the way ``device_get``
+  waits costs, ``wait_get`` gains; this gains in both cases).
+
+Where ``pinned_host`` exists, ``pinned_loop`` says whether a program shaped like the decoders (a
+``while_loop`` whose trip count depends on the data, inside a ``lax.switch``) compiles with its
+output in that memory and returns the right values: the decoders would take that path, not ``x + 1``.
 
 Each variant's calls are timed one by one over 3 interleaved rounds: ``ms`` holds its fastest call (as
 :func:`gmlm_lib.core.timing.best_times`), ``median_ms`` its median call (a chapter's latencies are medians
@@ -35,9 +42,10 @@ import time
 
 
 def measure(width: int = 64, min_time: float = 1.0, rounds: int = 3) -> dict:
-    """``{"ms": {variant: fastest ms}, "median_ms": {variant: median ms}, "calls": {variant: n}}`` for the
-    variants above on the default device (``pinned`` absent where the device has no ``pinned_host``
-    memory); ``ms`` and ``median_ms`` also hold ``copy_ms`` = get - wait. ``width``: the output's length;
+    """``{"ms": {variant: fastest ms}, "median_ms": {variant: median ms}, "calls": {variant: n},
+    "pinned_loop": bool or None}`` for the variants above on the default device (the ``pinned`` ones absent
+    and ``pinned_loop`` None where the device has no ``pinned_host`` memory); ``ms`` and ``median_ms`` also
+    hold ``copy_ms`` = get - wait. ``width``: the output's length;
     each variant is called for ``min_time / rounds`` seconds in each of ``rounds`` interleaved rounds."""
     import jax
     import numpy as np
@@ -62,10 +70,13 @@ def measure(width: int = 64, min_time: float = 1.0, rounds: int = 3) -> dict:
         return np.asarray(plain(x).block_until_ready())
 
     fns = dict(wait=lambda: plain(x).block_until_ready(), get=get, async_get=async_get, wait_get=wait_get)
+    loop_ok = None
     if "pinned_host" in [m.kind for m in device.addressable_memories()]:
         sharding = jax.sharding.SingleDeviceSharding(device, memory_kind="pinned_host")
         pinned = jax.jit(lambda a: a + 1, out_shardings=sharding)
         fns["pinned"] = lambda: np.asarray(pinned(x))
+        fns["pinned_wait_get"] = lambda: np.asarray(pinned(x).block_until_ready())
+        loop_ok = _pinned_loop_works(sharding, x)
     for fn in fns.values():  # compiled and warm before anything is timed
         assert np.array_equal(np.asarray(fn()), np.ones((1, width), np.int32))
     calls = {name: [] for name in fns}
@@ -81,10 +92,30 @@ def measure(width: int = 64, min_time: float = 1.0, rounds: int = 3) -> dict:
                     break
     out = dict(ms={name: 1e3 * min(t) for name, t in calls.items()},
                median_ms={name: 1e3 * float(np.median(t)) for name, t in calls.items()},
-               calls={name: len(t) for name, t in calls.items()})
+               calls={name: len(t) for name, t in calls.items()}, pinned_loop=loop_ok)
     for stat in ("ms", "median_ms"):
         out[stat]["copy_ms"] = out[stat]["get"] - out[stat]["wait"]
     return out
+
+
+def _pinned_loop_works(sharding, x) -> bool:
+    """Whether a decoder-shaped program (a data-dependent ``while_loop`` in one branch of a ``lax.switch``)
+    compiles with its output in ``sharding``'s memory and gives the values it gives in device memory."""
+    import jax
+    import numpy as np
+
+    def program(a):
+        def count_up(b):
+            return jax.lax.while_loop(lambda c: c[0] < b[0, 0] + 3, lambda c: (c[0] + 1, c[1] + 1), (0, b))[1]
+
+        return jax.lax.switch(a[0, 0] % 2, [count_up, lambda b: b - 1], a)
+
+    try:
+        got = np.asarray(jax.jit(program, out_shardings=sharding)(x).block_until_ready())
+    except Exception as err:  # a compiler that refuses the placement: reported, the decoders keep device memory
+        print(f"pinned_host output of a loop program failed: {type(err).__name__}: {str(err)[:300]}")
+        return False
+    return bool(np.array_equal(got, np.asarray(jax.jit(program)(x))))
 
 
 def main() -> None:
@@ -102,9 +133,11 @@ def main() -> None:
     got = measure(args.width, args.min_time)
     where = timing.machine()
     print(f"(1, {args.width}) int32 output on {where}")
-    print(f"  {'':>10}  {'fastest':>9}  {'median':>9}  calls")
+    print(f"  {'':>15}  {'fastest':>9}  {'median':>9}  calls")
     for name, value in got["ms"].items():
-        print(f"  {name:>10}: {value:6.3f} ms  {got['median_ms'][name]:6.3f} ms  {got['calls'].get(name, '')}")
+        print(f"  {name:>15}: {value:6.3f} ms  {got['median_ms'][name]:6.3f} ms  {got['calls'].get(name, '')}")
+    if got["pinned_loop"] is not None:
+        print(f"  a loop program's output in pinned_host memory: {'right' if got['pinned_loop'] else 'FAILED'}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(width=args.width, min_time=args.min_time, **got, machine=where,

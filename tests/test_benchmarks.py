@@ -288,7 +288,7 @@ def test_host_transfer_times_the_copy_back_and_its_alternatives(tmp_path):
     stdout, took = run_timed("host_transfer.py", "--width", "16", "--min-time", "0.06", "--json", str(out),
                              cwd=tmp_path)
     rec = json.loads(out.read_text())
-    variants = {"wait", "get", "async_get", "wait_get", "pinned"}
+    variants = {"wait", "get", "async_get", "wait_get", "pinned", "pinned_wait_get"}
     assert set(rec["calls"]) == variants and all(n >= 3 for n in rec["calls"].values())
     for stat in ("ms", "median_ms"):
         ms = rec[stat]
@@ -296,6 +296,7 @@ def test_host_transfer_times_the_copy_back_and_its_alternatives(tmp_path):
         assert all(math.isfinite(v) and v > 0 for k, v in ms.items() if k != "copy_ms")
         assert ms["copy_ms"] == pytest.approx(ms["get"] - ms["wait"])
     assert all(rec["ms"][k] <= rec["median_ms"][k] for k in variants)
+    assert rec["pinned_loop"] is True and "a loop program's output in pinned_host memory: right" in stdout
     assert "(1, 16) int32 output on" in stdout and rec["machine"]["backend"] == "cpu"
     assert rec["commit"] == LIBRARY_COMMIT and 0 < rec["wall_s"] <= took
     done = subprocess.run([sys.executable, str(BENCHMARKS / "host_transfer.py"), "--width", "0"], capture_output=True,
