@@ -707,6 +707,61 @@ def test_jitted_hashes_a_graphdef_once_and_shares_equal_ones():
                               decoding.ar_greedy(g2, p2, src, sm, max_len=16))
 
 
+def test_weights_cast_once_for_decoding_give_the_same_outputs_with_fewer_conversions():
+    """decoding.for_inference casts each Linear and Embed parameter of a bfloat16 model to bfloat16 once
+    (LayerNorm parameters stay float32: those layers compute in float32), leaves the model it is given as
+    it was, and returns a float32 model as it is. The layers cast their weights at every call anyway, so
+    logits and decoded ids are the same bits; the compiled decoder then converts fewer arrays (XLA leaves
+    most per-call casts inside the decoding loops, one kernel each per AR step or PaDIR pass)."""
+    import re
+
+    f32 = tiny(True)
+    assert decoding.for_inference(f32) is f32
+    src, sm = batching.pad([[7, 8, 9, 10], [11, 12, 13]], 16)
+    tgt, tm = (jnp.asarray(a) for a in batching.pad([[7, 8, 9], [10, 11]], 8))
+    for causal in (True, False):
+        model = tiny(causal, dtype="bfloat16")
+        model = model if causal else spread(model)  # a PaDIR model whose ids depend on the source
+        cast = decoding.for_inference(model)
+        assert {str(x.dtype) for x in jax.tree.leaves(nnx.state(model))} == {"float32"}
+        for _, node in nnx.iter_graph(cast):
+            if isinstance(node, (nnx.Linear, nnx.Embed)):
+                params = [v for v in vars(node).values() if isinstance(v, nnx.Param)]
+                assert params and all(v.get_value().dtype == jnp.bfloat16 for v in params), node
+            if isinstance(node, nnx.LayerNorm):
+                assert node.scale.get_value().dtype == jnp.float32
+        logits = [jax.tree.leaves(m.decode(tgt, tm, *m.encode(jnp.asarray(src), jnp.asarray(sm))))
+                  for m in (model, cast)]
+        assert len(logits[0]) == len(logits[1]) >= 1
+        for a, b in zip(*logits):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        decoded = []
+        for m in (model, cast):
+            g, p = nnx.split(m)
+            flat = decoding.FlatParams.of(p)
+            if causal:
+                ids = [decoding.ar_greedy(g, flat, src, sm, max_len=16),
+                       decoding.ar_beam(g, flat, src, sm, max_len=16, beam=2)[0]]
+                fn = decoding.jitted(decoding._ar_greedy, g, max_len=16)._for(flat.treedef)
+                args = (flat.leaves, src, sm)
+            else:
+                options = decoding.PadirOptions(steps=3, hyps=1)
+                ids = [decoding.padir_ids(g, flat, src, sm, jax.random.key(0), options=options, widths=(8, 16))]
+                structure, numbers = decoding._dynamic(options)
+                fn = decoding.jitted(decoding._padir_ids, g, options=structure, widths=(8, 16))._for(flat.treedef)
+                args = (flat.leaves, src, sm, jax.random.key(0), numbers)
+            converts = len(re.findall(r" convert\(", fn.lower(*args).compile().as_text()))
+            decoded.append(([np.asarray(x) for x in ids], converts))
+        for a, b in zip(decoded[0][0], decoded[1][0]):
+            np.testing.assert_array_equal(a, b)
+        assert decoded[1][1] < decoded[0][1], (causal, decoded[0][1], decoded[1][1])
+    # the Translator decodes with the cast weights
+    vocab = V.train(["a b c d e f g", "b c d e f g a"] * 40, 40)
+    model = seq2seq.build(dataclasses.replace(tiny(False, dtype="bfloat16").cfg, vocab=vocab.size), seed=1)
+    tr = translate.Translator(model, vocab, buckets=(16,))
+    assert {str(x.dtype) for x in tr.flat.leaves} == {"bfloat16", "float32"}
+
+
 def test_decoders_take_flat_params_with_the_same_results_and_share_their_programs():
     """decoding.FlatParams (a State's arrays as a list, what Translator and the unit costs pass) gives
     every decoder exactly the State's result; two models of one structure share one compiled program;

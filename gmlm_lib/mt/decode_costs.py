@@ -138,8 +138,8 @@ def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), min_t
         if too_long:
             raise ValueError(f"unit_costs: widths {too_long} exceed {name}.cfg.max_len = {model.cfg.max_len}; "
                              "nothing is clipped: pass widths up to max_len.")
-    ga, pa = nnx.split(ar_model)
-    gp, pp = nnx.split(padir_model)
+    ga, pa = nnx.split(decoding.for_inference(ar_model))  # as the Translator decodes (weights cast once)
+    gp, pp = nnx.split(decoding.for_inference(padir_model))
     # as the Translator calls them: a unit's time is then its program's, not the host flattening a State
     pa, pp = decoding.FlatParams.of(pa), decoding.FlatParams.of(pp)
     enc_ar = decoding.jitted(_ar_encode, ga)

@@ -77,6 +77,36 @@ class FlatParams:
         return cls([x if isinstance(x, jax.Array) else jax.device_put(x) for x in leaves], treedef)
 
 
+#: the layers that cast their parameters to their compute dtype at every call (flax's ``promote_dtype``)
+_CASTING_LAYERS = ((nnx.Linear, ("kernel", "bias")), (nnx.Embed, ("embedding",)))
+
+
+def for_inference(model):
+    """``model`` (a :class:`~gmlm_lib.mt.seq2seq.Seq2Seq`) for decoding: a copy whose ``nnx.Linear`` and
+    ``nnx.Embed`` parameters are cast once to the layer's compute dtype (``ModelConfig.dtype``), every
+    other parameter (the LayerNorms', which compute in float32) as it is; ``model`` itself is not changed,
+    and a model that computes in its parameters' dtype is returned as it is.
+
+    Why: those layers cast their parameters to the compute dtype at every call, and in a compiled
+    decoder XLA leaves most of those casts inside the loop, so each AR step and each PaDIR pass would
+    convert every weight again, one small kernel each (at batch 1 on a GPU, mostly launch time). The
+    layers compute with the same bits either way, so the outputs do not change."""
+    layers = [(node, names) for _, node in nnx.iter_graph(model) for kind, names in _CASTING_LAYERS
+              if isinstance(node, kind) and node.dtype is not None]
+    if all(getattr(node, name, None) is None or getattr(node, name).get_value().dtype == jnp.dtype(node.dtype)
+           for node, names in layers for name in names):
+        return model
+    copy = nnx.clone(model)
+    for _, node in nnx.iter_graph(copy):
+        for kind, names in _CASTING_LAYERS:
+            if isinstance(node, kind) and node.dtype is not None:
+                for name in names:
+                    variable = getattr(node, name, None)
+                    if variable is not None:
+                        variable.set_value(variable.get_value().astype(node.dtype))
+    return copy
+
+
 class _Decoder:
     """A decoder ``fn`` with its graphdef and static settings bound, jitted: called with an nnx
     ``State`` as its first argument, or with :class:`FlatParams` (then jitted on the list of arrays,

@@ -70,7 +70,8 @@ class Translator:
                              f"{model.cfg.vocab:,} (ModelConfig.vocab); use the SentencePiece model of the run folder "
                              "the model was trained in (its spm.model).")
         self.cfg = model.cfg
-        self.graphdef, self.params = nnx.split(model)
+        # the weights cast once to the compute dtype, not at every step and pass (the same outputs)
+        self.graphdef, self.params = nnx.split(decoding.for_inference(model))
         self.flat = decoding.FlatParams.of(self.params)  # what the decoders are called with: no State flattened a call
         self.vocab = vocab
         buckets = batching.check_buckets(buckets)
