@@ -868,6 +868,51 @@ class _Started(Exception):
     """Raised by a stand-in for papermill: the run got as far as executing the notebook."""
 
 
+def test_chapter_kernels_talk_over_unix_sockets_in_a_folder_of_their_own(monkeypatch, tmp_path):
+    """run_notebook hands papermill a kernel manager whose kernel uses ZeroMQ's ipc transport with its socket
+    files in the run's temporary folder: over TCP a kernel started by the other test worker can take a port
+    between jupyter_client choosing it and the kernel binding it ("Address already in use", the kernel dead
+    before its first cell). Two kernels started side by side through it both run, each over its own sockets."""
+    import concurrent.futures
+
+    import papermill
+
+    name = CHAPTERS[0]
+    (tmp_path / "book" / "notebooks").mkdir(parents=True)
+    shutil.copy(ROOT / "notebooks" / f"{name}.md", tmp_path / "book" / "notebooks")
+    shutil.copy(ROOT / "_toc.yml", tmp_path / "book")
+    shutil.copytree(ROOT / "params", tmp_path / "book" / "params")
+    handed = []
+
+    def execute(src, dst, **kw):
+        handed.append(kw["kernel_manager_class"](kernel_name="python3"))
+        raise _Started
+
+    with monkeypatch.context() as patched:
+        patched.setattr(papermill, "execute_notebook", execute)
+        with pytest.raises(_Started):
+            runner.run_notebook(name, "smoke", root=tmp_path / "book")
+    km = handed[0]
+    assert km.transport == "ipc" and Path(km.ip).name == "kernel"
+    assert not Path(km.ip).parent.exists(), "the run's temporary folder (and the sockets in it) is removed"
+    # the real thing: a kernel reports the transport of its connection file
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import json, ipykernel.connect\n"
+        "print(json.load(open(ipykernel.connect.get_connection_file()))['transport'])")])
+    nbformat.write(nb, tmp_path / "probe.ipynb")
+
+    def run(i):
+        folder = tmp_path / f"k{i}"
+        folder.mkdir()
+        papermill.execute_notebook(str(tmp_path / "probe.ipynb"), str(folder / "out.ipynb"), kernel_name="python3",
+                                   progress_bar=False, kernel_manager_class=runner._kernel_manager_class(folder))
+        out = nbformat.read(folder / "out.ipynb", as_version=4)
+        return "".join(o.get("text", "") for o in out.cells[0].outputs).strip()
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(run, range(2))) == ["ipc", "ipc"]
+
+
 def test_a_full_run_pins_the_install_cell_to_its_commit_and_a_smoke_run_does_not(monkeypatch, tmp_path):
     """What papermill is handed: a full run sets ``install_ref`` to the commit it runs (unless the
     caller sets it), a smoke run leaves the chapter's default; uncommitted sources stop only a full run

@@ -130,6 +130,33 @@ def output_path(root: Path, name: str, profile: str) -> Path:
     return root / "_build" / "smoke" / f"{name}.ipynb"
 
 
+def _kernel_manager_class(folder: Path):
+    """The kernel manager class for one chapter run: its kernel talks over Unix sockets in ``folder``
+    (ZeroMQ's ``ipc`` transport) instead of TCP ports on 127.0.0.1; None where there are no Unix sockets
+    (Windows: papermill's default, TCP). Why: with TCP, jupyter_client picks free ports and the kernel
+    binds them a moment later, so a kernel started meanwhile by another run (the test suite's two workers
+    each run chapters) can take one first, and the kernel dies with "Address already in use" before its
+    first cell. Socket files in a folder of this run's own cannot collide. A class, not an instance:
+    the notebook client then owns the kernel and shuts it down when the run ends."""
+    if os.name != "posix":
+        return None
+    from jupyter_client.manager import AsyncKernelManager  # papermill's client is asynchronous
+    from traitlets import default
+
+    path = str(Path(folder) / "kernel")
+
+    class UnixSocketKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _transport_default(self):
+            return "ipc"
+
+        @default("ip")
+        def _ip_default(self):
+            return path
+
+    return UnixSocketKernelManager
+
+
 def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = None, root: Path | None = None, *,
                  staged: Path | None = None, dest: Path | None = None) -> dict:
     """Execute chapter ``name`` through papermill. Returns its ``metadata.gmlm`` record. ``staged``: a
@@ -168,12 +195,14 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
             provenance.ENV_PROFILE: profile,
             "TQDM_DISABLE": "1",  # progress bars are for interactive runs, not the stored outputs
         }
+        manager = _kernel_manager_class(Path(tmp))
         t0 = time.perf_counter()
         with _environ(**env):
             try:
                 papermill.execute_notebook(
                     str(src), str(executed_path), parameters=inject, kernel_name="python3",
                     cwd=str(root / KERNEL_CWD), progress_bar=False, log_output=False,
+                    **({} if manager is None else dict(kernel_manager_class=manager)),
                 )
             except papermill.PapermillExecutionError as err:
                 failed.parent.mkdir(parents=True, exist_ok=True)
