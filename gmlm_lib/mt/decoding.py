@@ -81,6 +81,15 @@ class FlatParams:
 _CASTING_LAYERS = ((nnx.Linear, ("kernel", "bias")), (nnx.Embed, ("embedding",)))
 
 
+def _uncast(model) -> list:
+    """``(variable, compute dtype)`` for each parameter of ``model``'s casting layers not yet in its layer's
+    compute dtype."""
+    return [(variable, jnp.dtype(node.dtype)) for _, node in nnx.iter_graph(model)
+            for kind, names in _CASTING_LAYERS if isinstance(node, kind) and node.dtype is not None
+            for variable in (getattr(node, name, None) for name in names)
+            if variable is not None and variable.get_value().dtype != jnp.dtype(node.dtype)]
+
+
 def for_inference(model):
     """``model`` (a :class:`~gmlm_lib.mt.seq2seq.Seq2Seq`) for decoding: a copy whose ``nnx.Linear`` and
     ``nnx.Embed`` parameters are cast once to the layer's compute dtype (``ModelConfig.dtype``), every
@@ -91,19 +100,11 @@ def for_inference(model):
     decoder XLA leaves most of those casts inside the loop, so each AR step and each PaDIR pass would
     convert every weight again, one small kernel each (at batch 1 on a GPU, mostly launch time). The
     layers compute with the same bits either way, so the outputs do not change."""
-    layers = [(node, names) for _, node in nnx.iter_graph(model) for kind, names in _CASTING_LAYERS
-              if isinstance(node, kind) and node.dtype is not None]
-    if all(getattr(node, name, None) is None or getattr(node, name).get_value().dtype == jnp.dtype(node.dtype)
-           for node, names in layers for name in names):
+    if not _uncast(model):
         return model
     copy = nnx.clone(model)
-    for _, node in nnx.iter_graph(copy):
-        for kind, names in _CASTING_LAYERS:
-            if isinstance(node, kind) and node.dtype is not None:
-                for name in names:
-                    variable = getattr(node, name, None)
-                    if variable is not None:
-                        variable.set_value(variable.get_value().astype(node.dtype))
+    for variable, dtype in _uncast(copy):
+        variable.set_value(variable.get_value().astype(dtype))
     return copy
 
 
