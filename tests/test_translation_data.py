@@ -306,6 +306,19 @@ def test_stutter_rate_on_hand_made_examples():
     assert rate == pytest.approx(100 * 1 / 6)
 
 
+def test_dependent_share_counts_pairs_over_all_sentences_strictly_above_the_threshold():
+    """Pairs, not sentences, are counted: a one-pair sentence weighs less than a four-pair one; a
+    similarity equal to the threshold is not above it; no pairs at all is 0.0, not a division by zero."""
+    sims = [np.array([0.95, 0.2, 0.9, 0.91]), np.array([0.99]), np.array([])]
+    assert mt_metrics.dependent_share(sims, 0.9) == pytest.approx(3 / 5)  # 0.95, 0.91, 0.99; 0.9 is not above
+    assert mt_metrics.dependent_share(sims, 0.98) == pytest.approx(1 / 5)
+    assert mt_metrics.dependent_share([np.array([]), np.zeros(0)], 0.5) == 0.0
+    with pytest.raises(ValueError, match=r"similarities\[1\] must be one value per adjacent pair"):
+        mt_metrics.dependent_share([np.zeros(2), np.zeros((2, 2))], 0.5)
+    with pytest.raises(ValueError, match="threshold"):
+        mt_metrics.dependent_share(sims, float("nan"))
+
+
 _WORDS = st.lists(st.sampled_from(["a", "dog", "runs", "very", "Dog,", "big."]), max_size=12)
 
 

@@ -1605,7 +1605,59 @@ def test_method_labels_and_no_length_penalty():
     assert translate.Method("padir", padir=dataclasses.replace(mp, name="dependency")).label == \
         "dependency-aware T=3, #hyp=2"
     assert translate.Method("padir", padir=decoding.PadirOptions(steps=4, hyps=1)).label == "PaDIR T=4, #hyp=1"
+    # a rule strategy is named by its rule and setting: two settings of one rule are two labels
+    labels = [translate.Method("padir", padir=decoding.StrategyOptions.for_rule(name, value, steps=4)).label
+              for name, value in (("threshold", 0.9), ("threshold", 0.7), ("dilated", 8), ("dependency_entropy", 0.3))]
+    assert labels == ["threshold confidence=0.9 T=4, #hyp=1", "threshold confidence=0.7 T=4, #hyp=1",
+                      "dilated block=8 T=4, #hyp=1", "dependency_entropy entropy=0.3 T=4, #hyp=1"]
     assert translate.Method("beam", alpha=0.0).alpha == 0.0  # the refusals: test_translation_option_boundaries
+
+
+def test_a_rule_strategys_setting_goes_to_the_field_it_names_and_is_checked_there():
+    """StrategyOptions.for_rule: every rule strategy has exactly one setting field; the other fields pass
+    through; a non-rule name, the setting passed twice, and a rounded block size are refused."""
+    assert set(decoding.RULE_SETTING) == set(decoding.RULE_STRATEGIES)
+    for name, field in decoding.RULE_SETTING.items():
+        value = 4 if field == "block" else 0.25
+        got = decoding.StrategyOptions.for_rule(name, value, steps=3, hyps=2)
+        assert got == decoding.StrategyOptions(name, steps=3, hyps=2, **{field: value})
+    dep = decoding.StrategyOptions.for_rule("dependency_entropy", 0.3, dependency=0.8)
+    assert (dep.entropy, dep.dependency) == (0.3, 0.8)
+    with pytest.raises(ValueError, match="for_rule: name must be one of"):
+        decoding.StrategyOptions.for_rule("mask_predict", 0.5)
+    with pytest.raises(TypeError, match="'confidence' is the 'threshold' rule's setting"):
+        decoding.StrategyOptions.for_rule("threshold", 0.5, confidence=0.7)
+    with pytest.raises(TypeError, match="StrategyOptions.block must be an integer"):
+        decoding.StrategyOptions.for_rule("dilated", 8.5)
+    with pytest.raises(ValueError, match="power of two"):
+        decoding.StrategyOptions.for_rule("dilated", 6)
+
+
+def test_adjacent_similarities_of_translations_are_each_sentences_own_in_any_batch():
+    """Translator.adjacent_similarities: one array of n - 1 values per output of n pieces, each equal to
+    decoding.adjacent_similarity read on that sentence alone (whatever its batch and bucket), the
+    output clipped to max_len; AR models and mismatched lists are refused."""
+    texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras", "two men", "zwei Männer"] * 10
+    tr = _toy_translator(texts, causal=False)
+    sources = ["a small dog runs", "two men", "a dog", "ein Hund"]
+    outputs = ["ein kleiner Hund", "zwei", "", " ".join(texts[:8])]  # one piece, none, longer than max_len
+    got = tr.adjacent_similarities(sources, outputs, batch_size=3)
+    ids = [row[: tr.cfg.max_len] for row in tr.vocab.encode(outputs)]
+    assert [g.shape for g in got] == [(max(len(r) - 1, 0),) for r in ids] and len(ids[3]) == tr.cfg.max_len
+    assert sorted({tr.bucket(len(r)) for r in tr.vocab.encode(sources)}) == [8, 16]  # two buckets, one batch each
+    for i, (text, row) in enumerate(zip(sources, ids)):
+        src_row = tr.vocab.encode([text])[0]
+        src, mask = batching.pad([src_row], tr.bucket(len(src_row)))
+        tgt, tmask = batching.pad([row], tr.cfg.max_len)
+        want = np.asarray(decoding.adjacent_similarity(tr.graphdef, tr.params, jnp.asarray(src), jnp.asarray(mask),
+                                                       jnp.asarray(tgt), jnp.asarray(tmask)))[0, : max(len(row) - 1, 0)]
+        np.testing.assert_allclose(got[i], want, rtol=1e-5, atol=1e-6)
+    alone = tr.adjacent_similarities(sources[:1], outputs[:1], batch_size=1)
+    np.testing.assert_allclose(alone[0], got[0], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="one output per source"):
+        tr.adjacent_similarities(sources, outputs[:2])
+    with pytest.raises(ValueError, match="AR model"):
+        _toy_translator(texts, causal=True).adjacent_similarities(sources, outputs)
 
 
 SHARDING_SCRIPT = r"""

@@ -335,6 +335,11 @@ STRATEGIES = ("mask_predict", "dependency", "threshold", "factor", "entropy", "d
 RULE_STRATEGIES = ("threshold", "factor", "entropy", "dilated", "dependency_entropy")
 """The strategies that choose each pass's positions by a :mod:`gmlm_lib.core.unmasking` rule."""
 
+RULE_SETTING = {"threshold": "confidence", "factor": "factor", "entropy": "entropy", "dilated": "block",
+                "dependency_entropy": "entropy"}
+"""The :class:`StrategyOptions` field that holds each rule strategy's one setting (what a grid over the
+rule tunes): the Fast-dLLM confidence threshold and factor, the entropy bound, the DUS block size."""
+
 
 @dataclasses.dataclass(frozen=True)
 class StrategyOptions:
@@ -396,6 +401,21 @@ class StrategyOptions:
                              f"got {self.block!r}.")
         if self.refill not in ("prediction", "mask"):
             raise ValueError(f"StrategyOptions.refill must be 'prediction' or 'mask'; got {self.refill!r}.")
+
+    @classmethod
+    def for_rule(cls, name: str, setting, **fields) -> "StrategyOptions":
+        """The options of rule strategy ``name`` (one of :data:`RULE_STRATEGIES`) with its one setting
+        (the field :data:`RULE_SETTING` names) at ``setting``; ``fields`` sets the others (``steps``,
+        ``hyps``, and for ``"dependency_entropy"`` its ``dependency`` threshold). The setting is checked
+        as its field is: a DUS block size must be an integer power of two, never a rounded float."""
+        if name not in RULE_SETTING:
+            raise ValueError(f"StrategyOptions.for_rule: name must be one of {RULE_STRATEGIES}; got {name!r} "
+                             "(Mask-Predict and the dependency-aware strategy have no single setting: construct "
+                             "StrategyOptions directly).")
+        if RULE_SETTING[name] in fields:
+            raise TypeError(f"StrategyOptions.for_rule: {RULE_SETTING[name]!r} is the {name!r} rule's setting; pass "
+                            "it as setting, not among the other fields.")
+        return cls(name, **{RULE_SETTING[name]: setting}, **fields)
 
 
 #: the settings of each options class that a compiled decoder takes as arguments (traced), not as

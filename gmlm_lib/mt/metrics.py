@@ -1,5 +1,6 @@
 """Translation quality and stutter [Section 3.3-3.4]: SacreBLEU BLEU and chrF with their
-signatures on detokenised text, and the word-level stutter rate."""
+signatures on detokenised text, the word-level stutter rate, and the share of dependent adjacent
+output pairs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 import re
 from typing import Sequence
 
+import numpy as np
 import sacrebleu
 
 from gmlm_lib.core import checks
@@ -94,6 +96,22 @@ def stutter_rate(hyps: list[str], refs: list[str]) -> float:
     count = sum(sum(stutter_flags(h, r)) for h, r in zip(hyps, refs))
     total = sum(len(words(h)) for h in hyps)
     return 100.0 * count / max(total, 1)
+
+
+def dependent_share(similarities, threshold: float) -> float:
+    """The share of adjacent output pairs that are *dependent*: whose similarity (one array a
+    sentence, :meth:`gmlm_lib.mt.translate.Translator.adjacent_similarities`) exceeds ``threshold``,
+    over all the pairs of all the sentences; 0.0 when no output has two pieces."""
+    threshold = checks.real(threshold, "threshold")
+    flagged = total = 0
+    for i, sim in enumerate(similarities):
+        sim = np.asarray(sim)
+        if sim.ndim != 1:
+            raise ValueError(f"similarities[{i}] must be one value per adjacent pair of a sentence (1-D); got shape "
+                             f"{sim.shape}.")
+        flagged += int(np.sum(sim > threshold))
+        total += sim.size
+    return flagged / total if total else 0.0
 
 
 def paired_bootstrap(systems: list[tuple[str, list[str]]], refs: list[str], *, n_samples: int = 1000):

@@ -53,7 +53,10 @@ class Method:
         if self.kind == "beam":
             return f"AR beam {self.beam}"
         if isinstance(self.padir, decoding.StrategyOptions):
-            name = "Mask-Predict" if self.padir.name == "mask_predict" else "dependency-aware"
+            name = {"mask_predict": "Mask-Predict", "dependency": "dependency-aware"}.get(self.padir.name)
+            if name is None:  # a rule strategy: named with its setting, which tells two such methods apart
+                field = decoding.RULE_SETTING[self.padir.name]
+                name = f"{self.padir.name} {field}={getattr(self.padir, field):g}"
             return f"{name} T={self.padir.steps}, #hyp={self.padir.hyps}"
         return f"PaDIR T={self.padir.steps}, #hyp={self.padir.hyps}" + (", unrolled" if self.padir.unroll else "")
 
@@ -201,6 +204,35 @@ class Translator:
 
         for chunk, got in self._each_batch(texts, batch_size, passes):
             out[chunk] = got[: len(chunk)]
+        return out
+
+    def adjacent_similarities(self, sources: list[str], outputs: list[str], *,
+                              batch_size: int = 64) -> list[np.ndarray]:
+        """The dependency statistic of finished translations [Section 3.4]: for each ``outputs[i]``
+        (the translation of ``sources[i]``, re-encoded into pieces, at most the model's ``max_len``
+        of them), a ``(n - 1,)`` float array for its ``n`` pieces, entry ``j`` the
+        :func:`~gmlm_lib.mt.decoding.adjacent_similarity` of pieces ``j`` and ``j + 1``: the cosine
+        similarity of their cross-attention distributions, read in one decoder pass over the output
+        given its source. Sources are batched as :meth:`batches` batches them (a row's value does
+        not depend on the other rows). A PaDIR model only: its decoder reads a whole output at once,
+        an AR decoder reads a shifted prefix."""
+        if self.cfg.causal:
+            raise ValueError("adjacent_similarities reads the statistic in a PaDIR decoder pass over a whole output; "
+                             "this Translator holds an AR model (ModelConfig.causal): pass a PaDIR model's Translator.")
+        sources, outputs = self._check_texts(sources, batch_size), self._check_texts(outputs)
+        if len(sources) != len(outputs):
+            raise ValueError(f"adjacent_similarities needs one output per source; got {len(sources)} sources and "
+                             f"{len(outputs)} outputs.")
+        ids = [row[: self.cfg.max_len] for row in self.vocab.encode(outputs)]
+        out: list[np.ndarray | None] = [None] * len(sources)
+        for chunk, src, mask, _ in self.batches(sources, batch_size):
+            rows = [ids[i] for i in chunk] + [ids[chunk[0]]] * (len(src) - len(chunk))  # filled as batches fills src
+            tgt, tmask = batching.pad(rows, self.cfg.max_len)
+            sim = np.asarray(jax.device_get(decoding.adjacent_similarity(
+                self.graphdef, self.params, np.asarray(src, np.int32), np.asarray(mask, bool),
+                np.asarray(tgt, np.int32), np.asarray(tmask, bool))))
+            for r, i in enumerate(chunk):
+                out[i] = sim[r, : max(len(ids[i]) - 1, 0)]
         return out
 
     def translate_one(self, text: str, method: Method) -> str:

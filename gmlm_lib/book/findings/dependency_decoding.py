@@ -38,7 +38,7 @@ class Params(ReuseParams):
 
     def check(self) -> None:
         from gmlm_lib.ising.samplers import MAX_KERNEL_N
-        from gmlm_lib.mt.decoding import RULE_STRATEGIES
+        from gmlm_lib.mt.decoding import RULE_SETTING, RULE_STRATEGIES, StrategyOptions
 
         self.check_reuse()
         self.need(self.model_name in PADIR_MODELS, "model_name", f"one of {list(PADIR_MODELS)}")
@@ -56,6 +56,13 @@ class Params(ReuseParams):
         self.need(isinstance(self.rule_grid, dict) and set(self.rule_grid) == set(RULE_STRATEGIES)
                   and all(isinstance(v, list) and len(v) > 0 and finite(v) for v in self.rule_grid.values()),
                   "rule_grid", f"a dict with one non-empty list of numbers for each of {RULE_STRATEGIES}")
+        for name, values in self.rule_grid.items():  # each value a setting its rule takes (a block: a power of two)
+            for value in values:
+                try:
+                    StrategyOptions.for_rule(name, value)
+                except (TypeError, ValueError) as err:
+                    self.need(False, "rule_grid", f"settings each rule takes: {name}'s {RULE_SETTING[name]} {value!r} "
+                                                  f"is refused ({str(err).rstrip('.')})")
         for name, why in (("hyps", "length hypotheses"), ("latency_sentences", "timed at batch 1"),
                           ("batch_size", "sentences a decoding batch"), ("bootstrap_samples", "paired-bootstrap "
                           "resamples"), ("chains", "Ising chains"), ("max_steps", "steps per chain"),
