@@ -231,6 +231,23 @@ def test_two_clusters_couple_inside_and_across(n):
         ising.two_clusters(1, 0.6, 0.05, 0.1)
 
 
+def test_spin_glass_scales_one_fixed_gaussian_pattern():
+    """The same key gives the same pattern at every J (the couplings scale linearly), the pattern is
+    random_model's unit-scale couplings (symmetric, zero diagonal, both signs), the field is uniform."""
+    key = jax.random.key(5)
+    one, two = ising.spin_glass(key, 6, 1.0, 0.2), ising.spin_glass(key, 6, 2.5, 0.2)
+    pattern = np.asarray(ising.random_model(key, 6, 1.0, 0.0).J)
+    np.testing.assert_array_equal(np.asarray(one.J), pattern)
+    np.testing.assert_array_equal(np.asarray(two.J), 2.5 * pattern)
+    assert (pattern > 0).any() and (pattern < 0).any() and np.all(np.diag(pattern) == 0)
+    np.testing.assert_array_equal(np.asarray(two.h), np.full(6, 0.2))
+    assert abs(float(ising.log_partition(two)) - brute.log_z(2.5 * pattern, np.full(6, 0.2))) < TOL
+    other = np.asarray(ising.spin_glass(jax.random.key(6), 6, 1.0, 0.2).J)
+    assert not np.array_equal(other, pattern)
+    with pytest.raises(ValueError, match="sites"):
+        ising.spin_glass(key, 0, 1.0, 0.2)
+
+
 def test_two_modes_is_the_noise_model_plus_a_ferromagnetic_coupling():
     key = jax.random.key(3)
     base, peaky = ising.random_model(key, 5, 0.1, 0.1), ising.two_modes(key, 5, 0.5)

@@ -59,6 +59,7 @@ __all__ = [
     "curie_weiss",
     "two_clusters",
     "two_modes",
+    "spin_glass",
 ]
 
 MAX_EXACT_N = 20
@@ -546,3 +547,13 @@ def two_modes(key: jax.Array, n: int, coupling: float, noise: float = 0.1) -> Is
     chapter on Theorem 2, where maximum likelihood's advantage over small masks is largest."""
     base = random_model(key, n, noise, noise)
     return ising_model(np.asarray(base.J) + float(coupling) * (1 - np.eye(n)), base.h)
+
+
+def spin_glass(key: jax.Array, n: int, J: float, h: float) -> IsingModel:
+    """A frustrated model with many local modes: couplings ``J * g_ij`` with ``g`` one fixed pattern
+    of standard Gaussians (the couplings of :func:`random_model` with scale 1, drawn from ``key``:
+    the same key, the same pattern at every ``J``, so a sweep over ``J`` scales one landscape), and
+    every site the field ``h``. The second family of the chapter on Theorem 1, beside
+    :func:`curie_weiss`."""
+    pattern = np.asarray(random_model(key, n, 1.0, 0.0).J)
+    return ising_model(float(J) * pattern, np.full(pattern.shape[0], float(h)))
