@@ -248,6 +248,24 @@ def test_spin_glass_scales_one_fixed_gaussian_pattern():
         ising.spin_glass(key, 0, 1.0, 0.2)
 
 
+@pytest.mark.parametrize("pairs", [1, 2, 3])
+def test_pair_chain_couples_each_pair_and_links_neighbours(pairs):
+    """Written out site by site: coupling inside pair a (sites 2a, 2a + 1), link from 2a + 1 to 2a + 2,
+    nothing else; log Z against brute force."""
+    m = ising.pair_chain(pairs, 1.5, 0.3, 0.1)
+    n = 2 * pairs
+    want = np.zeros((n, n))
+    for a in range(pairs):
+        want[2 * a, 2 * a + 1] = want[2 * a + 1, 2 * a] = 1.5
+        if a + 1 < pairs:
+            want[2 * a + 1, 2 * a + 2] = want[2 * a + 2, 2 * a + 1] = 0.3
+    np.testing.assert_array_equal(np.asarray(m.J), want)
+    np.testing.assert_array_equal(np.asarray(m.h), np.full(n, 0.1))
+    assert abs(float(ising.log_partition(m)) - brute.log_z(want, np.full(n, 0.1))) < TOL
+    with pytest.raises(ValueError, match="pairs"):
+        ising.pair_chain(0, 1.5, 0.3, 0.1)
+
+
 def test_two_modes_is_the_noise_model_plus_a_ferromagnetic_coupling():
     key = jax.random.key(3)
     base, peaky = ising.random_model(key, 5, 0.1, 0.1), ising.two_modes(key, 5, 0.5)

@@ -60,6 +60,7 @@ __all__ = [
     "two_clusters",
     "two_modes",
     "spin_glass",
+    "pair_chain",
 ]
 
 MAX_EXACT_N = 20
@@ -557,3 +558,17 @@ def spin_glass(key: jax.Array, n: int, J: float, h: float) -> IsingModel:
     :func:`curie_weiss`."""
     pattern = np.asarray(random_model(key, n, 1.0, 0.0).J)
     return ising_model(float(J) * pattern, np.full(pattern.shape[0], float(h)))
+
+
+def pair_chain(pairs: int, coupling: float, link: float, h: float) -> IsingModel:
+    """A chain of ``pairs`` pairs of sites (``2 * pairs`` sites: pair ``a`` is sites ``2a`` and
+    ``2a + 1``): ``coupling`` inside each pair, ``link`` between the second site of a pair and the
+    first of the next, every site the field ``h``. The model of the chapter on one parallel step,
+    whose 2-Gibbs step resamples one pair jointly given the rest."""
+    pairs = checks.integer(pairs, "pairs", low=1, fix="pairs is the number of coupled pairs, 2 sites each.")
+    n = 2 * pairs
+    J = np.zeros((n, n))
+    inside, across = np.arange(0, n, 2), np.arange(1, n - 1, 2)
+    J[inside, inside + 1] = J[inside + 1, inside] = float(coupling)
+    J[across, across + 1] = J[across + 1, across] = float(link)
+    return ising_model(J, np.full(n, float(h)))
