@@ -249,6 +249,12 @@ def test_the_ablations_ranges(name, bad):
         _edge("ablations", **{name: bad})
 
 
+def _rule_grid(**values) -> dict:
+    """The dependency chapter's ``rule_grid`` override: one valid setting for each rule, ``values`` replacing some."""
+    return dict(rule_grid={"threshold": [0.5], "factor": [1.0], "entropy": [0.1], "dilated": [4],
+                           "dependency_entropy": [0.1], **values})
+
+
 @pytest.mark.parametrize("chapter, good, bad, name", [
     ("stutter", dict(analysed="padir_raw"), dict(analysed="ar"), "analysed"),
     ("ablations", dict(variants={"1 training stage": {"stages": 1}}), dict(variants={}), "variants"),
@@ -265,30 +271,14 @@ def test_the_ablations_ranges(name, bad):
      dict(confidence=[0.5, 0.9], tune_sentences=0), "tune_sentences"),
     ("dependency_decoding", dict(similarity=1.0), dict(similarity=1.01), "similarity"),
     ("dependency_decoding", dict(random_scale=1e-3), dict(random_scale=0.0), "random_scale"),
-    ("dependency_decoding", dict(rule_grid={"threshold": [0.5], "factor": [1.0], "entropy": [0.1], "dilated": [4],
-                                            "dependency_entropy": [0.1]}),
-     dict(rule_grid={"threshold": [0.5]}), "rule_grid"),
-    ("dependency_decoding", dict(rule_grid={"threshold": [0.5], "factor": [1.0], "entropy": [0.1], "dilated": [4],
-                                            "dependency_entropy": [0.1]}),
-     dict(rule_grid={"threshold": [], "factor": [1.0], "entropy": [0.1], "dilated": [4], "dependency_entropy": [0.1]}),
-     "rule_grid"),
+    ("dependency_decoding", _rule_grid(), dict(rule_grid={"threshold": [0.5]}), "rule_grid"),
+    ("dependency_decoding", _rule_grid(), _rule_grid(threshold=[]), "rule_grid"),
     # each value is a setting its rule takes: a DUS block is a power of two, never a float rounded to one
-    ("dependency_decoding", dict(rule_grid={"threshold": [0.0, 1.0], "factor": [1e-3], "entropy": [0.1],
-                                            "dilated": [2, 64], "dependency_entropy": [0.1]}),
-     dict(rule_grid={"threshold": [0.5], "factor": [1.0], "entropy": [0.1], "dilated": [8.0],
-                     "dependency_entropy": [0.1]}), "rule_grid"),
-    ("dependency_decoding", dict(rule_grid={"threshold": [0.5], "factor": [1.0], "entropy": [0.1], "dilated": [4],
-                                            "dependency_entropy": [0.1]}),
-     dict(rule_grid={"threshold": [0.5], "factor": [1.0], "entropy": [0.1], "dilated": [6],
-                     "dependency_entropy": [0.1]}), "rule_grid"),
-    ("dependency_decoding", dict(rule_grid={"threshold": [0.5], "factor": [1.0], "entropy": [0.1], "dilated": [4],
-                                            "dependency_entropy": [0.1]}),
-     dict(rule_grid={"threshold": [1.5], "factor": [1.0], "entropy": [0.1], "dilated": [4],
-                     "dependency_entropy": [0.1]}), "rule_grid"),
-    ("dependency_decoding", dict(rule_grid={"threshold": [0.5], "factor": [1.0], "entropy": [0.1], "dilated": [4],
-                                            "dependency_entropy": [0.1]}),
-     dict(rule_grid={"threshold": [0.5], "factor": [0.0], "entropy": [0.1], "dilated": [4],
-                     "dependency_entropy": [0.1]}), "rule_grid"),
+    ("dependency_decoding", _rule_grid(threshold=[0.0, 1.0], factor=[1e-3], dilated=[2, 64]), _rule_grid(dilated=[8.0]),
+     "rule_grid"),
+    ("dependency_decoding", _rule_grid(), _rule_grid(dilated=[6]), "rule_grid"),
+    ("dependency_decoding", _rule_grid(), _rule_grid(threshold=[1.5]), "rule_grid"),
+    ("dependency_decoding", _rule_grid(), _rule_grid(factor=[0.0]), "rule_grid"),
     ("padir", dict(unit_widths=[1, 64]), dict(unit_widths=[65]), "unit_widths"),
     ("padir", dict(latency_hyps=[1]), dict(latency_hyps=[3]), "latency_hyps"),
     ("padir", dict(base_unit_seconds=1e-3), dict(base_unit_seconds=0.0), "base_unit_seconds"),
