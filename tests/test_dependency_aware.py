@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +67,25 @@ def test_sweep_kernel_is_its_definition(groups):
     P = np.asarray(samplers.transition_matrix(samplers.dependency_aware(model, groups=groups)))
     np.testing.assert_allclose(P, _brute_sweep(model, [tuple(g) for g in groups]), rtol=0, atol=1e-12)
     np.testing.assert_allclose(P.sum(1), 1.0, rtol=0, atol=1e-12)
+
+
+def test_each_sweep_kernel_is_one_compiled_program_not_one_per_operation():
+    """Building a sampler builds its exact kernel (n <= MAX_KERNEL_N). Run op by op, each pass's few
+    dozen operations would compile as programs of their own, hundreds for the three samplers below,
+    and on an accelerator compiling a program costs far more than running it. The sweep's matrix is
+    one jitted program, so a fresh process compiles a few programs a sampler (at most 8)."""
+    script = ("import json, jax\njax.config.update('jax_enable_x64', True)\n"
+              "from gmlm_lib.core import timing\nfrom gmlm_lib.ising import model as ising, samplers\n"
+              "models = [ising.clique_plus_independent(6, 3, J, 0.5) for J in (0.5, 1.0, 1.5)]\n"
+              "clock = timing.compile_clock()\n"
+              "kernels = [samplers.dependency_aware(m, threshold=0.0).kernel for m in models]\n"
+              "print(json.dumps(timing.compiles_since(clock)))")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}  # every program compiled here
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    counted = json.loads(out.stdout.splitlines()[-1])
+    assert 3 <= counted["compilations"] + counted["cache_hits"] <= 3 * 8, counted
 
 
 def test_uncoupled_groups_make_an_exact_gibbs_block():

@@ -386,7 +386,7 @@ def dependency_aware(model: IsingModel, threshold: float | None = None, *, group
     if L > MAX_JOINT_K:
         raise ValueError(f"a group has {L} sites: its conditionals sum over up to 2^{L - 1} patterns; use groups of at "
                          f"most {MAX_JOINT_K} sites (raise threshold, or split the group).")
-    slots = jnp.asarray([list(g) + [n] * (L - len(g)) for g in groups])  # (m, L) padded with n
+    slots = np.asarray([list(g) + [n] * (L - len(g)) for g in groups], dtype=np.int32)  # (m, L) padded with n
     patterns = ising.enumerate_states(L)  # (2^L, L)
 
     def pass_up_probs(m: IsingModel, x, t: int):
@@ -398,7 +398,7 @@ def dependency_aware(model: IsingModel, threshold: float | None = None, *, group
         return jnp.exp(jax.nn.logsumexp(jnp.where(up[None], lw, -jnp.inf), -1) - jax.nn.logsumexp(lw, -1))
 
     fast = _cast(model, dtype)
-    active = [slots[:, t] < n for t in range(L)]  # the groups that draw in pass t
+    active = [slots[:, t] < n for t in range(L)]  # the groups that draw in pass t (NumPy: fixed by the groups)
 
     def step(key, state):
         x = state.x
@@ -410,21 +410,27 @@ def dependency_aware(model: IsingModel, threshold: float | None = None, *, group
         return ChainState(x), StepInfo(jnp.ones(n, dtype=bool))
 
     def build_kernel():
-        states = ising.enumerate_states(n)
-        exact = _cast(model, jnp.float64)
-        M = jnp.eye(2**n)
-        for t in range(L):
-            sites = slots[:, t][active[t]]  # the sites drawn in pass t
-            k = int(sites.shape[0])
-            pats = ising.enumerate_states(k)
+        # the sweep's matrix as one compiled program: run op by op, each pass's few dozen operations
+        # would compile as programs of their own (hundreds for a handful of samplers), and on an
+        # accelerator compiling a program costs far more than running it
+        @jax.jit
+        def sweep_matrix(exact: IsingModel):
+            states = ising.enumerate_states(n)
+            M = jnp.eye(2**n, dtype=exact.J.dtype)
+            for t in range(L):
+                sites = slots[:, t][active[t]]  # the sites drawn in pass t
+                pats = ising.enumerate_states(int(sites.shape[0]))
 
-            def row(x, t=t, sites=sites, k=k, pats=pats):
-                p_up = pass_up_probs(exact, x, t)[active[t]]
-                probs = jnp.prod(jnp.where(pats > 0, p_up[None], 1 - p_up[None]), axis=-1)  # (2^k,)
-                to = ising.index_from_states(jax.vmap(lambda c: _write(x, sites, c))(pats))
-                return jnp.zeros(2**n).at[to].add(probs)
+                def row(x, t=t, sites=sites, pats=pats):
+                    p_up = pass_up_probs(exact, x, t)[active[t]]
+                    probs = jnp.prod(jnp.where(pats > 0, p_up[None], 1 - p_up[None]), axis=-1)  # (2^k,)
+                    to = ising.index_from_states(jax.vmap(lambda c: _write(x, sites, c))(pats))
+                    return jnp.zeros(2**n, dtype=probs.dtype).at[to].add(probs)
 
-            M = M @ jax.vmap(row)(states)
+                M = M @ jax.vmap(row)(states)
+            return M
+
+        M = sweep_matrix(_cast(model, jnp.float64))
         return lambda x: M[ising.index_from_states(jnp.asarray(x, dtype=jnp.int8))]
 
     label = f"dependency-aware ({len(groups)} groups, {L} passes)"
