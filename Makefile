@@ -162,7 +162,8 @@ GPU_SIZING_FROM ?=
 # GPU_JAX_CACHE with them first. A program compiled on another kind of device, driver or JAX version is not read
 # (its key differs): it compiles again, as without. JAX puts XLA's autotuning cache inside GPU_JAX_CACHE; JAX 0.10.2
 # (requirements.txt) keys every program on that folder's path, so under it a cache packed at another path is not
-# read, while 0.11.2 (the GPU machine's) and newer leave the path out of the key. Keep the default GPU_JAX_CACHE.
+# read, while 0.11.2 (the GPU machine's) and 0.12.0.1 (make newest-env's) leave the path out of the key. Keep the
+# default GPU_JAX_CACHE.
 GPU_CACHE_OUT ?=
 GPU_JAX_CACHE_FROM ?=
 PLATFORMS   := $(foreach n,2_28 2_27 2_17 2014 1,--platform $(if $(filter 2014 1,$(n)),manylinux$(n),manylinux_$(n))_x86_64)
