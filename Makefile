@@ -238,9 +238,11 @@ gpu-probe:
 # A lent machine may stop one command sooner than the run needs while the machine itself stays lent
 # longer. `make gpu-start` (the variables of gpu-run, but no OUT) checks them, starts gpu-run in a new
 # process session (setsid), which outlives the command that started it, and returns at once;
-# `make gpu-wait OUT=dir WAIT=seconds` waits at most WAIT seconds for that batch, copies what it has
-# made so far (notebooks, provenance.md, run records, log.txt) into OUT and prints the log; it succeeds
-# once the batch has ended well, and fails saying "still runs" (wait again) or how the batch ended.
+# `make gpu-wait OUT=dir WAIT=seconds` waits at most WAIT seconds for that batch, copying into OUT what
+# it has made so far (notebooks, provenance.md, run records, log.txt) each second as it changes, so that a
+# command cut short before WAIT ends still leaves in OUT every file the batch had finished (each copied
+# whole: written beside it, then renamed), and prints the log; it succeeds once the batch has ended well,
+# and fails saying "still runs" (wait again) or how the batch ended.
 GPU_RUN_DIR ?= /tmp/gmlm-gpu-run
 WAIT        ?= 0
 
@@ -256,9 +258,11 @@ gpu-start:
 gpu-wait:
 	@test -n "$(OUT)" || { echo "error: gpu-wait needs OUT=folder (what the batch made so far is copied there)" >&2; exit 2; }
 	@test -f "$(GPU_RUN_DIR)/pid" || { echo "error: no batch was started in $(GPU_RUN_DIR); make gpu-start first" >&2; exit 2; }
-	@end=$$(( $$(date +%s) + $(WAIT) )); \
-	while [ ! -f "$(GPU_RUN_DIR)/status" ] && kill -0 $$(cat "$(GPU_RUN_DIR)/pid") 2>/dev/null && [ $$(date +%s) -lt $$end ]; do sleep 1; done; \
-	mkdir -p "$(OUT)"; if [ -d "$(GPU_RUN_DIR)/out" ]; then cp -p "$(GPU_RUN_DIR)"/out/* "$(OUT)"/ 2>/dev/null; fi; \
+	@end=$$(( $$(date +%s) + $(WAIT) )); mkdir -p "$(OUT)"; \
+	gather() { for f in "$(GPU_RUN_DIR)"/out/*; do [ -f "$$f" ] || continue; d="$(OUT)/$${f##*/}"; \
+	  if ! cmp -s "$$f" "$$d"; then cp -p "$$f" "$$d.part" && mv -f "$$d.part" "$$d"; fi; done; }; \
+	while gather; [ ! -f "$(GPU_RUN_DIR)/status" ] && kill -0 $$(cat "$(GPU_RUN_DIR)/pid") 2>/dev/null && [ $$(date +%s) -lt $$end ]; do sleep 1; done; \
+	gather; \
 	cat "$(GPU_RUN_DIR)/out/log.txt" 2>/dev/null || tail -n 20 "$(GPU_RUN_DIR)/console.log"; \
 	if [ -f "$(GPU_RUN_DIR)/status" ]; then \
 	  status=$$(cat "$(GPU_RUN_DIR)/status"); echo "gpu-wait: the batch ended with status $$status"; \

@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -823,11 +824,12 @@ def test_a_process_that_counts_its_compilations_logs_each_program(tmp_path):
 
 
 def _fake_python(path: Path, seconds: float, status: int) -> Path:
-    """A stand-in for GPU_PYTHON: ``-m gmlm_lib.book batch ... --out DIR`` writes DIR/log.txt after
-    ``seconds`` and exits with ``status`` (the detached plumbing is tested, not the chapters)."""
+    """A stand-in for GPU_PYTHON: ``-m gmlm_lib.book batch ... --out DIR`` writes DIR/padir.ipynb at
+    once (a chapter that finished), DIR/log.txt after ``seconds``, and exits with ``status`` (the
+    detached plumbing is tested, not the chapters)."""
     path.write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n"
-                    f"sleep {seconds}\nmkdir -p \"$out\"\necho 'batch finished' > \"$out/log.txt\"\n"
-                    "echo nb > \"$out/padir.ipynb\"\n"
+                    "mkdir -p \"$out\"\necho nb > \"$out/padir.ipynb\"\n"
+                    f"sleep {seconds}\necho 'batch finished' > \"$out/log.txt\"\n"
                     f"exit {status}\n")
     path.chmod(0o755)
     return path
@@ -862,6 +864,32 @@ def test_gpu_start_detaches_the_batch_and_gpu_wait_gathers_it(tmp_path, status):
     assert missing.returncode != 0 and "make gpu-start first" in missing.stderr
     bad = subprocess.run([*common, "gpu-start", f"COMMIT={COMMIT}", f"DATA={tmp_path}"], capture_output=True, text=True)
     assert bad.returncode != 0 and "DATA=folder holding Multi30k" in bad.stderr
+
+
+def test_gpu_wait_cut_short_leaves_what_the_batch_had_finished(tmp_path):
+    """A lent machine's command can be killed before gpu-wait's WAIT ends (its device time ran out): OUT
+    must already hold the files the batch had finished, each whole, not only those copied at the end of
+    the wait. Killed here with the process group, as the lent machine's limit kills a command."""
+    tree = _copy_without_git(tmp_path / "tree")
+    run_dir = tmp_path / "run"
+    common = ["make", "--no-print-directory", "-C", str(tree), f"GPU_RUN_DIR={run_dir}", "WHEELS=no-wheels-here"]
+    start = subprocess.run([*common, "gpu-start", f"COMMIT={COMMIT}", f"DATA={_data_dir()}",
+                            f"GPU_PYTHON={_fake_python(tmp_path / 'python', 8, 0)}"],
+                           capture_output=True, text=True, timeout=60)
+    assert start.returncode == 0, start.stdout + start.stderr
+    out = tmp_path / "out"
+    wait = subprocess.Popen([*common, "gpu-wait", f"OUT={out}", "WAIT=60"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    time.sleep(4)
+    assert wait.poll() is None, "gpu-wait returned before its WAIT and before the batch ended"
+    os.killpg(wait.pid, signal.SIGKILL)
+    wait.wait(timeout=10)
+    assert sorted(p.name for p in out.iterdir()) == ["padir.ipynb"]
+    assert (out / "padir.ipynb").read_text() == "nb\n"
+    # the next command's wait gathers the rest into the same folder
+    late = subprocess.run([*common, "gpu-wait", f"OUT={out}", "WAIT=60"], capture_output=True, text=True, timeout=120)
+    assert late.returncode == 0 and "ended with status 0" in late.stdout, late.stdout + late.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["log.txt", "padir.ipynb"]
 
 
 def test_gpu_deadline_wraps_the_batch_in_a_sigint_timeout(tmp_path):
