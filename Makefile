@@ -118,7 +118,7 @@ newest-tests:
 #                        (an earlier run's OUT/jax-cache.tar.gz, from GPU_CACHE_OUT=1, copied into .gpu-cache/: below)
 # There:  make gpu-run OUT=dir COMMIT=$$(git rev-parse HEAD) DATA=folder-of-multi30k [GPU_PYTHON=python3]
 # runs padir, stutter, dependency_decoding and ablations in the full profile with the machine's own
-# JAX and Flax (a chapter staged in staged/NAME.md runs instead of notebooks/NAME.md), and leaves the
+# JAX and Flax (from notebooks/NAME.md, which may run ahead of its notebook until this run), and leaves the
 # executed notebooks, provenance.md, the run records and log.txt in OUT. The commit must be that of the
 # clean tree that was copied there; it names the sources even where git metadata travelled with the tree (a
 # stale copy of .git was seen on the lent machine: GIT_DIR points git at nothing). The padir and ablations
@@ -133,7 +133,7 @@ newest-tests:
 # later chapters decode (and the ablations retrain) the PaDIR chapter's models with the same programs, and on
 # a GPU a program compiles in seconds; a chapter run alone, as on Colab, compiles its own.
 # GPU_PROFILE=smoke rehearses it (tests/test_gpu_run.py runs it on the CPU at smoke size; the chapters after padir
-# open its smoke run folder, as the full run's open runs/padir/en-de: gmlm_lib.book.runner.run_batch). Back here: make gpu-promote FROM=OUT (staged sources and notebooks into the
+# open its smoke run folder, as the full run's open runs/padir/en-de: gmlm_lib.book.runner.run_batch). Back here: make gpu-promote FROM=OUT (the notebooks the current sources made, into the
 # book, checked), then make check and commit.
 WHEELS      ?= .whl
 GPU_PYTHON  ?= python3
@@ -211,7 +211,7 @@ gpu-run:
 	PYTHONPATH="$(CURDIR)$$site$${PYTHONPATH:+:$$PYTHONPATH}" \
 	  $(if $(GPU_JAX_CACHE),JAX_COMPILATION_CACHE_DIR=$(abspath $(GPU_JAX_CACHE)) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=$(GPU_CACHE_MIN_S)) \
 	  $(if $(filter-out 0,$(GPU_DEADLINE)),timeout --signal=INT --kill-after=30 $$left) \
-	  $(GPU_PYTHON) -m gmlm_lib.book batch $(GPU_PROFILE) $(GPU_ARGS) --out "$(OUT)" $(if $(wildcard staged/*.md),--staged staged) \
+	  $(GPU_PYTHON) -m gmlm_lib.book batch $(GPU_PROFILE) $(GPU_ARGS) --out "$(OUT)" \
 	  $(if $(GPU_SIZING_FROM),--sizing-from "$(abspath $(GPU_SIZING_FROM))") \
 	  $(if $(GPU_JAX_CACHE_FROM),--cache-from "$(abspath $(GPU_JAX_CACHE_FROM))") $(if $(GPU_CACHE_OUT),--cache-out)
 

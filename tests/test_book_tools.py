@@ -45,8 +45,9 @@ def test_library_reference_lists_every_module():
 
 
 def _next_source(name):
-    """The chapter's source its next run executes (the staged one while staged)."""
-    return runner.chapter_source(ROOT, name, ROOT / runner.STAGED)
+    """The chapter's one source, which its next run executes (it may run ahead of its notebook, awaiting an
+    accelerator run)."""
+    return runner.chapter_source(ROOT, name)
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
@@ -75,7 +76,7 @@ def test_a_figure_cell_shows_only_its_figure(name):
 
 FIGURE_PX = browser.FIGURE_WIDTH  # the widest a figure is shown on the browser check's 1400 px screen (CSS px)
 MIN_TEXT_PT = browser.MIN_TEXT_PT  # the browser check's bar, for the raster figures it cannot read inside
-# Chapters whose next run (their staged source while staged) still draws text that shows under 9 pt, with why
+# Chapters whose next run (their source) still draws text that shows under 9 pt, with why
 # (each must still break the rule, so a change that fixes it must also remove it here). None at present.
 SMALL_TEXT_UNTIL_RERUN: dict[str, str] = {}
 
@@ -161,13 +162,14 @@ def test_glued_counts_show_thousands_separators(name):
             f"{path.relative_to(ROOT)}: write {{glue:text}}`name:,` for {unformatted_counts(values, markdown)}"
 
 
-def _exercises(path):
-    """The labels of a chapter source's exercises, after checking that each has exactly one gated
-    solution, closed before the next one opens, with at least one code cell inside it."""
+def _exercises(path, nb=None):
+    """The labels of a chapter source's exercises (or of ``nb``, the notebook the book renders from it),
+    after checking that each has exactly one gated solution, closed before the next one opens, with at
+    least one code cell inside it."""
     import re
 
     name = path.relative_to(ROOT)
-    nb = sources.read_text_notebook(path)
+    nb = sources.read_text_notebook(path) if nb is None else nb
     exercises, starts, code_cells, current = [], {}, {}, None
     for cell in nb.cells:
         if cell.cell_type == "code":
@@ -199,8 +201,8 @@ def _exercises(path):
 def test_every_exercise_has_one_solution_that_runs_code(name):
     """Exercises (sphinx-exercise) each have exactly one gated solution, closed before the next one
     opens, with at least one code cell inside it: the answer is computed, not typed. Checked in the
-    source the chapter's next run executes (a staged chapter's committed notebook is the GPU run's, and
-    its next run replaces it)."""
+    source the chapter's next run executes (a chapter awaiting an accelerator run has a committed notebook
+    from its previous version, which that run replaces)."""
     _exercises(_next_source(name))
 
 
@@ -233,7 +235,7 @@ def test_the_intro_phrase_names_the_parts_whose_chapters_all_set_exercises():
 
 def test_the_landing_page_says_which_chapters_end_with_exercises():
     """book/intro.md says which parts' chapters end with exercises, as the committed chapters (the ones
-    the book renders) set them: once the GPU run promotes the staged translation chapters, which add
+    the book renders) set them: once the GPU run promotes the translation chapters' next versions, which add
     exercises to Part III, the sentence must say every chapter, and this test fails until it does."""
     import yaml
 
@@ -243,7 +245,9 @@ def test_the_landing_page_says_which_chapters_end_with_exercises():
         names = [Path(c["file"]).name for c in part["chapters"] if c["file"].startswith("notebooks/")]
         if names:
             numeral = re.match(r"Part ([IVX]+):", part["caption"]).group(1)
-            with_exercises[numeral] = all(_exercises(ROOT / "notebooks" / f"{n}.md") for n in names)
+            with_exercises[numeral] = all(_exercises(ROOT / "notebooks" / f"{n}.ipynb",
+                                                     nbformat.read(ROOT / "notebooks" / f"{n}.ipynb", as_version=4))
+                                          for n in names)
     intro = " ".join((ROOT / "book" / "intro.md").read_text().split())
     phrase = _intro_exercise_phrase(with_exercises)
     if phrase is None:
@@ -268,14 +272,14 @@ def test_citation_file_names_the_paper_as_the_bibliography_does():
     assert str(cff["year"]) == field["year"]
 
 
-def test_readme_layout_names_every_benchmark():
-    """The README's layout table says what each script of ``benchmarks/`` measures, and where the GPU
+def test_benchmarks_readme_names_every_benchmark():
+    """``benchmarks/README.md`` says what each script of ``benchmarks/`` measures, and where the GPU
     runs' records are: a new benchmark that is not named there fails here."""
-    readme = (ROOT / "README.md").read_text()
-    row = next(line for line in readme.splitlines() if line.startswith("| `benchmarks/` |"))
+    rows = [line for line in (ROOT / "benchmarks" / "README.md").read_text().splitlines() if line.startswith("| `")]
+    named = {line.split("`")[1] for line in rows}
     for script in sorted((ROOT / "benchmarks").glob("*.py")):
-        assert f"`{script.name}`" in row, f"README's benchmarks/ row does not name {script.name}"
-    assert "`gpu_runs/`" in row
+        assert script.name in named, f"benchmarks/README.md does not name {script.name}"
+    assert {"gpu_runs/", "cpu_runs/"} <= named
 
 
 def test_make_book_rebuilds_every_page_when_only_the_books_css_changed(tmp_path):
@@ -404,13 +408,11 @@ def test_parameters_cell_literals_only():
         sources.parameters_cell(_nb(nbformat.v4.new_code_cell("a = 1")))
 
 
-@pytest.mark.parametrize("source", [f"notebooks/{name}.md" for name in CHAPTERS]
-                         + sorted(f"staged/{p.name}" for p in (ROOT / "staged").glob("*.md")))
+@pytest.mark.parametrize("source", [f"notebooks/{name}.md" for name in CHAPTERS])
 def test_every_chapter_is_runnable_by_the_book_rules(source):
     """One literal parameters cell; smoke overrides name real parameters; the Colab badge
     points at this notebook in the configured repository; the first code cell installs only
-    on Colab; the last code cell ends by closing the provenance record. The chapters' sources and
-    the staged ones (``staged/NAME.md``, which a GPU run executes and promotes)."""
+    on Colab; the last code cell ends by closing the provenance record. In the chapters' sources."""
     import yaml
 
     name = Path(source).stem
@@ -475,8 +477,7 @@ def test_documented_parameter_sets_name_real_parameters(path):
 
     from gmlm_lib.mt import config
 
-    chapter = ROOT / "staged" / "padir.md"  # the version the next run executes, when one is staged
-    chapter = chapter if chapter.is_file() else ROOT / "notebooks" / "padir.md"
+    chapter = ROOT / "notebooks" / "padir.md"
     defaults = sources.parameters_cell(sources.read_text_notebook(chapter))
     values = yaml.safe_load(path.read_text())
     assert values, f"{path.name} sets nothing"
@@ -791,7 +792,7 @@ def test_glued_values_side_by_side_are_found_in_pairs():
     assert sources.adjacent_glue(nb) == [("t", "b"), ("x", "y"), ("y", "z")]
 
 
-def test_text_showing_glued_values_side_by_side_fails_in_a_chapter_and_a_staged_source(book_copy):
+def test_text_showing_glued_values_side_by_side_fails_in_a_chapter_in_step_or_ahead_of_its_notebook(book_copy):
     name = CHAPTERS[0]
     md = book_copy / "notebooks" / f"{name}.md"
     text = sources.read_text_notebook(md)
@@ -806,14 +807,48 @@ def test_text_showing_glued_values_side_by_side_fails_in_a_chapter_and_a_staged_
     md.write_text(md.read_text().replace(f"`{first}` {{glue", f"`{first}`, {{glue", 1))
     checks.sync(book_copy)
     assert checks.check_all(book_copy) == []
-    (book_copy / "staged").mkdir()
-    shutil.copy(ROOT / "notebooks" / "padir.md", book_copy / "staged" / "padir.md")  # a staged version of padir
-    assert checks.check_all(book_copy) == []
-    staged = book_copy / "staged" / "padir.md"
-    staged.write_text(staged.read_text().replace("`eval_T_long`, {glue", "`eval_T_long` {glue", 1))
+    ahead = book_copy / "notebooks" / "padir.md"  # ahead of its notebook (its next version, awaiting its run)
+    assert checks.awaiting(ahead, ahead.with_suffix(".ipynb")) is not None
+    ahead.write_text(ahead.read_text().replace("`eval_T_long`, {glue", "`eval_T_long` {glue", 1))
     assert checks.check_all(book_copy) == [
-        "staged/padir.md: its text shows glued values side by side with nothing between them (eval_T_long "
+        "padir: its text shows glued values side by side with nothing between them (eval_T_long "
         "dist_bleu_long): a reader sees one run of numbers; put a comma or a word between them (then `make sync`)."]
+
+
+def _move_ahead(md: Path) -> None:
+    """The chapter's next version: a code cell more, and a box that tags a paper label."""
+    md.write_text(md.read_text() + "\n```{prf:remark} A remark of the next version [Theorem 1]\n:label: rem-next\n\n"
+                  "Text.\n```\n\n```{code-cell} ipython3\n_ = 0\n```\n")
+
+
+def test_only_a_translation_chapter_may_run_ahead_of_its_notebook_and_check_lists_it(book_copy):
+    """A translation chapter whose .md has moved on waits for its accelerator run: the check stays clean
+    and lists it with its last run's commit, sync and the label index leave its notebook's text as the
+    book shows it, and that notebook must still be whole and fresh in itself; a theory chapter whose code
+    moved on fails the check."""
+    from gmlm_lib.book import labels
+
+    md, ipynb = book_copy / "notebooks" / "ablations.md", book_copy / "notebooks" / "ablations.ipynb"
+    _move_ahead(md)
+    commit = nbformat.read(ipynb, as_version=4).metadata["gmlm"]["provenance"]["gmlm_lib_commit"]
+    assert checks.awaiting(md, ipynb) == commit
+    assert checks.check_all(book_copy) == [] and checks.awaiting_all(book_copy)["ablations"] == commit
+    assert "rem-next" not in labels.page(book_copy)  # the index describes the notebook the book shows
+    before = ipynb.read_bytes()
+    assert ipynb not in checks.sync(book_copy) and ipynb.read_bytes() == before
+    nb = nbformat.read(ipynb, as_version=4)  # a code cell of the shown notebook edited without a rerun
+    cell = next(c for c in nb.cells if c.cell_type == "code" and not sources.injected(c))
+    cell.source += "  # edited"
+    nbformat.write(nb, ipynb)
+    assert [p for p in checks.check_all(book_copy) if p.startswith("ablations:")] == [
+        "ablations: the outputs of ablations.ipynb were not produced by its current code (code changed since the "
+        "last run); rerun `make full NB=ablations`."]
+    ipynb.write_bytes(before)
+    theory = book_copy / "notebooks" / f"{CHAPTERS[0]}.md"
+    _move_ahead(theory)
+    assert checks.awaiting(theory, theory.with_suffix(".ipynb")) is None
+    assert f"{CHAPTERS[0]}: the code cells of {theory.name} and {CHAPTERS[0]}.ipynb differ; rerun " \
+           f"`make full NB={CHAPTERS[0]}`." in checks.check_all(book_copy)
 
 
 def test_glue_references_find_roles_and_directives():
@@ -1168,10 +1203,9 @@ def test_chapters_hide_their_setup(name):
     """A rendered chapter opens with its claim: the Colab install, the imports, the run's start and end
     and the glue-only cells are still run (and in the .ipynb) but hidden from the page (MyST-NB's
     ``remove_code_source`` and ``remove_code_outputs``, or the ``remove-cell`` tag). The parameters cell is on the page, collapsed
-    (``hide-input``), so the values the text names are one click away. A chapter staged for the GPU run
-    is checked in its staged version (the one its next run executes)."""
-    staged = ROOT / "staged" / f"{name}.md"
-    nb = sources.read_text_notebook(staged if staged.is_file() else ROOT / "notebooks" / f"{name}.md")
+    (``hide-input``), so the values the text names are one click away. Checked in
+    each chapter's source (the version its next run executes)."""
+    nb = sources.read_text_notebook(ROOT / "notebooks" / f"{name}.md")
     shown, parameters = [], []
     for cell, display in zip([c for c in nb.cells if c.cell_type == "code"], sources.display_settings(nb)):
         tags = cell.metadata.get("tags", [])

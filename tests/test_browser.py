@@ -16,8 +16,8 @@ from conftest import ROOT
 
 
 # Problems known on pages whose chapters wait for a rerun: page -> the start of each problem it still shows.
-# The stutter chapter's committed notebook counts its pairs without separators; its staged source groups them
-# (tables.present), and its next run is the GPU run (issue 45).
+# The stutter chapter's committed notebook counts its pairs without separators; its source (notebooks/stutter.md,
+# awaiting an accelerator run) groups them (tables.present).
 KNOWN: dict[str, tuple[str, ...]] = {
     "notebooks/stutter.html": ("table cell with a number of 5 or more digits not grouped by thousands: ",),
 }

@@ -1,7 +1,7 @@
 """Every chapter opens, under its title and Colab badge, with a verdict a reader can take in at a glance:
 a paragraph that starts "**Verdict of this run.**", glues its numbers and verdicts from the run, and
-names the run's setting ("**Setting:**"), short enough to sit above the fold at 1400 x 900. A chapter
-staged for the GPU run (staged/NAME.md) is checked in that version, the one its next run executes."""
+names the run's setting ("**Setting:**"), short enough to sit above the fold at 1400 x 900. Checked in
+each chapter's source, notebooks/NAME.md, the version its next run executes."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ MAX_LINES = 12  # source lines of about 100 characters: about ten rendered lines
 
 
 def _source(name: str) -> pathlib.Path:
-    return runner.chapter_source(ROOT, name, ROOT / runner.STAGED)
+    return runner.chapter_source(ROOT, name)
 
 
 def _opening(text: str) -> str:

@@ -1,7 +1,7 @@
 """Each chapter's parameters, checked by its findings module's frozen ``Params`` (gmlm_lib.book.validate):
 the fields are the parameters cell's names, the defaults and the smoke profile pass, every parameter
-has a check that names it, and the ranges hold at their edges. A chapter staged for the GPU run
-(``staged/NAME.md``, which that run executes and promotes) is checked in its staged source."""
+has a check that names it, and the ranges hold at their edges. Checked in each chapter's source,
+``notebooks/NAME.md`` (which may run ahead of its notebook, awaiting an accelerator run)."""
 
 from __future__ import annotations
 
@@ -35,8 +35,7 @@ PARAMS = {  # chapter: the Params that its validation cell builds
 
 
 def _source(chapter: str) -> Path:
-    staged = ROOT / "staged" / f"{chapter}.md"
-    return staged if staged.is_file() else ROOT / "notebooks" / f"{chapter}.md"
+    return ROOT / "notebooks" / f"{chapter}.md"
 
 
 def _defaults(chapter: str) -> dict:
@@ -48,14 +47,7 @@ def _text(chapter: str) -> str:
 
 
 def _smoke(chapter: str) -> dict:
-    """The chapter's smoke overrides: staged/smoke.yaml's entry for a staged chapter that has one."""
-    import yaml
-
-    staged = ROOT / "staged" / "smoke.yaml"
-    if _source(chapter).parent.name == "staged" and staged.is_file():
-        entry = (yaml.safe_load(staged.read_text()) or {}).get(chapter)
-        if entry is not None:
-            return entry
+    """The chapter's smoke overrides (params/smoke.yaml)."""
     return sources.smoke_overrides(ROOT).get(chapter, {})
 
 

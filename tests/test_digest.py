@@ -46,9 +46,9 @@ def _notebook(path: Path, *, failed: bool = False) -> Path:
 
 
 def test_cells_keep_seconds_printed_text_and_tables_as_rows_and_leave_figures_out(tmp_path):
-    got = digest.digest(_notebook(tmp_path / "padir.ipynb"), note="staged/padir.md, full profile")
+    got = digest.digest(_notebook(tmp_path / "padir.ipynb"), note="notebooks/padir.md, full profile")
     assert (got["notebook"], got["commit"], got["profile"], got["wall_s"]) == \
-        ("staged/padir.md, full profile", "a" * 40, "full", 13.2)
+        ("notebooks/padir.md, full profile", "a" * 40, "full", 13.2)
     assert got["code_matches"] is True and got["stopped"] is None
     assert [(c["cell"], c["first_line"], c["seconds"]) for c in got["cells"]] == [
         (1, "steps = 4  # parameters", 0.01), (2, "print('trained')", 12.5), (3, "plt.plot(x)", 0.3)]

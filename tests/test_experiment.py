@@ -99,7 +99,7 @@ def test_the_stand_in_is_the_tiny_preset_with_as_many_updates_as_asked(tmp_path,
     pairs = corpus.Parallel(SOURCES, [s.upper() for s in SOURCES], name="toy")
     tiny = config.PRESETS["multi30k_tiny"]
     for steps in (1, 2, 8):
-        experiment.tiny_run(tmp_path, pairs, steps=steps, seed=5, padir_init="teacher", batch_tokens=512)
+        pipeline.tiny_run(tmp_path, pairs, steps=steps, seed=5, padir_init="teacher", batch_tokens=512)
         exp, root, kw = asked[-1]
         assert (exp.ar_steps, exp.padir_steps, exp.checkpoint_every) == (steps, steps, steps)
         assert 0 <= exp.warmup < steps and (exp.warmup > 0) == (steps > 1)

@@ -26,8 +26,7 @@ from gmlm_lib.core import records, timing
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-TRACKED = ("Makefile", "_toc.yml", "_config.yml", "pyproject.toml", "gmlm_lib", "notebooks", "params", "book",
-           runner.STAGED)
+TRACKED = ("Makefile", "_toc.yml", "_config.yml", "pyproject.toml", "gmlm_lib", "notebooks", "params", "book")
 
 
 def _copy_without_git(dest: Path) -> Path:
@@ -209,10 +208,10 @@ def test_a_glue_name_that_the_text_cannot_cite_is_refused(name):
 @pytest.mark.timeout(1500)
 def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
     """The command of the GPU run, in a copy of the tree with no .git, at smoke size: every
-    translation chapter runs in order (its staged version where there is one), names the commit
+    translation chapter runs in order from its one source (notebooks/NAME.md), names the commit
     passed in, and lands in OUT with the log; the chapters after padir open the run folder padir's
     smoke run trained, as the GPU run's chapters open its folder. This is also the smoke test of the
-    translation chapters that are not staged (test_notebooks.py leaves those to it)."""
+    translation chapters (test_notebooks.py leaves them to it)."""
     tree = _copy_without_git(tmp_path / "tree")
     out = tmp_path / "out"
     cache = tmp_path / "jax-cache"
@@ -249,9 +248,8 @@ def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
     # (the first one too: models of one structure trained by separate jitted steps share their programs)
     hits = [int(h) for h in re.findall(r"programs, (\d+) from the compilation cache", log)]
     assert len(hits) == len(names) and sum(hits[1:]) > 0 and any(cache.iterdir()), log
-    for name in names:  # a staged chapter ran from its staged source
-        staged = (ROOT / runner.STAGED / f"{name}.md").is_file()
-        assert f"{name}: started from {runner.STAGED if staged else 'notebooks'}/{name}.md" in log, log
+    for name in names:  # each chapter ran from its one source
+        assert f"{name}: started from notebooks/{name}.md" in log, log
     shared = re.findall(r"stutter: started from \S+ with \{'padir_run': '([^']+)'\}", log)
     assert shared and all(f"{name}: started from" in log and f"with {{'padir_run': '{shared[0]}'}}" in
                           log.split(f"{name}: started from")[1].splitlines()[0] for name in names[1:]), log
@@ -396,67 +394,43 @@ def _fake_result(md: Path, out: Path, profile: str = "full") -> Path:
     return path
 
 
-def test_promote_moves_the_staged_source_and_its_run_together(tmp_path):
+def test_promote_takes_a_run_only_if_the_current_source_made_it(tmp_path):
+    """promote refuses a smoke run and a run of other sources (the chapter's .md has moved on since),
+    moving nothing; it takes a run the current .md made, keeps a markdown edit made after that run, and
+    regenerates the provenance page; the chapter is then in step with its notebook again."""
     tree = _copy_without_git(tmp_path / "tree")
-    staged = tree / runner.STAGED
-    shutil.rmtree(staged, ignore_errors=True)
-    staged.mkdir()
-    text = (tree / "notebooks" / "stutter.md").read_text().replace("bootstrap_samples = 1000", "bootstrap_samples = 999")
-    (staged / "stutter.md").write_text(text)
+    for nb in (ROOT / "notebooks").glob("*.ipynb"):
+        shutil.copy2(nb, tree / "notebooks" / nb.name)
+    md = tree / "notebooks" / "stutter.md"
+    (tmp_path / "old").mkdir()
+    old = tmp_path / "old" / "stutter.md"
+    shutil.copy2(md, old)
+    text = md.read_text().replace("bootstrap_samples = 1000", "bootstrap_samples = 999")
+    assert text != md.read_text()
+    md.write_text(text)
     out = tmp_path / "out"
     out.mkdir()
     _fake_result(tree / "notebooks" / "padir.md", out, profile="smoke")
     with pytest.raises(ValueError, match="not a full run"):
         runner.promote(tree, out)
     (out / "padir.ipynb").unlink()
-    _fake_result(tree / "notebooks" / "stutter.md", out)  # made from the old source, not the staged one
+    committed = (tree / "notebooks" / "stutter.ipynb").read_bytes()
+    _fake_result(old, out)  # made from the source before the edit
     with pytest.raises(ValueError, match="other sources"):
         runner.promote(tree, out)
-    assert (staged / "stutter.md").read_text() == text  # a refused promotion moves nothing
-    _fake_result(staged / "stutter.md", out)
-    (staged / "smoke.yaml").write_text("stutter:\n  max_steps: 2\n")
-    with pytest.raises(ValueError, match="smoke overrides of \\['stutter'\\]"):
-        runner.promote(tree, out)
-    (staged / "smoke.yaml").unlink()
+    assert (tree / "notebooks" / "stutter.ipynb").read_bytes() == committed  # a refused promotion moves nothing
+    _fake_result(md, out)
+    md.write_text(text.replace("# Where parallel decoding stutters", "# Where parallel decoding stutters, edited", 1))  # a markdown edit after the run
     page = tree / "book" / "provenance.md"
     page.write_text("a page from before the promotion")
     assert runner.promote(tree, out) == ["stutter"]
     assert page.read_text() == checks.provenance_page(tree)  # regenerated from the promoted notebooks
-    assert (tree / "notebooks" / "stutter.md").read_text() == text and not staged.exists()
-    assert (tree / "notebooks" / "stutter.ipynb").read_bytes() == (out / "stutter.ipynb").read_bytes()
+    promoted = nbformat.read(tree / "notebooks" / "stutter.ipynb", as_version=4)
+    assert sources.code_cells(promoted) == sources.code_cells(nbformat.read(out / "stutter.ipynb", as_version=4))
+    assert sources.markdown_cells(promoted) == sources.markdown_cells(sources.read_text_notebook(md))
+    assert checks.awaiting(md, tree / "notebooks" / "stutter.ipynb") is None
     with pytest.raises(FileNotFoundError, match="no executed chapter"):
         runner.promote(tree, tmp_path / "tree" / "book")
-
-
-def test_promote_runs_without_a_staged_folder_and_keeps_the_chapters_still_staged(tmp_path):
-    """A chapter run from notebooks/ is promoted with no staged/ folder at all; a staged chapter that
-    is not in the results stays staged, and so does its folder."""
-    tree = _copy_without_git(tmp_path / "tree")
-    staged = tree / runner.STAGED
-    shutil.rmtree(staged, ignore_errors=True)
-    out = tmp_path / "out"
-    out.mkdir()
-    _fake_result(tree / "notebooks" / "stutter.md", out)
-    assert runner.promote(tree, out) == ["stutter"] and not staged.exists()
-    assert (tree / "notebooks" / "stutter.ipynb").read_bytes() == (out / "stutter.ipynb").read_bytes()
-    staged.mkdir()
-    (staged / "ablations.md").write_text((tree / "notebooks" / "ablations.md").read_text())  # waits for its own run
-    assert runner.promote(tree, out) == ["stutter"] and (staged / "ablations.md").is_file()
-
-
-def test_a_staged_chapter_runs_instead_of_its_notebook_and_takes_its_own_smoke_entry(tmp_path):
-    staged = tmp_path / "staged"
-    staged.mkdir()
-    (staged / "stutter.md").write_text((ROOT / "notebooks" / "stutter.md").read_text())
-    assert runner.chapter_source(ROOT, "stutter", staged) == staged / "stutter.md"
-    assert runner.chapter_source(ROOT, "padir", staged) == ROOT / "notebooks" / "padir.md"
-    params, inject = runner.resolve_parameters(ROOT, "stutter", "smoke", staged=staged)
-    assert inject == sources.smoke_overrides(ROOT)["stutter"]  # no staged smoke.yaml: params/smoke.yaml's entry
-    (staged / "smoke.yaml").write_text("stutter:\n  max_steps: 3\n")
-    params, inject = runner.resolve_parameters(ROOT, "stutter", "smoke", staged=staged)
-    assert inject == {"max_steps": 3}  # the staged entry replaces params/smoke.yaml's
-    params, inject = runner.resolve_parameters(ROOT, "padir", "smoke", staged=staged)
-    assert inject["ar_steps"] == sources.smoke_overrides(ROOT)["padir"]["ar_steps"]  # not staged: params/smoke.yaml
 
 
 def test_a_batch_interrupted_at_its_deadline_keeps_what_finished(tmp_path, monkeypatch):
@@ -467,13 +441,13 @@ def test_a_batch_interrupted_at_its_deadline_keeps_what_finished(tmp_path, monke
     (root / "notebooks" / "runs" / "padir" / "en-de" / "ar" / "run.json").write_text("{}")
     done = []
 
-    def fake_run(name, profile, params, *, root, staged=None):
+    def fake_run(name, profile, params, *, root, dest=None):
         with open(os.environ[timing.COMPILE_LOG], "a") as f:  # as a chapter's kernel logs its compilations
             f.write(f"{time.time():.6f}\t1\tjit(step_{name})\t2.5\n")
         if done:
             raise KeyboardInterrupt
         done.append(name)
-        return _executed(root, name, profile)
+        return _executed(root, name, profile, dest)
 
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the batch keeps its compile log
@@ -503,13 +477,13 @@ def test_a_chapter_that_fails_does_not_stop_the_chapters_after_it(tmp_path, monk
     chapters still run (they reuse or build the run folder): a one-shot GPU run keeps what it can."""
     root = _book_copy(tmp_path / "root")
 
-    def fake_run(name, profile, params, *, root, staged=None):
+    def fake_run(name, profile, params, *, root, dest=None):
         if name == "padir":
             failed = root / "_build" / "failed" / f"{profile}-{name}.ipynb"
             failed.parent.mkdir(parents=True, exist_ok=True)
             failed.write_text("{}")
             raise RuntimeError("a figure cell broke")
-        return _executed(root, name, profile)
+        return _executed(root, name, profile, dest)
 
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     out = tmp_path / "out"
@@ -528,7 +502,7 @@ def test_a_smoke_batch_shares_padirs_run_folder_with_the_chapters_after_it(tmp_p
     root = _book_copy(tmp_path / "root")
     got = {}
 
-    def fake_run(name, profile, params, *, root, staged=None):
+    def fake_run(name, profile, params, *, root, dest=None):
         got[name] = dict(params)
         if "run_root" in params:  # padir: what pipeline.complete looks for, in <run_root>/<src>-<tgt>
             (Path(params["run_root"]) / "jax-cache").mkdir(parents=True)  # the chapter's, with no cache dir set
@@ -539,7 +513,7 @@ def test_a_smoke_batch_shares_padirs_run_folder_with_the_chapters_after_it(tmp_p
             (folder / "spm.model").write_text("")
             if padir_finishes:
                 (folder / "distilled.de.gz").write_text("")
-        return _executed(root, name, profile)
+        return _executed(root, name, profile, dest)
 
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
@@ -564,59 +538,44 @@ def test_a_smoke_run_never_writes_the_committed_notebook():
     assert runner.output_path(ROOT, "stutter", "smoke") == ROOT / "_build" / "smoke" / "stutter.ipynb"
 
 
-def test_a_full_batch_gathers_the_provenance_page_and_a_smoke_batch_does_not(tmp_path, monkeypatch):
-    """A full run regenerates book/provenance.md, which goes back with the notebooks; a smoke run
-    leaves the page alone, so a copy of it in OUT would be the committed one, not the run's."""
-    root = _book_copy(tmp_path / "root")
-    (root / "book").mkdir()
-    (root / "book" / "provenance.md").write_text("# Provenance\n")
-    monkeypatch.setattr(runner, "run_notebook", lambda name, profile, params, *, root, staged=None:
-                        _executed(root, name, profile))
-    assert runner.run_batch(["stutter"], "full", tmp_path / "full", root=root) == 0
-    assert (tmp_path / "full" / "provenance.md").read_text() == "# Provenance\n"
-    assert runner.run_batch(["stutter"], "smoke", tmp_path / "smoke", root=root) == 0
-    assert (tmp_path / "smoke" / "stutter.ipynb").is_file() and not (tmp_path / "smoke" / "provenance.md").exists()
-
-
-def test_a_staged_chapters_full_run_goes_to_out_and_leaves_the_book_as_it_was(tmp_path, monkeypatch):
-    """A full batch runs a staged chapter into OUT only: the committed notebook (made from the old
-    source) and the book's pages stay as they were until promote takes the run in, and OUT's
-    provenance page reads as the book's will once it has; a chapter that is not staged is run into
-    notebooks/, as a full run of it always is (the committed output)."""
+def test_a_full_batch_runs_into_out_and_leaves_the_book_as_it_was(tmp_path, monkeypatch):
+    """A full batch runs every chapter into OUT only: the committed notebooks and the book's pages stay as
+    they were until promote takes the runs in, and OUT's provenance page reads as the book's will once it
+    has (a rehearsal on a CPU never replaces the book's notebooks); a smoke batch writes no provenance page."""
     root = _copy_without_git(tmp_path / "root")
     for nb in (ROOT / "notebooks").glob("*.ipynb"):
         shutil.copy2(nb, root / "notebooks" / nb.name)
     page = root / checks.PROVENANCE_PAGE
     before = page.read_text()
-    staged = root / runner.STAGED
-    shutil.rmtree(staged, ignore_errors=True)
-    staged.mkdir()
-    (staged / "stutter.md").write_text((root / "notebooks" / "stutter.md").read_text()
-                                       .replace("bootstrap_samples = 1000", "bootstrap_samples = 999"))
-    committed = (root / "notebooks" / "stutter.ipynb").read_bytes()
+    committed = {p.name: p.read_bytes() for p in (root / "notebooks").glob("*.ipynb")}
     dests = {}
 
-    def fake_run(name, profile, params, *, root, staged=None, dest=None):
+    def fake_run(name, profile, params, *, root, dest=None):
         dests[name] = dest
-        nb = sources.read_text_notebook(runner.chapter_source(root, name, staged))
+        nb = sources.read_text_notebook(runner.chapter_source(root, name))
         nb.metadata.pop("jupytext", None)
         rec = dict(backend="gpu", device_count=1, device_kind="NVIDIA H200", gmlm_lib_commit=COMMIT,
                    started_at=f"2026-12-04T06:0{len(dests)}:00+00:00", jax_version="0.11.2")
         nb.metadata["gmlm"] = meta = dict(profile=profile, code_sha256=sources.code_hash(nb), provenance=rec,
                                           total_wall_time_s=60.0 * len(dests))
-        nbformat.write(nb, dest or runner.output_path(root, name, profile))
+        path = dest or runner.output_path(root, name, profile)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, path)
         return meta
 
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     out = tmp_path / "out"
-    assert runner.run_batch(["padir", "stutter"], "full", out, root=root, staged=staged) == 0
-    assert dests == {"padir": None, "stutter": out / "stutter.ipynb"}
-    assert (root / "notebooks" / "stutter.ipynb").read_bytes() == committed and page.read_text() == before
-    assert "staged chapter(s) stutter: each executed notebook goes to" in (out / "log.txt").read_text()
+    assert runner.run_batch(["padir", "stutter"], "full", out, root=root) == 0
+    assert dests == {"padir": out / "padir.ipynb", "stutter": out / "stutter.ipynb"}
+    assert {p.name: p.read_bytes() for p in (root / "notebooks").glob("*.ipynb")} == committed
+    assert page.read_text() == before
+    assert "each executed notebook goes to" in (out / "log.txt").read_text()
     shown = (out / "provenance.md").read_text()
     assert shown != before and f"`{COMMIT[:12]}`" in shown
     assert runner.promote(root, out) == ["padir", "stutter"]
     assert page.read_text() == shown  # what OUT showed is what the promoted book says
+    assert runner.run_batch(["stutter"], "smoke", tmp_path / "smoke", root=root) == 0
+    assert (tmp_path / "smoke" / "stutter.ipynb").is_file() and not (tmp_path / "smoke" / "provenance.md").exists()
 
 
 def test_run_notebook_into_another_file_leaves_the_committed_notebook_and_pages_alone(tmp_path, monkeypatch):
@@ -643,9 +602,9 @@ def test_run_notebook_into_another_file_leaves_the_committed_notebook_and_pages_
     assert (root / "notebooks" / "stutter.ipynb").read_bytes() != committed and regenerated == [root]
 
 
-def _executed(root: Path, name: str, profile: str) -> dict:
+def _executed(root: Path, name: str, profile: str, dest: Path | None = None) -> dict:
     """What a fake chapter run leaves: its executed notebook where the runner puts it, and its metadata."""
-    path = runner.output_path(root, name, profile)
+    path = Path(dest) if dest is not None else runner.output_path(root, name, profile)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("{}")
     return dict(total_wall_time_s=1.0)
@@ -698,7 +657,7 @@ def test_a_batch_keeps_its_records_and_log_up_to_date_after_every_chapter(tmp_pa
         with tarfile.open(archive) as tar:
             return sorted(tar.getnames())
 
-    def fake_run(name, profile, params, *, root, staged=None):
+    def fake_run(name, profile, params, *, root, dest=None):
         archive = out / "run-records.tar.gz"
         archives.append(members(archive) if archive.is_file() else None)
         folder = root / runner.KERNEL_CWD / "runs" / name
@@ -706,7 +665,7 @@ def test_a_batch_keeps_its_records_and_log_up_to_date_after_every_chapter(tmp_pa
         (folder / "run.json").write_text("{}")
         if name == "ablations":
             raise RuntimeError("a chapter that fails after its training")
-        return _executed(root, name, profile)
+        return _executed(root, name, profile, dest)
 
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     names = ["stutter", "ablations", "dependency_decoding"]
@@ -732,9 +691,9 @@ def test_a_batch_restores_the_sizing_decisions_before_its_first_chapter_and_logs
     decision = later / runner.KERNEL_CWD / "runs" / "padir" / "en-de" / "sizing.json"
     seen = []
 
-    def fake_run(name, profile, params, *, root, staged=None):
+    def fake_run(name, profile, params, *, root, dest=None):
         seen.append(decision.read_text())
-        return _executed(root, name, profile)
+        return _executed(root, name, profile, dest)
 
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     assert runner.run_batch(["stutter"], "smoke", tmp_path / "out", root=later, sizing_from=archive) == 0
@@ -1023,10 +982,10 @@ def test_a_batch_restores_the_cache_first_and_packs_it_at_its_end(tmp_path, monk
     cache = tmp_path / "cache"
     seen = []
 
-    def fake_run(name, profile, params, *, root, staged=None):
+    def fake_run(name, profile, params, *, root, dest=None):
         seen.append(sorted(p.name for p in cache.iterdir()))  # the restored program is there before any chapter
         _fake_cache(cache, {f"jit_{name}-ee": 20})  # and the chapter compiles one of its own
-        return _executed(root, name, profile)
+        return _executed(root, name, profile, dest)
 
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     out = tmp_path / "out"

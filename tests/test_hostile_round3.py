@@ -390,10 +390,10 @@ def test_the_command_line_hands_batch_and_promote_their_arguments(capsys, monkey
     calls = []
     monkeypatch.setattr(runner, "run_batch", lambda *a, **kw: calls.append((a, kw)) or 7)
     monkeypatch.setattr(runner, "promote", lambda r, results: calls.append((r, results)) or ["padir", "stutter"])
-    assert cli.main(["batch", "full", "--out", "o", "--staged", "s", "--cache-out", "-p", "preset", "x"]) == 7
+    assert cli.main(["batch", "full", "--out", "o", "--cache-out", "-p", "preset", "x"]) == 7
     (names, profile, out, overrides), kw = calls[0]
     assert names == list(runner.TRANSLATION_CHAPTERS) and profile == "full" and out == pathlib.Path("o")
-    assert overrides == {"preset": "x"} and kw["root"] == root and kw["staged"] == tmp_path / "s"
+    assert overrides == {"preset": "x"} and kw["root"] == root and "staged" not in kw
     assert kw["sizing_from"] is None and kw["cache_from"] is None and kw["cache_out"] is True
     assert cli.main(["batch", "smoke", "padir", "--out", "o", "--sizing-from", "r.tar.gz"]) == 7
     assert calls[1][0][:2] == (["padir"], "smoke") and calls[1][1]["sizing_from"] == tmp_path / "r.tar.gz"
@@ -413,13 +413,18 @@ def test_the_command_line_runs_check_sync_provenance_and_labels(capsys, monkeypa
     monkeypatch.setattr(sources, "find_root", lambda: root)
     found = [["padir: stale"], []]
     monkeypatch.setattr(checks, "check_all", lambda r: found.pop(0))
+    ahead = [{"padir": "d78eb771c4730000"}, {}]
+    monkeypatch.setattr(checks, "awaiting_all", lambda r: ahead.pop(0))
     monkeypatch.setattr(checks, "sync", lambda r: [root / "notebooks" / "padir.ipynb"])
     monkeypatch.setattr(checks, "write_provenance_page", lambda r: root / "book" / "provenance.md")
     monkeypatch.setattr(labels, "write_page", lambda r: root / "book" / "labels.md")
     chapters = len(sources.toc_notebooks(root))
     assert cli.main(["check"]) == 1
     got = capsys.readouterr()
-    assert got.err == "padir: stale\n" and got.out == f"check: {chapters} chapters, 1 problem(s).\n"
+    assert got.err == "padir: stale\n" and got.out == (
+        "padir: awaiting an accelerator run (notebooks/padir.md has moved ahead of its notebook, the full run of "
+        f"d78eb771c473, which the book shows until that run is promoted)\n"
+        f"check: {chapters} chapters, 1 problem(s), 1 awaiting an accelerator run.\n")
     assert cli.main(["check"]) == 0 and capsys.readouterr().out == f"check: {chapters} chapters, 0 problem(s).\n"
     assert [cli.main([c]) for c in ("sync", "provenance", "labels")] == [0, 0, 0]
     assert capsys.readouterr().out.splitlines() == ["updated notebooks/padir.ipynb", "wrote book/provenance.md",

@@ -475,20 +475,14 @@ def test_a_failed_run_leaves_the_committed_notebook_untouched(book, monkeypatch)
     assert scratch.name.startswith("run-") and not scratch.exists()
 
 
-@pytest.mark.parametrize("staged", [None, ROOT / runner.STAGED], ids=["notebooks", "staged"])
-def test_parameter_validation_accepts_every_smoke_profile(staged):
-    """Every chapter's smoke overrides (its staged version's, for a staged chapter) name parameters of its
-    parameters cell with their defaults' types, and are exactly what a smoke run injects."""
-    import yaml
-
-    staged_yaml = (yaml.safe_load((ROOT / runner.STAGED / "smoke.yaml").read_text()) or {}) if staged and \
-        (ROOT / runner.STAGED / "smoke.yaml").is_file() else {}  # a file of comments only (none left) is empty
+def test_parameter_validation_accepts_every_smoke_profile():
+    """Every chapter's smoke overrides name parameters of its parameters cell with their defaults' types,
+    and are exactly what a smoke run injects."""
     for name in sources.toc_notebooks(ROOT):
-        params, inject = runner.resolve_parameters(ROOT, name, "smoke", {}, staged=staged)
-        want = staged_yaml.get(name)
-        want = (sources.smoke_overrides(ROOT).get(name) if want is None else want) or {}
+        params, inject = runner.resolve_parameters(ROOT, name, "smoke", {})
+        want = sources.smoke_overrides(ROOT).get(name) or {}
         assert set(inject) == set(want) and all(params[k] == inject[k] for k in inject), name
-        defaults = sources.parameters_cell(sources.read_text_notebook(runner.chapter_source(ROOT, name, staged)))
+        defaults = sources.parameters_cell(sources.read_text_notebook(runner.chapter_source(ROOT, name)))
         assert set(params) == set(defaults), name
 
 

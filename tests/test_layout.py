@@ -1,7 +1,9 @@
 """The library's layers, read from its imports (AST), and what importing it does to JAX.
 
 Rules (``gmlm_lib/__init__.py``): nothing outside ``gmlm_lib/book/`` imports it; ``gmlm_lib/mt``
-imports nothing from ``gmlm_lib.ising``; ``gmlm_lib/core`` imports neither domain; no module
+imports nothing from ``gmlm_lib.ising``; ``gmlm_lib/core`` imports neither domain; no two modules
+import each other, directly or through others (an import circle, function-level imports included:
+a newcomer reads the library bottom up, and a circle has no bottom); no module
 changes JAX's global configuration when it is imported, so the translation models' dtypes and a
 fixed-seed training step do not depend on which modules a program imported first.
 """
@@ -76,6 +78,40 @@ def _library():
     return [(_module_name(p), p.read_text(), p.name == "__init__.py") for p in MODULES]
 
 
+def _circles(items) -> list[list[str]]:
+    """The import circles among ``items`` (``(module name, source, is_package)``): each set of two or more
+    modules that reach one another through their imports (a strongly connected component of the import
+    graph, Tarjan's algorithm), sorted; an import of a name that is not a module of ``items`` is left out."""
+    known = {module for module, _, _ in items}
+    graph = {module: sorted(i for i in _imports(source, module, pkg) if i in known and i != module)
+             for module, source, pkg in items}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while not part or part[-1] != v:
+                part.append(stack.pop())
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
 def _config_updates(path: pathlib.Path) -> list[int]:
     """Lines of ``path`` that call ``jax.config.update`` (or ``config.update``) at module level,
     i.e. outside any function or class body: those run at import."""
@@ -105,6 +141,19 @@ def test_the_layers_hold():
 ])
 def test_layer_check_catches_a_leak(module, line):
     assert _violations([(module, line + "\n", False)]), line
+
+
+def test_no_import_circle():
+    assert _circles(_library()) == []
+
+
+def test_circle_check_catches_a_circle_through_a_function_level_import():
+    items = [("gmlm_lib.mt.a", "from gmlm_lib.mt import b\n", False),
+             ("gmlm_lib.mt.b", "def f():\n    from gmlm_lib.mt.c import g\n", False),
+             ("gmlm_lib.mt.c", "import gmlm_lib.mt.a\n", False),
+             ("gmlm_lib.mt.d", "from gmlm_lib.mt import a\nimport numpy\n", False)]
+    assert _circles(items) == [["gmlm_lib.mt.a", "gmlm_lib.mt.b", "gmlm_lib.mt.c"]]
+    assert _circles(items[:2] + items[3:]) == []
 
 
 def test_no_module_changes_jax_config_at_import():

@@ -18,12 +18,10 @@ def _plain(v):
     return tuple(v) if isinstance(v, list) else v
 
 
-@pytest.mark.parametrize("md", [p for p in (ROOT / "notebooks" / "padir.md", ROOT / "staged" / "padir.md")
-                                if p.is_file()], ids=lambda p: p.parent.name)
-def test_defaults_are_the_padir_chapters_full_run(md):
+def test_defaults_are_the_padir_chapters_full_run():
     """Every chapter parameter that is a setting of the experiment has the CPU preset's value, or is
     None (the preset's value, with ``preset = "auto"``); a chapter with a ``preset`` names every setting."""
-    params = sources.parameters_cell(sources.read_text_notebook(md))
+    params = sources.parameters_cell(sources.read_text_notebook(ROOT / "notebooks" / "padir.md"))
     fields = {f.name for f in dataclasses.fields(config.Experiment)}
     shared = fields & set(params)
     assert len(shared) >= 30

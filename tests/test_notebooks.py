@@ -25,9 +25,9 @@ def test_smoke_run(name):
     chapter's wall time there depends on what the other worker runs beside it: the check is on
     the CPU time of the chapter's kernel (at most 2 x 120 core-seconds) and, when the suite runs
     alone in one process, on the wall time too. The translation chapters are left to the rehearsal
-    of the GPU run's command (tests/test_gpu_run.py), which runs them in order: their staged version
-    where there is one (the committed version is what that run replaces; its Colab cell installs the
-    commit that made its outputs), else the committed one."""
+    of the GPU run's command (tests/test_gpu_run.py), which runs them in order from their one source,
+    notebooks/NAME.md (which may run ahead of the committed notebook, awaiting an accelerator run; that
+    notebook's Colab cell installs the commit that made its outputs)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     meta = runner.run_notebook(name, "smoke", root=ROOT)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

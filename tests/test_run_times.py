@@ -109,7 +109,7 @@ def _executed(path: Path, meta: dict, *, code: str = "x = 1") -> Path:
 
 
 def test_a_run_the_book_does_not_show_is_recorded_in_its_hardware_cell_and_bad_ones_are_refused(tmp_path):
-    """A staged chapter's full run on a CPU (make gpu-run's OUT/NAME.ipynb) goes into the table beside the
+    """A full run on a CPU of a chapter awaiting an accelerator run (make gpu-run's OUT/NAME.ipynb) goes into the table beside the
     committed GPU run, and the check stays clean; refused, each by name, with the store unchanged: a run on
     the committed notebook's hardware, an older run than the one held, a smoke run, a notebook whose outputs
     are not from its code, and a file that is no chapter."""

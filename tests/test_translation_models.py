@@ -20,7 +20,7 @@ from flax import nnx
 
 from gmlm_lib.book import provenance
 from gmlm_lib.core import timing
-from gmlm_lib.mt import batching, decode_costs, decoding, experiment, objectives, reductions, seq2seq, training, translate
+from gmlm_lib.mt import batching, decode_costs, decoding, objectives, pipeline, reductions, seq2seq, training, translate
 from gmlm_lib.mt import vocab as V
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -1395,7 +1395,7 @@ def test_padir_trained_from_its_teacher(tmp_path):
     with pytest.raises(ValueError, match="kind = 'ar' needs init = 'random'"):
         _cfg("ar", init="teacher")
     with pytest.raises(ValueError, match="padir_init"):
-        experiment.tiny_run(tmp_path / "tiny", None, padir_init="bert")
+        pipeline.tiny_run(tmp_path / "tiny", None, padir_init="bert")
 
 
 @pytest.mark.parametrize("field", ["unmasking_rate", "label_smoothing"])

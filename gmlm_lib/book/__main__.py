@@ -6,7 +6,7 @@ Examples::
     python -m gmlm_lib.book run smoke --all
     python -m gmlm_lib.book run full gmlm_ising_testbed -p repeats 200 -p num_samples 4000
     python -m gmlm_lib.book check
-    python -m gmlm_lib.book batch full padir stutter dependency_decoding ablations --out gpu-out --staged staged
+    python -m gmlm_lib.book batch full padir stutter dependency_decoding ablations --out gpu-out
     python -m gmlm_lib.book promote gpu-out
     python -m gmlm_lib.book compiles benchmarks/gpu_runs/2026-11-27c-h200/run-records.tar.gz
     python -m gmlm_lib.book digest gpu-out/padir.ipynb > benchmarks/gpu_runs/DATE-h200/padir_cells.json
@@ -127,7 +127,6 @@ def _main(argv: list[str] | None) -> int:
     batch.add_argument("--out", required=True, help="folder for the executed notebooks, records and log.txt")
     batch.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                        help="override a parameter of every chapter that has it (value parsed as YAML); repeatable")
-    batch.add_argument("--staged", help="folder of staged chapter sources (NAME.md) run instead of notebooks/NAME.md")
     batch.add_argument("--sizing-from", metavar="ARCHIVE",
                        help="a previous batch's run-records.tar.gz: its run folders' sizing decisions are restored "
                             "first, so a rebuilt run folder trains the updates that batch decided")
@@ -140,7 +139,7 @@ def _main(argv: list[str] | None) -> int:
                             f"{runner.CACHE_RETURN_BYTES // 2**20} MiB, the earliest written first; those in the "
                             "cache before the first chapter, such as --cache-from's, last)")
     promote = sub.add_parser("promote", help="take a batch's executed notebooks (make gpu-run's OUT) into the book, "
-                             "with their staged sources")
+                             "made by their current sources")
     promote.add_argument("results", help="the folder holding the executed NAME.ipynb files")
     sub.add_parser("check", help="fail if a chapter's .md and .ipynb disagree or its outputs are stale")
     sub.add_parser("sync", help="copy markdown edits from .md into .ipynb, keeping outputs")
@@ -152,8 +151,8 @@ def _main(argv: list[str] | None) -> int:
     dig = sub.add_parser("digest", help="an executed notebook's cells as JSON on stdout: seconds and printed "
                          "outputs, tables as text (the records of a run kept in benchmarks/)")
     dig.add_argument("notebook", help="an executed notebook (a batch's OUT/NAME.ipynb)")
-    dig.add_argument("--note", default="", help="what ran, e.g. 'staged/padir.md, full profile, preset auto'")
-    times = sub.add_parser("times", help="put full runs the book does not show (a staged chapter rehearsed on "
+    dig.add_argument("--note", default="", help="what ran, e.g. 'notebooks/padir.md at 4b3ba06, full profile, preset auto'")
+    times = sub.add_parser("times", help="put full runs the book does not show (a chapter awaiting an accelerator run, rehearsed on "
                            "other hardware) on the running page's table of run times")
     times.add_argument("notebooks", nargs="+", help="executed chapter notebooks (a batch's OUT/NAME.ipynb)")
     args = parser.parse_args(argv)
@@ -173,7 +172,6 @@ def _main(argv: list[str] | None) -> int:
         overrides = _overrides(args.parameter)
         return runner.run_batch(args.notebooks or list(runner.TRANSLATION_CHAPTERS), args.profile,
                                 Path(args.out), overrides, root=root,
-                                staged=Path(args.staged).resolve() if args.staged else None,
                                 sizing_from=Path(args.sizing_from).resolve() if args.sizing_from else None,
                                 cache_from=Path(args.cache_from).resolve() if args.cache_from else None,
                                 cache_out=args.cache_out)
@@ -185,7 +183,12 @@ def _main(argv: list[str] | None) -> int:
         problems = checks.check_all(root)
         for p in problems:
             print(p, file=sys.stderr)
-        print(f"check: {len(sources.toc_notebooks(root))} chapters, {len(problems)} problem(s).")
+        ahead = checks.awaiting_all(root)
+        for name, commit in ahead.items():
+            print(f"{name}: awaiting an accelerator run (notebooks/{name}.md has moved ahead of its notebook, the "
+                  f"full run of {commit[:12]}, which the book shows until that run is promoted)")
+        print(f"check: {len(sources.toc_notebooks(root))} chapters, {len(problems)} problem(s)"
+              + (f", {len(ahead)} awaiting an accelerator run." if ahead else "."))
         return 1 if problems else 0
     if args.command == "sync":
         for path in checks.sync(root):

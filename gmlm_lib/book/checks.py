@@ -4,13 +4,21 @@ A chapter fails the check when
 
 - its ``.ipynb`` is missing, or was not produced by a ``full`` run of the runner;
 - its ``.md`` and ``.ipynb`` disagree in any code cell (source or tags), in how a code cell is
-  shown (its ``mystnb`` metadata: captions, hidden cells) or in any markdown cell;
+  shown (its ``mystnb`` metadata: captions, hidden cells) or in any markdown cell, except where the
+  chapter is awaiting an accelerator run (:func:`awaiting`);
 - the code that produced the ``.ipynb``'s outputs (the SHA-256 stored at run time) is not
   the code the ``.ipynb`` now holds: a code cell was edited without rerunning;
 - its full run does not name one clean commit: the sources had uncommitted changes when it
   started (``-dirty``) or changed while it ran, so no commit reproduces its outputs;
-- its text (or a staged next version's, ``staged/*.md``) shows two glued values with nothing but
-  spaces between them, which a reader takes for one run of numbers.
+- its text shows two glued values with nothing but spaces between them, which a reader takes for
+  one run of numbers.
+
+A chapter awaiting an accelerator run is one whose full run needs an accelerator
+(:data:`gmlm_lib.book.sources.TRANSLATION_CHAPTERS`) and whose ``.md`` code has moved ahead of its
+``.ipynb``: the book and Colab show the ``.ipynb``, whole and fresh (every check above on the notebook
+itself still applies), and the next accelerator run executes the ``.md``
+(:func:`gmlm_lib.book.runner.promote` takes that run only if the current ``.md`` made it). ``make
+check`` lists such chapters with the commit of their last run; any other drift fails it.
 
 ``book/provenance.md`` is generated from the notebooks' metadata and must match it, and
 ``book/labels.md`` from the label tags (:mod:`gmlm_lib.book.labels`).
@@ -32,8 +40,22 @@ GPU_RUN_BUDGET_MIN = 8.0
 RUN_METADATA = ("papermill", "execution")  # per-cell metadata written by a run, not by the text
 
 
+def awaiting(md: Path, ipynb: Path) -> str | None:
+    """The commit of the last full run of the chapter pair ``md``/``ipynb`` when the chapter is awaiting an
+    accelerator run (module docstring: its full run needs one, and its ``.md`` code differs from the code
+    its ``.ipynb`` ran), else None. Why: a chapter whose code changed must be rerun in full, and where that
+    run needs an accelerator the change waits in the chapter's one source, smoke-tested, until it runs."""
+    if md.stem not in sources.TRANSLATION_CHAPTERS or not (md.is_file() and ipynb.is_file()):
+        return None
+    nb = nbformat.read(ipynb, as_version=4)
+    if sources.code_cells(sources.read_text_notebook(md)) == sources.code_cells(nb):
+        return None
+    return nb.metadata.get("gmlm", {}).get("provenance", {}).get("gmlm_lib_commit", "not recorded")
+
+
 def check_pair(md: Path, ipynb: Path) -> list[str]:
-    """Problems with one chapter pair; empty when it is in sync and fresh."""
+    """Problems with one chapter pair; empty when it is in sync and fresh, or awaiting an accelerator run
+    (:func:`awaiting`) with a notebook that is whole and fresh in itself."""
     name = md.stem
     if not md.is_file():
         return [f"{name}: the text source {md} is missing."]
@@ -41,16 +63,10 @@ def check_pair(md: Path, ipynb: Path) -> list[str]:
         return [f"{name}: {ipynb} is missing; run `make full NB={name}`."]
     text = sources.read_text_notebook(md)
     nb = nbformat.read(ipynb, as_version=4)
-    problems = []
-    if sources.code_cells(text) != sources.code_cells(nb):
-        problems.append(f"{name}: the code cells of {md.name} and {ipynb.name} differ; rerun `make full NB={name}`.")
-    if sources.display_settings(text) != sources.display_settings(nb):
-        problems.append(f"{name}: how the code cells are shown (mystnb metadata: captions, hidden cells) differs "
-                        f"between {md.name} and {ipynb.name}; run `make sync`.")
-    if sources.markdown_cells(text) != sources.markdown_cells(nb):
-        problems.append(f"{name}: the markdown cells of {md.name} and {ipynb.name} differ; run `make sync`.")
-    problems += adjacent_glue_problems(name, text)
-    missing = sorted(sources.glue_references(text) - set(sources.glued_values(nb)))
+    ahead = awaiting(md, ipynb) is not None
+    problems = adjacent_glue_problems(name, text) + ([] if ahead else _drift_problems(name, md, ipynb, text, nb))
+    # the text the book shows must show only values its run glued: the .md's, or the notebook's own while ahead
+    missing = sorted(sources.glue_references(nb if ahead else text) - set(sources.glued_values(nb)))
     if missing and nb.metadata.get("gmlm"):
         problems.append(f"{name}: its text shows glued values that its run did not glue: {missing}; glue them in "
                         f"the chapter's code and rerun `make full NB={name}`, or drop them from the text.")
@@ -74,6 +90,19 @@ def check_pair(md: Path, ipynb: Path) -> list[str]:
         problems.append(f"{name}: the sources changed while its full run went on (started at "
                         f"{short(rec['gmlm_lib_commit'])}, ended at {short(rec['gmlm_lib_commit_at_finish'])}); "
                         f"rerun `make full NB={name}` and leave the tree alone until it ends.")
+    return problems
+
+
+def _drift_problems(name: str, md: Path, ipynb: Path, text, nb) -> list[str]:
+    """Where the ``.md`` and the ``.ipynb`` of a chapter disagree (module docstring)."""
+    problems = []
+    if sources.code_cells(text) != sources.code_cells(nb):
+        problems.append(f"{name}: the code cells of {md.name} and {ipynb.name} differ; rerun `make full NB={name}`.")
+    if sources.display_settings(text) != sources.display_settings(nb):
+        problems.append(f"{name}: how the code cells are shown (mystnb metadata: captions, hidden cells) differs "
+                        f"between {md.name} and {ipynb.name}; run `make sync`.")
+    if sources.markdown_cells(text) != sources.markdown_cells(nb):
+        problems.append(f"{name}: the markdown cells of {md.name} and {ipynb.name} differ; run `make sync`.")
     return problems
 
 
@@ -120,7 +149,7 @@ def _executed_notebook(root: Path, name: str, runs: dict | None) -> Path:
 def provenance_page(root: Path, runs: dict | None = None) -> str:
     """The text of ``book/provenance.md``, generated from every chapter's metadata. ``runs``: chapter
     name -> an executed notebook read instead of the committed ``notebooks/NAME.ipynb`` (the page a
-    batch's staged runs would give once promoted, :func:`gmlm_lib.book.runner.run_batch`)."""
+    batch's runs would give once promoted, :func:`gmlm_lib.book.runner.run_batch`)."""
     lines = [
         "# Provenance of every result",
         "",
@@ -197,14 +226,14 @@ def accelerator_run(root: Path, runs: dict | None = None) -> list[str]:
     sooner than the four take), a later batch starts on a fresh machine and trains again the models an
     earlier batch made (the PaDIR chapter's run folder); that repeated training is stated and left out
     of the total that is graded, since one batch would not repeat it. ``runs``: as in :func:`provenance_page`."""
-    from gmlm_lib.book import run_times, runner
+    from gmlm_lib.book import run_times
 
     given, runs = runs, {}
-    for name in runner.TRANSLATION_CHAPTERS:
+    for name in sources.TRANSLATION_CHAPTERS:
         ipynb = _executed_notebook(root, name, given)
         meta = nbformat.read(ipynb, as_version=4).metadata.get("gmlm", {}) if ipynb.is_file() else {}
         runs[name] = (meta.get("provenance", {}), meta.get("total_wall_time_s"))
-    chapters = ", ".join(runner.TRANSLATION_CHAPTERS)
+    chapters = ", ".join(sources.TRANSLATION_CHAPTERS)
     backends = {name: rec.get("backend", "not run") for name, (rec, _) in runs.items()}
     if any(b not in ("gpu", "tpu") for b in backends.values()) or any(t is None for _, t in runs.values()):
         groups: dict[str, list[str]] = {}  # hardware ("1 x NVIDIA H200", "2 CPU cores") -> chapters, in book order
@@ -297,6 +326,17 @@ def write_provenance_page(root: Path) -> Path:
     return path
 
 
+def awaiting_all(root: Path) -> dict[str, str]:
+    """Chapter -> the commit of its last full run, for every chapter awaiting an accelerator run
+    (:func:`awaiting`), in book order: what ``make check`` lists beside its problems."""
+    found = {}
+    for name in sources.toc_notebooks(root):
+        commit = awaiting(root / "notebooks" / f"{name}.md", root / "notebooks" / f"{name}.ipynb")
+        if commit is not None:
+            found[name] = commit
+    return found
+
+
 def check_all(root: Path) -> list[str]:
     """Every problem in the book's chapters and its provenance page."""
     problems = []
@@ -306,8 +346,6 @@ def check_all(root: Path) -> list[str]:
     for md in sorted((root / "notebooks").glob("*.md")):
         if md.stem not in chapters:
             problems.append(f"{md.stem}: notebooks/{md.name} is not listed in _toc.yml.")
-    for md in sorted((root / "staged").glob("*.md")):  # the next versions of chapters, run by make gpu-run
-        problems += adjacent_glue_problems(f"staged/{md.name}", sources.read_text_notebook(md))
     page = root / PROVENANCE_PAGE
     if not page.is_file() or page.read_text() != provenance_page(root):
         problems.append(f"{PROVENANCE_PAGE} does not match the notebooks' metadata; run `make provenance`.")
@@ -316,19 +354,21 @@ def check_all(root: Path) -> list[str]:
     return problems + overview.problems(root) + run_times.problems(root) + labels.problems(root)
 
 
-def sync(root: Path) -> list[Path]:
+def sync(root: Path, names: list[str] | None = None) -> list[Path]:
     """Copy markdown edits and display settings (``mystnb`` cell metadata) from each ``.md`` into its
     ``.ipynb``, keeping outputs and the run's metadata.
 
     Code cells are taken from the ``.md`` too; if they changed, the freshness check will
-    (rightly) report the outputs as stale until the chapter is rerun.
+    (rightly) report the outputs as stale until the chapter is rerun. A chapter awaiting an accelerator
+    run (:func:`awaiting`) is left alone: its notebook keeps the text and code that made its outputs
+    until that run is promoted. ``names``: the chapters to sync (default: every chapter).
     """
     import jupytext
 
     updated = []
-    for name in sources.toc_notebooks(root):
+    for name in sources.toc_notebooks(root) if names is None else names:
         md, ipynb = root / "notebooks" / f"{name}.md", root / "notebooks" / f"{name}.ipynb"
-        if not ipynb.is_file():
+        if not ipynb.is_file() or awaiting(md, ipynb) is not None:
             continue
         old = nbformat.read(ipynb, as_version=4)
         new = jupytext.combine.combine_inputs_with_outputs(sources.read_text_notebook(md), old, fmt="md:myst")

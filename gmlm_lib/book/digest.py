@@ -1,5 +1,5 @@
 """An executed chapter notebook as a small JSON record: each code cell's seconds and what it printed,
-tables as text. Why: a run the book does not show (a staged chapter rehearsed on a CPU, a GPU run that
+tables as text. Why: a run the book does not show (a chapter awaiting an accelerator run rehearsed on a CPU, a GPU run that
 stopped at its deadline) is kept in ``benchmarks/`` as its records, not as a notebook of half a
 megabyte of figures; this record says where the time went and what each cell printed, and the GPU
 run's records are read from it (``python -m gmlm_lib.book digest OUT/NAME.ipynb``).

@@ -147,7 +147,7 @@ def _box_chapters(root: Path) -> dict[str, str]:
     """``prf`` box label -> the chapter that holds it."""
     out = {}
     for name in sources.toc_notebooks(root):
-        for label in re.findall(r"^:label:\s*(\S+)", (root / "notebooks" / f"{name}.md").read_text(), re.M):
+        for label in re.findall(r"^:label:\s*(\S+)", sources.shown_text(root, name), re.M):
             out.setdefault(label, name)
     return out
 
@@ -214,7 +214,7 @@ def chapter_tags(root: Path) -> dict[str, list[tuple[str, str, str]]]:
     that tag ``[paper Figure N]`` / ``[paper Table N]``. In book order."""
     out: dict[str, list[tuple[str, str, str]]] = {}
     for name in sources.toc_notebooks(root):
-        text = (root / "notebooks" / f"{name}.md").read_text()
+        text = sources.shown_text(root, name)
         for _, title, options in _PRF.findall(text):
             box = re.search(r"^:label:\s*(\S+)", options, re.M)
             for label in labels_in(title):

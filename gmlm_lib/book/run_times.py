@@ -114,7 +114,7 @@ def page(root: Path) -> str:
         "the seconds of its programs' compilations added up, which exceeds that where programs compiled side",
         "by side, as the translation chapters' do), with the run's `gmlm_lib` commit and date: the committed outputs'",
         "runs from the notebooks' metadata, runs on other hardware from `book/run_times.json` (earlier runs, or",
-        "a staged chapter's full run whose outputs the book does not show: its records in `benchmarks/`). The",
+        "the full run of a chapter's next version whose outputs the book does not show: its records in `benchmarks/`). The",
         "translation chapters' settings differ by hardware (`preset = \"auto\"`: `multi30k_cpu` on a CPU,",
         "`multi30k_gpu` on a GPU or TPU; runs made before the presets used the parameters of their commit),",
         "so two cells of a row compare what a reader waits for, not the same work. The chapters after the",
@@ -160,14 +160,14 @@ def _checked(root: Path, notebook: Path, times: dict) -> tuple[str, str, dict]:
 
 def record(root: Path, notebooks) -> list[tuple[str, str, dict]]:
     """Put the full runs of executed chapter notebooks that the book does not show (a batch's
-    ``OUT/NAME.ipynb``: a staged chapter rehearsed on other hardware, or a run that was not promoted)
+    ``OUT/NAME.ipynb``: a chapter awaiting an accelerator run rehearsed on other hardware, or a run that was not promoted)
     into ``book/run_times.json``, each as the cell of its chapter and kind of hardware, and rewrite the
     running page. Returns ``(chapter, hardware key, entry)`` per notebook. Nothing is written unless
     every notebook passes; refused, naming the file and what to do: a notebook of no chapter in
     ``_toc.yml``, one that holds no full run whose outputs its code produced, a run on the hardware
     of the chapter's committed notebook (that notebook's run is the cell: promote this one instead),
     a run older than the one the table holds for that hardware, and two runs for one cell. Why: the
-    committed notebook keeps one run, so a chapter staged for a GPU run would otherwise show the CPU
+    committed notebook keeps one run, so a chapter awaiting a GPU run would otherwise show the CPU
     time of an older version of its code on the running page."""
     times = stored(root)
     done = [_checked(root, Path(nb), times) for nb in notebooks]

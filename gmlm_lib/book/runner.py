@@ -69,46 +69,28 @@ def _typed(name: str, param: str, default, value, origin: str):
                         f"(its default is {default!r}); got {err.value!r} ({type(err.value).__name__}).") from None
 
 
-def chapter_source(root: Path, name: str, staged: Path | None = None) -> Path:
-    """The MyST source a run of chapter ``name`` executes: ``staged/NAME.md`` when a folder of staged
-    chapters is given and holds one (the next version of a chapter, waiting for the run that will
-    produce its outputs, see :func:`run_batch`), else ``notebooks/NAME.md``."""
-    if staged is not None and (Path(staged) / f"{name}.md").is_file():
-        return Path(staged) / f"{name}.md"
+def chapter_source(root: Path, name: str) -> Path:
+    """The MyST source a run of chapter ``name`` executes: ``notebooks/NAME.md``, its one source."""
     return root / "notebooks" / f"{name}.md"
 
 
-def _smoke_layer(root: Path, name: str, source: Path) -> tuple[str, dict]:
-    """The smoke overrides of chapter ``name``: its entry in ``smoke.yaml`` beside a staged source when
-    that file has one (a staged chapter may have new parameters), else its entry in ``params/smoke.yaml``."""
-    staged_yaml = source.parent / "smoke.yaml"
-    if source.parent != root / "notebooks" and staged_yaml.is_file():
-        import yaml
-
-        staged_layer = (yaml.safe_load(staged_yaml.read_text()) or {}).get(name)
-        if staged_layer is not None:
-            return str(staged_yaml.relative_to(root) if staged_yaml.is_relative_to(root) else staged_yaml), staged_layer
-    return "params/smoke.yaml", sources.smoke_overrides(root).get(name) or {}
-
-
-def resolve_parameters(root: Path, name: str, profile: str, overrides: dict | None = None, *,
-                       staged: Path | None = None) -> tuple[dict, dict]:
+def resolve_parameters(root: Path, name: str, profile: str, overrides: dict | None = None) -> tuple[dict, dict]:
     """``(all parameters, the ones to inject)`` for a run of ``name`` in ``profile``: every override
     must name a parameter of the chapter's ``parameters`` cell and have its default's type
-    (``_typed``), checked before any cell runs. ``staged``: see :func:`chapter_source`."""
+    (``_typed``), checked before any cell runs."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}; got {profile!r}.")
     chapters = sources.toc_notebooks(root)
     if name not in chapters:
         raise FileNotFoundError(f"{name!r} is not a chapter of the book; the chapters (_toc.yml) are: "
                                 f"{', '.join(chapters) or 'none'}.")
-    md = chapter_source(root, name, staged)
+    md = chapter_source(root, name)
     if not md.is_file():
         raise FileNotFoundError(f"no notebook source {md}; the chapters are: {', '.join(chapters)}.")
     defaults = sources.parameters_cell(sources.read_text_notebook(md))
     layers = []
     if profile == "smoke":
-        layers.append(_smoke_layer(root, name, md))
+        layers.append(("params/smoke.yaml", sources.smoke_overrides(root).get(name) or {}))
     layers.append(("the command line", dict(overrides or {})))
     inject = {}
     for origin, layer in layers:
@@ -158,16 +140,15 @@ def _kernel_manager_class(folder: Path):
 
 
 def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = None, root: Path | None = None, *,
-                 staged: Path | None = None, dest: Path | None = None) -> dict:
-    """Execute chapter ``name`` through papermill. Returns its ``metadata.gmlm`` record. ``staged``: a
-    folder whose ``NAME.md``, if present, is executed instead of ``notebooks/NAME.md``
-    (:func:`chapter_source`). ``dest``: where the executed notebook goes instead of
+                 dest: Path | None = None) -> dict:
+    """Execute chapter ``name`` through papermill. Returns its ``metadata.gmlm`` record. ``dest``: where
+    the executed notebook goes instead of
     :func:`output_path`; then the book's generated pages are left alone too (a full run into
     ``output_path`` regenerates them from the committed notebooks, its own among them)."""
     import papermill
 
     root = root or sources.find_root()
-    params, inject = resolve_parameters(root, name, profile, overrides, staged=staged)
+    params, inject = resolve_parameters(root, name, profile, overrides)
     if profile == "full" and provenance.git_commit().endswith("-dirty"):
         raise ValueError(f"a full run of {name!r} must start from committed sources, but {', '.join(provenance.SOURCES)} "
                          "have uncommitted changes (`git status`); commit them first: the committed outputs must name "
@@ -182,7 +163,7 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
     with tempfile.TemporaryDirectory() as tmp:
         executed_path = Path(tmp) / "executed.ipynb"
         src = Path(tmp) / f"{name}.ipynb"
-        nb = sources.read_text_notebook(chapter_source(root, name, staged))
+        nb = sources.read_text_notebook(chapter_source(root, name))
         nb.metadata.pop("jupytext", None)
         nbformat.write(nb, src)
         rec_path = Path(tmp) / "provenance.json"
@@ -244,9 +225,7 @@ def run_notebook(name: str, profile: str = "smoke", overrides: dict | None = Non
     return meta
 
 
-#: The translation chapters, in the order a run must take them (the later ones reuse the PaDIR chapter's
-#: run folder): what ``make gpu-run`` executes on an accelerator.
-TRANSLATION_CHAPTERS = ("padir", "stutter", "dependency_decoding", "ablations")
+TRANSLATION_CHAPTERS = sources.TRANSLATION_CHAPTERS  # what ``make gpu-run`` executes on an accelerator
 RECORD_FILES = ("run.json", "config.json", "data.json", "metrics.jsonl", "val.jsonl", "distilled.json",
                 "distilled_val.json", "checkpoint_digests.json",
                 "sizing.json")  # the last: gmlm_lib.mt.sizing.SIZING_FILE
@@ -395,7 +374,7 @@ def restore_sizing(archive: Path, root: Path) -> list[Path]:
 
 
 def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None = None,
-              root: Path | None = None, *, staged: Path | None = None, sizing_from: Path | None = None,
+              root: Path | None = None, *, sizing_from: Path | None = None,
               cache_from: Path | None = None, cache_out: bool = False) -> int:
     """Run chapters ``names`` in order in ``profile`` and gather what a reader of the run needs in the
     folder ``out``: each executed notebook, ``provenance.md`` (full profile), the small records of the
@@ -407,15 +386,11 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
     chapter ran, else 1.
     This is ``make gpu-run``: on a lent GPU machine ``out`` is what comes back.
 
-    ``staged`` (``make gpu-run`` passes ``staged/`` when it exists): chapters found there run instead
-    of their ``notebooks/`` version. A chapter whose code changes must be rerun in full, and the
-    translation chapters' full run needs an accelerator: their next version waits in ``staged/``,
-    smoke-tested in CI, until a GPU run executes it; ``make gpu-promote`` then moves the staged
-    sources and the run's notebooks into ``notebooks/`` together. So a staged chapter's full run goes
-    to ``out`` only: the checkout's ``notebooks/NAME.ipynb`` and the pages generated from the notebooks
-    stay as they are (a full run from ``notebooks/NAME.md`` replaces its committed notebook, as
-    :func:`run_notebook` does), and ``out/provenance.md`` is the provenance page as it will read once
-    the batch's notebooks are promoted.
+    A full batch leaves the checkout as it was: each executed notebook goes to ``out`` only, and
+    ``out/provenance.md`` is the provenance page as it will read once :func:`promote` has taken the
+    batch's notebooks into the book. Why: a batch is the accelerator run of the chapters whose ``.md``
+    runs ahead of its notebook until then (:func:`gmlm_lib.book.checks.awaiting`); a rehearsal of it
+    on a CPU must not replace the book's notebooks with a CPU run.
 
     ``sizing_from``: a previous batch's ``run-records.tar.gz``, whose sizing decisions are put back
     into the run folders first (:func:`restore_sizing`).
@@ -448,9 +423,9 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
     own = {}  # every chapter's share of the overrides, checked (names, types) before anything runs
     takes_run = set()  # the chapters that open the PaDIR chapter's run folder (a padir_run parameter)
     for name in names:
-        params = sources.parameters_cell(sources.read_text_notebook(chapter_source(root, name, staged)))
+        params = sources.parameters_cell(sources.read_text_notebook(chapter_source(root, name)))
         own[name] = {k: v for k, v in overrides.items() if k in params}
-        resolve_parameters(root, name, profile, own[name], staged=staged)
+        resolve_parameters(root, name, profile, own[name])
         if "padir_run" in params:
             takes_run.add(name)
     unused = sorted(set(overrides) - {k for mine in own.values() for k in mine})
@@ -494,7 +469,7 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
     status = 0
     t_all = time.perf_counter()
 
-    in_out: dict[str, Path] = {}  # the staged chapters' finished full runs, in out only (docstring)
+    in_out: dict[str, Path] = {}  # the chapters' finished full runs, in out only (docstring)
 
     def gather():
         """What a reader of the run needs so far, into ``out`` (after every chapter: a command killed at
@@ -516,12 +491,9 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
     # every program the chapters' kernels compile (or read from the cache), one line each: summed by
     # program in this log after each chapter, a stopped one included, and kept whole in the records
     compile_log = Path(tempfile.mkdtemp(prefix="gmlm-compiles-")) / "compiles.tsv"
-    # the chapters whose full run goes to out only (docstring)
-    from_staged = [n for n in names
-                   if profile == "full" and chapter_source(root, n, staged) != root / "notebooks" / f"{n}.md"]
-    if from_staged:
-        log(f"staged chapter(s) {', '.join(from_staged)}: each executed notebook goes to {out} only; the book's "
-            "notebooks/ stay as they are (make gpu-promote FROM=that folder takes the runs in)")
+    if profile == "full":
+        log(f"each executed notebook goes to {out} only; the book's notebooks/ stay as they are (make gpu-promote "
+            "FROM=that folder takes the runs in)")
     for name in names:
         mine = own[name]
         if shared is not None and name in takes_run and names.index(name) > names.index("padir"):
@@ -531,15 +503,14 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
             else:
                 log(f"{name}: the padir chapter left no finished run folder in {shared}; this chapter trains "
                     "its own stand-in")
-        source = chapter_source(root, name, staged)
-        to_out = name in from_staged
+        source = chapter_source(root, name)
         log(f"{name}: started from {source.relative_to(root) if source.is_relative_to(root) else source}"
             + (f" with {mine}" if mine else ""))
         t0, began = time.perf_counter(), time.time()
         try:
             with _environ(**{timing.COMPILE_LOG: str(compile_log)}):
-                meta = run_notebook(name, profile, mine, root=root, staged=staged,
-                                    **({"dest": out / f"{name}.ipynb"} if to_out else {}))
+                meta = run_notebook(name, profile, mine, root=root,
+                                    **({"dest": out / f"{name}.ipynb"} if profile == "full" else {}))
         except (Exception, KeyboardInterrupt) as err:  # reported; an interrupt stops the batch, an error does not
             interrupted = isinstance(err, KeyboardInterrupt)
             why = ("interrupted (SIGINT: a deadline such as make gpu-run's GPU_DEADLINE, or Ctrl-C)"
@@ -554,7 +525,7 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
                 break
             gather()
             continue
-        if to_out:
+        if profile == "full":
             in_out[name] = out / f"{name}.ipynb"
         else:
             shutil.copy2(output_path(root, name, profile), out / f"{name}.ipynb")
@@ -592,29 +563,22 @@ def _finished_run(run_root: Path) -> Path | None:
     return found[0] if len(found) == 1 else None
 
 
-STAGED = "staged"  # the folder of staged chapter sources (run_batch)
-
-
 def promote(root: Path, results: Path) -> list[str]:
     """Take a batch's executed notebooks from ``results`` (what ``make gpu-run`` left in OUT) into the
-    book: for each ``results/NAME.ipynb`` of a chapter, its source (``staged/NAME.md`` when staged,
-    else ``notebooks/NAME.md``) must be the one that ran (same code cells), the run a full one whose
-    outputs its code produced; then the staged source moves to ``notebooks/NAME.md`` and the notebook
-    to ``notebooks/NAME.ipynb``, and ``book/provenance.md`` is regenerated. Nothing is moved unless
-    every notebook passes. Returns the chapters promoted; smoke overrides left in ``staged/smoke.yaml``
-    for them are named in a ``ValueError`` (move them into ``params/smoke.yaml`` first)."""
+    book: each ``results/NAME.ipynb`` of a chapter must be a full run whose outputs its code produced,
+    made by the current ``notebooks/NAME.md`` (the same code cells); then it replaces
+    ``notebooks/NAME.ipynb``, the ``.md``'s text is synced into it (a markdown edit made after the run
+    is kept) and ``book/provenance.md`` is regenerated. Nothing is moved unless every notebook passes.
+    Returns the chapters promoted."""
     import shutil
 
     results = Path(results)
-    staged = root / STAGED
     chapters = sources.toc_notebooks(root)
     found = sorted(p for p in results.glob("*.ipynb") if p.stem in chapters)
     if not found:
         raise FileNotFoundError(f"promote: no executed chapter (NAME.ipynb of a chapter in _toc.yml) in {results}.")
-    plan = []
     for nb_path in found:
-        name = nb_path.stem
-        md = chapter_source(root, name, staged if staged.is_dir() else None)
+        md = chapter_source(root, nb_path.stem)
         nb = sources.read_notebook(nb_path, "promote")
         meta = nb.metadata.get("gmlm", {})
         if meta.get("profile") != "full" or not sources.outputs_from_code(nb):
@@ -623,23 +587,10 @@ def promote(root: Path, results: Path) -> list[str]:
         if sources.code_cells(sources.read_text_notebook(md)) != sources.code_cells(nb):
             raise ValueError(f"promote: the code of {nb_path} is not that of {md.relative_to(root)}: the run was "
                              "made from other sources; run it again from this tree.")
-        plan.append((name, md, nb_path))
-    leftover = staged / "smoke.yaml"
-    if leftover.is_file():
-        import yaml
-
-        pending = sorted(set(yaml.safe_load(leftover.read_text()) or {}) & {name for name, _, _ in plan})
-        if pending:
-            raise ValueError(f"promote: {leftover.relative_to(root)} holds smoke overrides of {pending}; move them "
-                             "into params/smoke.yaml (replacing those chapters' entries), then promote again.")
-    for name, md, nb_path in plan:
-        if md.parent == staged:
-            shutil.copy2(md, root / "notebooks" / f"{name}.md")
-            md.unlink()
-        shutil.copy2(nb_path, root / "notebooks" / f"{name}.ipynb")
-    if staged.is_dir() and not any(staged.iterdir()):
-        staged.rmdir()
+    for nb_path in found:
+        shutil.copy2(nb_path, root / "notebooks" / nb_path.name)
     from gmlm_lib.book import checks
 
+    checks.sync(root, [p.stem for p in found])
     checks.write_provenance_page(root)
-    return [name for name, _, _ in plan]
+    return [p.stem for p in found]

@@ -1,8 +1,10 @@
 """The book's notebook sources: where they are, their parameters, and the hash of their code.
 
-A chapter is a pair ``notebooks/NAME.md`` (MyST markdown, the source you edit) and
-``notebooks/NAME.ipynb`` (the outputs of its last full run). The chapters are the
-``notebooks/...`` entries of ``_toc.yml``.
+A chapter is a pair ``notebooks/NAME.md`` (MyST markdown, the one source you edit) and
+``notebooks/NAME.ipynb`` (the outputs of its last full run, which the book and Colab show). The
+chapters are the ``notebooks/...`` entries of ``_toc.yml``. The ``.md`` of a chapter whose full run
+needs an accelerator (:data:`TRANSLATION_CHAPTERS`) may run ahead of its ``.ipynb`` until that run
+(:func:`gmlm_lib.book.checks.awaiting`); the book then shows the ``.ipynb`` (:func:`shown_text`).
 
 What a code cell *does* is its source and its tags (``parameters`` among them): together they are
 the freshness key (:func:`code_hash`). How the book *shows* a cell is its ``mystnb`` metadata
@@ -49,6 +51,11 @@ DISPLAY_KEY = "mystnb"  # cell metadata that says how a cell is shown, not what 
 HIDDEN = {"remove_code_source": True, "remove_code_outputs": True}  # the display setting of a setup cell
 
 
+TRANSLATION_CHAPTERS = ("padir", "stutter", "dependency_decoding", "ablations")
+"""The translation chapters, in the order a batch runs them (the later ones open the PaDIR chapter's run
+folder): their full run needs an accelerator, so their ``.md`` may run ahead of their ``.ipynb``."""
+
+
 def injected(cell) -> bool:
     """True for papermill's cell of injected parameters (not in the .md, not part of the freshness key)."""
     return INJECTED_TAG in cell.get("metadata", {}).get("tags", [])
@@ -85,6 +92,19 @@ def read_text_notebook(path: Path) -> nbformat.NotebookNode:
     import jupytext
 
     return jupytext.read(path, fmt="md:myst")
+
+
+def shown_text(root: Path, name: str) -> str:
+    """The MyST text of chapter ``name`` as the book renders it: its ``.ipynb`` (the notebook of its last
+    full run) written as MyST markdown where there is one, else its ``.md``. They differ only for a
+    chapter whose ``.md`` runs ahead of its notebook, awaiting an accelerator run: the pages generated
+    from the chapters' text (the label index) describe what a reader sees, not the next version."""
+    import jupytext
+
+    ipynb = root / "notebooks" / f"{name}.ipynb"
+    if not ipynb.is_file():
+        return (root / "notebooks" / f"{name}.md").read_text()
+    return jupytext.writes(nbformat.read(ipynb, as_version=4), fmt="md:myst")
 
 
 def code_cells(nb) -> list[dict]:

@@ -4,7 +4,7 @@ The PaDIR chapter (``notebooks/padir.md``) leaves in ``<run_root>/<src>-<tgt>/``
 (the joint vocabulary), ``ar/`` (the AR teacher), ``distilled.<tgt>.gz`` (the teacher's beam
 outputs on the training set, one a line), ``padir_raw/`` and ``padir_distilled/`` (training run
 folders, see :mod:`gmlm_lib.mt.training`). :mod:`gmlm_lib.mt.pipeline` makes one; :func:`open_run`
-loads it; :func:`tiny_run` has the pipeline train a few-step stand-in with the same layout, for smoke
+loads it; :func:`gmlm_lib.mt.pipeline.tiny_run` trains a few-step stand-in with the same layout, for smoke
 runs and tests. :func:`distil` writes (or reuses) the distilled training set with a record of how and
 where it was decoded.
 """
@@ -151,21 +151,3 @@ def distil(translator: translate.Translator, sources: list[str], method: transla
     records.write_record(record_path, record)
     os.replace(tmp, path)
     return Distilled(lines, record, reused=False)
-
-
-def tiny_run(root: str | pathlib.Path, pairs: corpus.Parallel, *, steps: int = 8, seed: int = 0,
-             padir_init: str = "random", progress: bool = False, **overrides) -> RunFolder:
-    """A stand-in for the PaDIR chapter's run folder in ``root``, trained on ``pairs`` by the one
-    pipeline (:func:`gmlm_lib.mt.pipeline.build`) with the ``"multi30k_tiny"`` preset: vocabulary,
-    AR teacher, greedy distillation, PaDIR on raw and on distilled targets, ``steps`` updates each,
-    started as ``padir_init`` says ("random", or "teacher": from the AR stand-in, as the PaDIR
-    chapter's default does). ``overrides``: other settings of :class:`~gmlm_lib.mt.config.Experiment`.
-    Only for smoke runs and tests: the models are barely trained."""
-    from gmlm_lib.mt import config, pipeline
-
-    if padir_init not in ("teacher", "random"):
-        raise ValueError(f"tiny_run(padir_init=...) must be 'teacher' or 'random'; got {padir_init!r}.")
-    exp = config.get("multi30k_tiny", dict(overrides, ar_steps=steps, padir_steps=steps, checkpoint_every=steps,
-                                           warmup=min(2, steps - 1), seed=seed, padir_init=padir_init,
-                                           train_sentences=len(pairs)))
-    return pipeline.build(exp, root, data=pipeline.Data(pairs, pairs.take(1)), progress=progress)

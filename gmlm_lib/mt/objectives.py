@@ -9,17 +9,12 @@ Both read from the run's :class:`gmlm_lib.mt.training.TrainConfig` only ``kind``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import jax
 import jax.numpy as jnp
 import optax
 
 from gmlm_lib.mt import batching, reductions, seq2seq
 from gmlm_lib.mt import vocab as V
-
-if TYPE_CHECKING:
-    from gmlm_lib.mt.training import TrainConfig
 
 __all__ = ["cross_entropy", "ar_loss", "padir_loss", "loss_fn"]
 
@@ -33,7 +28,7 @@ def cross_entropy(logits, labels, mask, smoothing: float):
     return (ce * mask).sum(), mask.sum()
 
 
-def ar_loss(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, dropout: bool = True):
+def ar_loss(model: seq2seq.Seq2Seq, cfg, batch: dict, key, *, dropout: bool = True):
     """The AR baseline's loss: teacher-forced next-token cross-entropy on ``y [EOS]`` given
     ``[BOS] y`` (:func:`gmlm_lib.mt.batching.ar_inputs`), per target token. Returns ``(loss, parts)``.
     ``dropout = False`` evaluates the model as it decodes (the validation loss)."""
@@ -50,7 +45,7 @@ def ar_loss(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, dro
     return loss, dict(token_loss=loss, tokens=count)
 
 
-def padir_loss(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, dropout: bool = True,
+def padir_loss(model: seq2seq.Seq2Seq, cfg, batch: dict, key, *, dropout: bool = True,
                unmasking_rate=None, fill=None):
     """PaDIR's loss [App. L.1.2]: the mean over ``cfg.stages`` stages of the per-token loss on every
     target position, stage 1 given the corrupted target (:func:`gmlm_lib.mt.batching.corrupt`: each
@@ -82,7 +77,7 @@ def padir_loss(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, 
     return loss, dict(token_loss=token_loss, length_loss=length_loss, tokens=count)
 
 
-def loss_fn(model: seq2seq.Seq2Seq, cfg: "TrainConfig", batch: dict, key, *, dropout: bool = True,
+def loss_fn(model: seq2seq.Seq2Seq, cfg, batch: dict, key, *, dropout: bool = True,
             numbers: dict | None = None):
     """The loss of ``cfg.kind`` ("ar": :func:`ar_loss`, "padir": :func:`padir_loss`) on one batch
     (``src``, ``src_mask`` (B, S); ``tgt``, ``tgt_mask`` (B, L)): ``(mean loss, parts)``; without

@@ -19,7 +19,7 @@ that is not, so a chapter that reuses the PaDIR chapter's models opens on a fres
 Colab session) as well as beside a finished run; :func:`reuse` is how such a chapter opens it
 (``padir=False``: only up to step 4, for a chapter that trains PaDIR models of its own, which then
 takes the PaDIR recipe from :func:`padir_config`). The smoke stand-in of the chapters and tests is
-the same pipeline with the ``"multi30k_tiny"`` preset (:func:`gmlm_lib.mt.experiment.tiny_run`).
+the same pipeline with the ``"multi30k_tiny"`` preset (:func:`tiny_run`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from gmlm_lib.mt import batching, config, corpus, experiment, runfolder, sizing,
 from gmlm_lib.mt import vocab as V
 
 __all__ = ["Data", "run_folder", "load_data", "vocabulary", "batcher", "size", "train_teacher", "train_shallow",
-           "distil_training_set", "distil_val", "train_padir", "build", "complete", "ensure", "padir_config", "reuse"]
+           "distil_training_set", "distil_val", "train_padir", "build", "complete", "ensure", "padir_config", "reuse",
+           "tiny_run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,7 +284,7 @@ def reuse(padir_run: str, exp: config.Experiment, *, stand_in_sentences: int = 1
     ``exp`` when it is missing or unfinished (:func:`ensure`: a fresh runtime trains the models
     first). An empty ``padir_run`` (the smoke profile) is a few-step stand-in trained on the first
     ``stand_in_sentences`` training pairs of ``exp``'s language pair, in a fresh temporary folder
-    (:func:`gmlm_lib.mt.experiment.tiny_run`, started as ``padir_init`` says, with ``seed``; it holds
+    (:func:`tiny_run`, started as ``padir_init`` says, with ``seed``; it holds
     every model). ``padir``: as for :func:`ensure`."""
     if padir_run:
         timing.persistent_cache(pathlib.Path(padir_run).parent / "jax-cache")
@@ -291,4 +292,20 @@ def reuse(padir_run: str, exp: config.Experiment, *, stand_in_sentences: int = 1
     timing.persistent_cache()  # a temporary folder, unless one is set
     pairs = corpus.multi30k("train", exp.src_lang, exp.tgt_lang, root=exp.data_dir or None).take(stand_in_sentences)
     root = pathlib.Path(tempfile.mkdtemp(prefix="padir-stand-in-")) / f"{exp.src_lang}-{exp.tgt_lang}"
-    return experiment.tiny_run(root, pairs, seed=seed, padir_init=padir_init)
+    return tiny_run(root, pairs, seed=seed, padir_init=padir_init)
+
+
+def tiny_run(root: str | pathlib.Path, pairs: corpus.Parallel, *, steps: int = 8, seed: int = 0,
+             padir_init: str = "random", progress: bool = False, **overrides) -> experiment.RunFolder:
+    """A stand-in for the PaDIR chapter's run folder in ``root``, trained on ``pairs`` by the one
+    pipeline (:func:`build`) with the ``"multi30k_tiny"`` preset: vocabulary,
+    AR teacher, greedy distillation, PaDIR on raw and on distilled targets, ``steps`` updates each,
+    started as ``padir_init`` says ("random", or "teacher": from the AR stand-in, as the PaDIR
+    chapter's default does). ``overrides``: other settings of :class:`~gmlm_lib.mt.config.Experiment`.
+    Only for smoke runs and tests: the models are barely trained."""
+    if padir_init not in ("teacher", "random"):
+        raise ValueError(f"tiny_run(padir_init=...) must be 'teacher' or 'random'; got {padir_init!r}.")
+    exp = config.get("multi30k_tiny", dict(overrides, ar_steps=steps, padir_steps=steps, checkpoint_every=steps,
+                                           warmup=min(2, steps - 1), seed=seed, padir_init=padir_init,
+                                           train_sentences=len(pairs)))
+    return build(exp, root, data=Data(pairs, pairs.take(1)), progress=progress)

@@ -29,7 +29,7 @@ import pathlib
 import socket
 import time
 import warnings
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -38,9 +38,6 @@ import orbax.checkpoint as ocp
 
 from gmlm_lib.core import records
 from gmlm_lib.mt import batching
-
-if TYPE_CHECKING:
-    from gmlm_lib.mt.training import TrainConfig
 
 __all__ = ["RunFolderError", "RunFolderBusy", "DAMAGED", "read_json", "folder", "read_metrics", "keep_metrics",
            "losses", "check_data", "exclusive", "digest", "all_finite", "move_aside", "restore", "restore_step",
@@ -356,7 +353,7 @@ class RunRecord:
     call resumed from, and this call's own segment (its steps, time, tokens, commit and machine).
     :meth:`write` rewrites the whole record at a checkpoint and at the end."""
 
-    def __init__(self, path: pathlib.Path, cfg: "TrainConfig", batcher: batching.Batcher, start: int, init: dict,
+    def __init__(self, path: pathlib.Path, cfg, batcher: batching.Batcher, start: int, init: dict,
                  fingerprint: str | None, parameters: int, prev: dict):
         self.path, self.cfg, self.batcher, self.init, self.prev = path, cfg, batcher, init, prev
         self.fingerprint, self.parameters = fingerprint, parameters
