@@ -10,9 +10,10 @@ import shutil
 
 import pytest
 
-from gmlm_lib.book import browser, sources
+from gmlm_lib.book import sources
 
 from conftest import ROOT
+import browser
 
 
 # Problems known on pages whose chapters wait for a rerun: page -> the start of each problem it still shows.

@@ -79,11 +79,11 @@ def test_a_missing_or_damaged_notebook_is_named(tmp_path):
 
 def test_the_command_line_prints_the_record_as_json(tmp_path):
     path = _notebook(tmp_path / "padir.ipynb")
-    done = subprocess.run([sys.executable, "-m", "gmlm_lib.book", "digest", str(path), "--note", "a rehearsal"],
+    done = subprocess.run([sys.executable, "-m", "gmlm_lib.book", "records", "digest", str(path), "--note", "a rehearsal"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == digest.digest(path, note="a rehearsal")
-    done = subprocess.run([sys.executable, "-m", "gmlm_lib.book", "digest", str(tmp_path / "none.ipynb")],
+    done = subprocess.run([sys.executable, "-m", "gmlm_lib.book", "records", "digest", str(tmp_path / "none.ipynb")],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and done.stderr.startswith("error: ") and "digest: " in done.stderr
     assert "none.ipynb is not a file" in done.stderr

@@ -21,7 +21,7 @@ import nbformat
 import pytest
 
 from conftest import checkout_ignore
-from gmlm_lib.book import checks, runner, sources
+from gmlm_lib.book import batch, checks, runner, sources
 from gmlm_lib.core import records, timing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +58,7 @@ def test_the_tests_copies_of_the_tree_leave_out_what_git_ignores(tmp_path):
 def _make(tree: Path, *args: str, timeout: int = 60) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("GMLM_COMMIT", "GMLM_MULTI30K_DIR")}
     cmd = ["make", "--no-print-directory", "-C", str(tree), "gpu-run", f"GPU_PYTHON={sys.executable}",
-           "WHEELS=no-wheels-here", f"GPU_SITE={tree}/no-site", *args]
+           "WHEELS=no-wheels-here", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
 
 
@@ -157,11 +157,11 @@ def test_the_cpu_model_falls_back_to_the_platform_without_proc_cpuinfo(monkeypat
 
 def test_batch_refuses_unknown_chapters_and_parameters_before_running(tmp_path):
     with pytest.raises(ValueError, match="unknown chapter"):
-        runner.run_batch(["padir", "nope"], "smoke", tmp_path, root=ROOT)
+        batch.run_batch(["padir", "nope"], "smoke", tmp_path, root=ROOT)
     with pytest.raises(KeyError, match="none of the chapters"):
-        runner.run_batch(["stutter"], "smoke", tmp_path, {"no_such_parameter": 1}, root=ROOT)
+        batch.run_batch(["stutter"], "smoke", tmp_path, {"no_such_parameter": 1}, root=ROOT)
     with pytest.raises(TypeError, match="max_steps"):
-        runner.run_batch(["stutter"], "smoke", tmp_path, {"max_steps": "many"}, root=ROOT)
+        batch.run_batch(["stutter"], "smoke", tmp_path, {"max_steps": "many"}, root=ROOT)
     assert not any(tmp_path.iterdir())  # nothing ran, nothing written
 
 
@@ -219,16 +219,16 @@ def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
     shutil.copy2(ROOT / "benchmarks" / "compile_probe.py", tree / "benchmarks")
     # GPU_XLA_FLAGS=auto: the compile probe chooses the run's XLA_FLAGS first (tiny models here)
     proc = _make(tree, f"OUT={out}", f"COMMIT={COMMIT}", f"DATA={_data_dir()}", "GPU_PROFILE=smoke",
-                 f"GPU_JAX_CACHE={cache}", "GPU_XLA_FLAGS=auto", "PROBE_KINDS=ar", "GPU_CACHE_OUT=1",
+                 f"GPU_JAX_CACHE={cache}", "GPU_XLA_FLAGS=auto", "PROBE_KINDS=ar", "GPU_CACHE_OUT_MIB=15",
                  "PROBE_ARGS=--preset multi30k_tiny --train-sentences 200 --sentences 2 --repeats 1 --programs decode",
                  timeout=1400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    names = list(runner.TRANSLATION_CHAPTERS)
+    names = list(sources.TRANSLATION_CHAPTERS)
     # at most 8 files: what a lent machine sends back (the records hold the compile log even with no run
     # folder: a smoke run's models live in temporary folders)
     assert sorted(p.name for p in out.iterdir()) == sorted([f"{n}.ipynb" for n in names]
                                                            + ["log.txt", "probe.json", "run-records.tar.gz",
-                                                              runner.CACHE_ARCHIVE])
+                                                              batch.CACHE_ARCHIVE])
     with tarfile.open(out / "run-records.tar.gz") as tar:
         compiled = tar.extractfile("compiles.tsv").read().decode().splitlines()
     assert compiled and all(len(line.split("\t")) == 4 for line in compiled)
@@ -241,7 +241,7 @@ def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
     assert f"commit {COMMIT}" in log and "batch finished" in log
     # the batch's programs, packed for a later batch (GPU_CACHE_OUT): as many as the cache holds, within the limit
     packed = re.search(r"compilation cache: (\d+) programs, [\d.]+ MiB; (\d+) of them", log)
-    with tarfile.open(out / runner.CACHE_ARCHIVE) as tar:
+    with tarfile.open(out / batch.CACHE_ARCHIVE) as tar:
         held = [n for n in tar.getnames() if n.endswith("-cache")]
     assert packed and int(packed[2]) == len(held) > 0 and int(packed[1]) >= len(held), log
     # the kernels share one compilation cache: the later chapters read programs the earlier ones compiled
@@ -291,39 +291,39 @@ def test_compile_clock_counts_compilations_and_persistent_cache_hits(tmp_path):
     assert runs[1]["compilations"] == runs[0]["compilations"] and runs[1]["cache_hits"] >= 1
 
 
-def test_a_failed_compile_probe_leaves_the_run_on_xlas_defaults(tmp_path):
-    """GPU_XLA_FLAGS=auto: a probe that fails (a crash, a setting past its timeout) costs the run its
-    choice of flags, not the run: the chapters start with XLA's defaults and the log says why."""
-    tree = _copy_without_git(tmp_path / "tree")
-    python = tmp_path / "python"  # the probe fails; the batch prints the XLA_FLAGS it was given
-    python.write_text('#!/bin/sh\ncase "$1" in benchmarks/compile_probe.py) echo probe crashed >&2; exit 3;; esac\n'
-                      'echo "BATCH XLA_FLAGS=[${XLA_FLAGS-unset}]"\n')
-    python.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("GMLM_COMMIT", "GMLM_MULTI30K_DIR", "XLA_FLAGS")}
-    proc = subprocess.run(["make", "--no-print-directory", "-C", str(tree), "gpu-run", f"GPU_PYTHON={python}",
-                           "WHEELS=no-wheels-here", f"OUT={tmp_path / 'out'}", f"COMMIT={COMMIT}",
-                           f"DATA={_data_dir()}", "GPU_XLA_FLAGS=auto"], capture_output=True, text=True, env=env,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert "probe crashed" in proc.stderr and "the chapters run with XLA's defaults" in proc.stderr
-    assert "BATCH XLA_FLAGS=[unset]" in proc.stdout, proc.stdout
+def test_a_failed_compile_probe_leaves_the_run_on_xlas_defaults(tmp_path, monkeypatch, capfd):
+    """--xla-flags auto: a probe that fails (a crash, a setting past its timeout) costs the run its
+    choice of flags, not the run: the chapters start with XLA's defaults and the output says why."""
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "compile_probe.py").write_text("import sys\nprint('probe crashed', file=sys.stderr)\n"
+                                                           "sys.exit(3)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    seen = []
+    monkeypatch.setattr(batch, "prepare", lambda root, args: None)
+    monkeypatch.setattr(batch, "run_batch", lambda *a, **kw: seen.append(os.environ.get("XLA_FLAGS")) or 0)
+    args = ["batch", "run", "--out", str(tmp_path / "out"), "--commit", COMMIT, "--data", str(_data_dir()),
+            "--xla-flags", "auto", "--status", str(tmp_path / "status")]
+    from gmlm_lib.book import __main__ as cli
+
+    assert cli.main(args) == 0 and seen == [None]
+    err = capfd.readouterr().err
+    assert "probe crashed" in err and "the chapters run with XLA's defaults" in err
+    assert (tmp_path / "status").read_text() == "0\n"  # what batch start's wait reads
 
 
 def test_the_passed_commit_names_the_sources_even_beside_stale_git_metadata(tmp_path):
     """On the lent machine the tree arrived with a stale .git (another commit, the sources differing
-    from it): the runs must name COMMIT, the commit copied there, not that repository's HEAD."""
+    from it): once batch run has prepared the machine, the runs name --commit, not that repository's HEAD."""
     tree = _copy_without_git(tmp_path / "tree")
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tree)]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "Makefile"], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "stale"], check=True)
-    python = tmp_path / "python"  # stands in for GPU_PYTHON: says which commit the library reads, whatever its args
-    python.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'from gmlm_lib.core import records; "
-                      "print(\"COMMIT\", records.git_commit())'\n")
-    python.chmod(0o755)
-    proc = subprocess.run(["make", "--no-print-directory", "-C", str(tree), "gpu-run", f"GPU_PYTHON={python}",
-                           "WHEELS=no-wheels-here", f"OUT={tmp_path / 'out'}", f"COMMIT={COMMIT}", f"DATA={_data_dir()}"],
-                          capture_output=True, text=True, timeout=120)
+    code = ("import argparse, pathlib; from gmlm_lib.book import batch; from gmlm_lib.core import records\n"
+            f"batch.prepare(pathlib.Path.cwd(), argparse.Namespace(commit={COMMIT!r}, data='.', wheels='', "
+            "jax_cache='', cache_min_s=0.2))\nprint('COMMIT', records.git_commit())\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert f"COMMIT {COMMIT}" in proc.stdout, proc.stdout
 
@@ -350,7 +350,7 @@ def test_the_batch_reads_its_device_without_keeping_its_memory(before, tmp_path,
         monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", before)
     monkeypatch.setattr(records, "environment", environment)
     with pytest.raises(Stop):
-        runner.run_batch(["stutter"], "smoke", tmp_path, root=ROOT)
+        batch.run_batch(["stutter"], "smoke", tmp_path, root=ROOT)
     assert seen == ["false"] and os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE") == before
 
 
@@ -412,25 +412,25 @@ def test_promote_takes_a_run_only_if_the_current_source_made_it(tmp_path):
     out.mkdir()
     _fake_result(tree / "notebooks" / "padir.md", out, profile="smoke")
     with pytest.raises(ValueError, match="not a full run"):
-        runner.promote(tree, out)
+        batch.promote(tree, out)
     (out / "padir.ipynb").unlink()
     committed = (tree / "notebooks" / "stutter.ipynb").read_bytes()
     _fake_result(old, out)  # made from the source before the edit
     with pytest.raises(ValueError, match="other sources"):
-        runner.promote(tree, out)
+        batch.promote(tree, out)
     assert (tree / "notebooks" / "stutter.ipynb").read_bytes() == committed  # a refused promotion moves nothing
     _fake_result(md, out)
     md.write_text(text.replace("# Where parallel decoding stutters", "# Where parallel decoding stutters, edited", 1))  # a markdown edit after the run
     page = tree / "book" / "provenance.md"
     page.write_text("a page from before the promotion")
-    assert runner.promote(tree, out) == ["stutter"]
+    assert batch.promote(tree, out) == ["stutter"]
     assert page.read_text() == checks.provenance_page(tree)  # regenerated from the promoted notebooks
     promoted = nbformat.read(tree / "notebooks" / "stutter.ipynb", as_version=4)
     assert sources.code_cells(promoted) == sources.code_cells(nbformat.read(out / "stutter.ipynb", as_version=4))
     assert sources.markdown_cells(promoted) == sources.markdown_cells(sources.read_text_notebook(md))
     assert checks.awaiting(md, tree / "notebooks" / "stutter.ipynb") is None
     with pytest.raises(FileNotFoundError, match="no executed chapter"):
-        runner.promote(tree, tmp_path / "tree" / "book")
+        batch.promote(tree, tmp_path / "tree" / "book")
 
 
 def test_a_batch_interrupted_at_its_deadline_keeps_what_finished(tmp_path, monkeypatch):
@@ -452,10 +452,10 @@ def test_a_batch_interrupted_at_its_deadline_keeps_what_finished(tmp_path, monke
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the batch keeps its compile log
     out = tmp_path / "out"
-    assert runner.run_batch(["padir", "stutter", "ablations"], "smoke", out, root=root) == 1
+    assert batch.run_batch(["padir", "stutter", "ablations"], "smoke", out, root=root) == 1
     assert not list(tmp_path.glob("gmlm-compiles-*"))  # removed once summed in the log
     log = (out / "log.txt").read_text()
-    assert "padir: finished" in log and "stutter: FAILED" in log and "interrupted (SIGINT" in log
+    assert "padir: finished" in log and "stutter: FAILED" in log and "interrupted (the batch's --deadline" in log
     assert "ablations" not in log.split("stutter: FAILED")[1] and "batch stopped" in log
     # what each chapter compiled, the stopped one too, its own lines only (this test process may log
     # programs of its own beside them: its listener, if another test registered it, sees the variable)
@@ -487,7 +487,7 @@ def test_a_chapter_that_fails_does_not_stop_the_chapters_after_it(tmp_path, monk
 
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     out = tmp_path / "out"
-    assert runner.run_batch(["padir", "stutter", "ablations"], "smoke", out, root=root) == 1
+    assert batch.run_batch(["padir", "stutter", "ablations"], "smoke", out, root=root) == 1
     log = (out / "log.txt").read_text()
     assert "padir: FAILED" in log and "RuntimeError: a figure cell broke" in log, log
     assert "stutter: finished" in log and "ablations: finished" in log and "batch stopped" in log, log
@@ -518,7 +518,7 @@ def test_a_smoke_batch_shares_padirs_run_folder_with_the_chapters_after_it(tmp_p
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     names = ["stutter", "padir", "dependency_decoding", "ablations"]
-    assert runner.run_batch(names, "smoke", tmp_path / "out", root=root) == 0
+    assert batch.run_batch(names, "smoke", tmp_path / "out", root=root) == 0
     shared = Path(got["padir"]["run_root"])
     assert shared.parent == tmp_path and not shared.exists()  # removed at the end of the batch
     assert got["stutter"] == {}  # before padir: its own stand-in (the smoke profile's padir_run)
@@ -529,7 +529,7 @@ def test_a_smoke_batch_shares_padirs_run_folder_with_the_chapters_after_it(tmp_p
         else:
             assert got[name] == {} and f"{name}: the padir chapter left no finished run folder" in log, log
     got.clear()
-    assert runner.run_batch(["padir", "stutter"], "smoke", tmp_path / "out2", {"padir_run": "mine"}, root=root) == 0
+    assert batch.run_batch(["padir", "stutter"], "smoke", tmp_path / "out2", {"padir_run": "mine"}, root=root) == 0
     assert "run_root" not in got["padir"] and got["stutter"] == {"padir_run": "mine"}
 
 
@@ -565,16 +565,16 @@ def test_a_full_batch_runs_into_out_and_leaves_the_book_as_it_was(tmp_path, monk
 
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     out = tmp_path / "out"
-    assert runner.run_batch(["padir", "stutter"], "full", out, root=root) == 0
+    assert batch.run_batch(["padir", "stutter"], "full", out, root=root) == 0
     assert dests == {"padir": out / "padir.ipynb", "stutter": out / "stutter.ipynb"}
     assert {p.name: p.read_bytes() for p in (root / "notebooks").glob("*.ipynb")} == committed
     assert page.read_text() == before
     assert "each executed notebook goes to" in (out / "log.txt").read_text()
     shown = (out / "provenance.md").read_text()
     assert shown != before and f"`{COMMIT[:12]}`" in shown
-    assert runner.promote(root, out) == ["padir", "stutter"]
+    assert batch.promote(root, out) == ["padir", "stutter"]
     assert page.read_text() == shown  # what OUT showed is what the promoted book says
-    assert runner.run_batch(["stutter"], "smoke", tmp_path / "smoke", root=root) == 0
+    assert batch.run_batch(["stutter"], "smoke", tmp_path / "smoke", root=root) == 0
     assert (tmp_path / "smoke" / "stutter.ipynb").is_file() and not (tmp_path / "smoke" / "provenance.md").exists()
 
 
@@ -640,7 +640,7 @@ def test_the_records_archive_reads_the_run_folders_where_the_kernels_make_them(t
     monkeypatch.setattr(papermill, "execute_notebook", kernel)
     with pytest.raises(KeyboardInterrupt):
         runner.run_notebook("padir", "smoke", {}, root=root)
-    archive = runner._records_archive(root, tmp_path)
+    archive = batch._records_archive(root, tmp_path)
     with tarfile.open(archive) as tar:
         assert sorted(tar.getnames()) == ["runs/padir/en-de/ar/run.json", "runs/padir/en-de/sizing.json"]
 
@@ -669,7 +669,7 @@ def test_a_batch_keeps_its_records_and_log_up_to_date_after_every_chapter(tmp_pa
 
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     names = ["stutter", "ablations", "dependency_decoding"]
-    assert runner.run_batch(names, "smoke", out, root=root) == 1
+    assert batch.run_batch(names, "smoke", out, root=root) == 1
     assert archives == [None, ["runs/stutter/run.json"], ["runs/ablations/run.json", "runs/stutter/run.json"]]
     assert members(out / "run-records.tar.gz") == [f"runs/{name}/run.json" for name in sorted(names)]
     log, printed = (out / "log.txt").read_text(), capsys.readouterr().out
@@ -686,7 +686,7 @@ def test_a_batch_restores_the_sizing_decisions_before_its_first_chapter_and_logs
     folder = first / runner.KERNEL_CWD / "runs" / "padir" / "en-de"
     folder.mkdir(parents=True)
     (folder / "sizing.json").write_text('{"factor": 0.5}')
-    archive = runner._records_archive(first, tmp_path)
+    archive = batch._records_archive(first, tmp_path)
     later = _book_copy(tmp_path / "later")
     decision = later / runner.KERNEL_CWD / "runs" / "padir" / "en-de" / "sizing.json"
     seen = []
@@ -696,7 +696,7 @@ def test_a_batch_restores_the_sizing_decisions_before_its_first_chapter_and_logs
         return _executed(root, name, profile, dest)
 
     monkeypatch.setattr(runner, "run_notebook", fake_run)
-    assert runner.run_batch(["stutter"], "smoke", tmp_path / "out", root=later, sizing_from=archive) == 0
+    assert batch.run_batch(["stutter"], "smoke", tmp_path / "out", root=later, sizing_from=archive) == 0
     assert seen == ['{"factor": 0.5}']
     log = (tmp_path / "out" / "log.txt").read_text()
     assert f"sizing decision {decision.relative_to(later)} restored from {archive}: the models train" in log
@@ -710,7 +710,7 @@ def test_a_later_batch_trains_the_updates_an_earlier_one_decided(tmp_path):
 
     from gmlm_lib.mt import config, sizing
 
-    assert sizing.SIZING_FILE in runner.RECORD_FILES  # the decisions travel in the records archive
+    assert sizing.SIZING_FILE in batch.RECORD_FILES  # the decisions travel in the records archive
     exp = config.get("multi30k_tiny", dict(train_seconds=60.0))
     asked = dict(train_seconds=exp.train_seconds, ar_steps=exp.ar_steps, padir_steps=exp.padir_steps,
                  warmup=exp.warmup, checkpoint_every=exp.checkpoint_every)
@@ -719,18 +719,18 @@ def test_a_later_batch_trains_the_updates_an_earlier_one_decided(tmp_path):
     folder.mkdir(parents=True)
     (folder / sizing.SIZING_FILE).write_text(json.dumps(dict(asked=asked, factor=0.5, chosen=dict(ar_steps=4,
                                                                                                    padir_steps=4))))
-    archive = runner._records_archive(first, tmp_path)
+    archive = batch._records_archive(first, tmp_path)
     later = _book_copy(tmp_path / "later")
-    restored = runner.restore_sizing(archive, later)
+    restored = batch.restore_sizing(archive, later)
     assert restored == [later / runner.KERNEL_CWD / "runs" / "padir" / "en-de" / sizing.SIZING_FILE]
-    assert runner.restore_sizing(archive, later) == restored  # the same decision again: fine
+    assert batch.restore_sizing(archive, later) == restored  # the same decision again: fine
     fitted, record = sizing.fit(exp, 2000, {}, restored[0].parent)  # nothing to time: the decision is kept
     assert (fitted.ar_steps, fitted.padir_steps, record["factor"]) == (4, 4, 0.5)
     restored[0].write_text(json.dumps(dict(asked=asked, factor=0.9, chosen={})))
     with pytest.raises(ValueError, match="holds another sizing decision"):
-        runner.restore_sizing(archive, later)
+        batch.restore_sizing(archive, later)
     with pytest.raises(FileNotFoundError, match="run-records.tar.gz"):
-        runner.restore_sizing(tmp_path / "none.tar.gz", later)
+        batch.restore_sizing(tmp_path / "none.tar.gz", later)
     for name, members, match in [("empty.tar.gz", {"runs/padir/en-de/run.json": b"{}"}, "holds no sizing decision"),
                                  ("evil.tar.gz", {"../sizing.json": b"{}"}, "outside runs/")]:
         path = tmp_path / name
@@ -740,14 +740,14 @@ def test_a_later_batch_trains_the_updates_an_earlier_one_decided(tmp_path):
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
         with pytest.raises(ValueError, match=match):
-            runner.restore_sizing(path, later)
+            batch.restore_sizing(path, later)
 
 
 def test_gpu_run_passes_the_earlier_runs_records_to_the_batch(tmp_path):
     tree = _copy_without_git(tmp_path / "tree")
     dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(tree), "gpu-run", "OUT=o", f"COMMIT={COMMIT}",
                           f"DATA={tree}", "GPU_SIZING_FROM=records/run-records.tar.gz"], capture_output=True, text=True)
-    assert f'--sizing-from "{tree}/records/run-records.tar.gz"' in dry.stdout, dry.stdout + dry.stderr
+    assert '--sizing-from "records/run-records.tar.gz"' in dry.stdout, dry.stdout + dry.stderr
     dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(tree), "gpu-run", "OUT=o", f"COMMIT={COMMIT}",
                           f"DATA={tree}"], capture_output=True, text=True)
     assert "--sizing-from" not in dry.stdout
@@ -782,34 +782,31 @@ def test_a_process_that_counts_its_compilations_logs_each_program(tmp_path):
     assert "jit(tanh_sum)" in [r[2] for r in rows]
 
 
-def _fake_python(path: Path, seconds: float, status: int) -> Path:
-    """A stand-in for GPU_PYTHON: ``-m gmlm_lib.book batch ... --out DIR`` writes DIR/padir.ipynb at
-    once (a chapter that finished), DIR/log.txt after ``seconds``, and exits with ``status`` (the
-    detached plumbing is tested, not the chapters)."""
-    path.write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --out ] && out=$2; shift; done\n"
-                    "mkdir -p \"$out\"\necho nb > \"$out/padir.ipynb\"\n"
-                    f"sleep {seconds}\necho 'batch finished' > \"$out/log.txt\"\n"
-                    f"exit {status}\n")
-    path.chmod(0o755)
-    return path
+def _fake_run(path: Path, seconds: float, status: int) -> list[str]:
+    """A stand-in for ``batch run`` started detached: its first notebook at once, its log and its status
+    (what ``run --status`` writes at its end) ``seconds`` later, in the folder ``batch start`` gives it."""
+    path.write_text("import pathlib, sys, time\n"
+                    "run_dir = pathlib.Path(sys.argv[1])\n(run_dir / 'out').mkdir(exist_ok=True)\n"
+                    "(run_dir / 'out' / 'padir.ipynb').write_text('nb\\n')\n"
+                    f"time.sleep({seconds})\n(run_dir / 'out' / 'log.txt').write_text('batch finished\\n')\n"
+                    f"(run_dir / 'status').write_text('{status}\\n')\nsys.exit({status})\n")
+    return [sys.executable, str(path)]
 
 
 @pytest.mark.parametrize("status", [0, 1])
-def test_gpu_start_detaches_the_batch_and_gpu_wait_gathers_it(tmp_path, status):
-    """make gpu-start returns at once with the batch running in its own session; gpu-wait fails saying
-    it still runs until it ends, then copies its files to OUT and succeeds, or fails with the batch's
-    status; a second gpu-start while it runs is refused."""
+def test_gpu_start_detaches_the_batch_and_gpu_wait_gathers_it(tmp_path, status, capsys):
+    """batch start returns at once with the batch running in its own session; gpu-wait fails saying it
+    still runs until it ends, then copies its files to OUT and succeeds, or fails with the batch's status;
+    a second start while it runs is refused."""
     tree = _copy_without_git(tmp_path / "tree")
     run_dir = tmp_path / "run"
-    common = ["make", "--no-print-directory", "-C", str(tree), f"GPU_RUN_DIR={run_dir}", "WHEELS=no-wheels-here"]
-    start = [*common, "gpu-start", f"COMMIT={COMMIT}", f"DATA={_data_dir()}",
-             f"GPU_PYTHON={_fake_python(tmp_path / 'python', 3, status)}"]
+    common = ["make", "--no-print-directory", "-C", str(tree), f"GPU_RUN_DIR={run_dir}", f"GPU_PYTHON={sys.executable}"]
+    command = _fake_run(tmp_path / "fake_run.py", 3, status)
     t0 = time.perf_counter()
-    proc = subprocess.run(start, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and "runs in the background" in proc.stdout, proc.stdout + proc.stderr
+    assert batch.start_detached(run_dir, command + [str(run_dir)]) == 0
+    assert "runs in the background" in capsys.readouterr().out
     assert time.perf_counter() - t0 < 2.5  # it did not wait for the batch
-    again = subprocess.run(start, capture_output=True, text=True, timeout=60)
-    assert again.returncode != 0 and "still runs" in again.stderr
+    assert batch.start_detached(run_dir, command + [str(run_dir)]) == 2 and "still runs" in capsys.readouterr().err
     early = subprocess.run([*common, "gpu-wait", f"OUT={tmp_path / 'o1'}", "WAIT=0"], capture_output=True, text=True)
     assert early.returncode != 0 and "still runs" in early.stdout, early.stdout + early.stderr
     late = subprocess.run([*common, "gpu-wait", f"OUT={tmp_path / 'o2'}", "WAIT=60"], capture_output=True, text=True,
@@ -819,7 +816,7 @@ def test_gpu_start_detaches_the_batch_and_gpu_wait_gathers_it(tmp_path, status):
     assert "batch finished" in late.stdout
     assert sorted(p.name for p in (tmp_path / "o2").iterdir()) == ["log.txt", "padir.ipynb"]
     missing = subprocess.run(["make", "--no-print-directory", "-C", str(tree), f"GPU_RUN_DIR={tmp_path / 'none'}",
-                              "gpu-wait", "OUT=o"], capture_output=True, text=True)
+                              f"GPU_PYTHON={sys.executable}", "gpu-wait", "OUT=o"], capture_output=True, text=True)
     assert missing.returncode != 0 and "make gpu-start first" in missing.stderr
     bad = subprocess.run([*common, "gpu-start", f"COMMIT={COMMIT}", f"DATA={tmp_path}"], capture_output=True, text=True)
     assert bad.returncode != 0 and "DATA=folder holding Multi30k" in bad.stderr
@@ -831,11 +828,8 @@ def test_gpu_wait_cut_short_leaves_what_the_batch_had_finished(tmp_path):
     the wait. Killed here with the process group, as the lent machine's limit kills a command."""
     tree = _copy_without_git(tmp_path / "tree")
     run_dir = tmp_path / "run"
-    common = ["make", "--no-print-directory", "-C", str(tree), f"GPU_RUN_DIR={run_dir}", "WHEELS=no-wheels-here"]
-    start = subprocess.run([*common, "gpu-start", f"COMMIT={COMMIT}", f"DATA={_data_dir()}",
-                            f"GPU_PYTHON={_fake_python(tmp_path / 'python', 8, 0)}"],
-                           capture_output=True, text=True, timeout=60)
-    assert start.returncode == 0, start.stdout + start.stderr
+    common = ["make", "--no-print-directory", "-C", str(tree), f"GPU_RUN_DIR={run_dir}", f"GPU_PYTHON={sys.executable}"]
+    assert batch.start_detached(run_dir, _fake_run(tmp_path / "fake_run.py", 8, 0) + [str(run_dir)]) == 0
     out = tmp_path / "out"
     wait = subprocess.Popen([*common, "gpu-wait", f"OUT={out}", "WAIT=60"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
@@ -851,51 +845,39 @@ def test_gpu_wait_cut_short_leaves_what_the_batch_had_finished(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["log.txt", "padir.ipynb"]
 
 
-def test_gpu_deadline_wraps_the_batch_in_a_sigint_timeout(tmp_path):
+def test_gpu_deadline_is_passed_to_the_batch_and_interrupts_it(tmp_path):
+    """GPU_DEADLINE reaches batch run as --deadline, and batch.deadline interrupts the block it guards
+    then (KeyboardInterrupt, as Ctrl-C), restoring the alarm's handler after."""
     tree = _copy_without_git(tmp_path / "tree")
     dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(tree), "gpu-run", "OUT=o",
                           f"COMMIT={COMMIT}", f"DATA={tree}", "GPU_DEADLINE=560"], capture_output=True, text=True)
-    # the deadline counts from gpu-run's start (a compile probe before the chapters included)
-    assert "left=$(( 560 - $(date +%s) + start ))" in dry.stdout, dry.stdout + dry.stderr
-    assert "timeout --signal=INT --kill-after=30 $left" in dry.stdout, dry.stdout + dry.stderr
+    assert '--deadline "560"' in dry.stdout, dry.stdout + dry.stderr
     dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(tree), "gpu-run", "OUT=o",
                           f"COMMIT={COMMIT}", f"DATA={tree}"], capture_output=True, text=True)
-    assert "timeout --signal" not in dry.stdout
+    assert "--deadline" not in dry.stdout
+    before = signal.getsignal(signal.SIGALRM)
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        with batch.deadline(0.3):
+            time.sleep(30)
+    assert time.perf_counter() - t0 < 5 and signal.getsignal(signal.SIGALRM) is before
+    with batch.deadline(0):  # none
+        time.sleep(0.05)
 
 
 def test_the_deadline_interrupts_a_batch_started_in_the_background():
-    """gpu-start runs gpu-run as a background job of a non-interactive shell (``setsid sh -c ... &``),
-    which starts with SIGINT ignored (POSIX), and a Python started so ignores SIGINT: the deadline's
-    signal would be lost. It is not, because ``timeout`` gives its child SIGINT's default action.
-    Both checked here with gpu-run's own timeout command round a Python that sleeps. ``timeout`` signals
-    its child and then the child's process group, so the child can receive SIGINT twice: the sleeper
-    raises on the first and ignores the rest (one that came while it printed failed the test once)."""
-    sleeper = ("import os, signal, sys, time\n"
-               "print('default' if signal.getsignal(signal.SIGINT) is signal.default_int_handler else 'ignored')\n"
-               "def once(signum, frame):\n"
-               "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-               "    raise KeyboardInterrupt\n"
-               "if signal.getsignal(signal.SIGINT) is signal.default_int_handler:\n"
-               "    signal.signal(signal.SIGINT, once)\n"
-               "try:\n"
-               "    if sys.argv[1] == 'self':\n"
-               "        os.kill(os.getpid(), signal.SIGINT)\n"
-               "    time.sleep(float(sys.argv[2]))\n"
-               "    print('not interrupted')\n"
-               "except KeyboardInterrupt:\n"
-               "    print('interrupted')\n")
-    python = f"{shlex.quote(sys.executable)} -u -c {shlex.quote(sleeper)}"
-
-    def in_background(command: str) -> list[str]:
-        proc = subprocess.run(["sh", "-c", f"setsid sh -c {shlex.quote(command)} & wait"], capture_output=True,
-                              text=True, timeout=50)
-        return proc.stdout.splitlines() + [proc.stderr]
-
-    assert in_background(f"{python} self 0.5") == ["ignored", "not interrupted", ""]
+    """A run started in the background by a shell (``setsid sh -c ... &``) starts with SIGINT ignored
+    (POSIX), so a deadline sent as SIGINT would be lost; batch.deadline uses an alarm instead."""
+    code = ("import signal, time\nfrom gmlm_lib.book import batch\n"
+            "print('ignored' if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else 'default')\n"
+            "try:\n    with batch.deadline(1):\n        time.sleep(60)\n    print('not interrupted')\n"
+            "except KeyboardInterrupt:\n    print('interrupted')\n")
+    command = f"{shlex.quote(sys.executable)} -u -c {shlex.quote(code)}"
     t0 = time.perf_counter()
-    deadline = "timeout --signal=INT --kill-after=30 1"  # gpu-run's, with 1 s left
-    assert in_background(f"{deadline} {python} deadline 60") == ["default", "interrupted", ""]
-    assert time.perf_counter() - t0 < 20  # by the SIGINT, not the KILL 30 s later
+    proc = subprocess.run(["sh", "-c", f"setsid sh -c {shlex.quote(command)} & wait"], capture_output=True,
+                          text=True, timeout=50, cwd=ROOT)
+    assert proc.stdout.splitlines() == ["ignored", "interrupted"], proc.stdout + proc.stderr
+    assert time.perf_counter() - t0 < 20
 
 
 def test_gpu_probe_writes_its_table_and_record_in_a_copy_without_git(tmp_path):
@@ -932,7 +914,7 @@ def _fake_cache(folder: Path, sizes: dict) -> None:
 def test_the_compile_cache_packs_the_earliest_programs_within_the_limit_and_unpacks_them(tmp_path):
     cache = tmp_path / "cache"
     _fake_cache(cache, {"jit_step-aa": 400, "jit__padir_pass-bb": 300, "jit_big-cc": 900, "jit_f-dd": 250})
-    packed = runner.pack_compile_cache(cache, tmp_path / "c.tar.gz", limit=1000)
+    packed = batch.pack_compile_cache(cache, tmp_path / "c.tar.gz", limit=1000)
     # in the order written, while they fit: 400 + 300 = 700; the 900-byte one does not; the last 250 does
     assert packed == dict(programs=4, bytes=1850, packed=3, packed_bytes=950)
     with tarfile.open(tmp_path / "c.tar.gz") as tar:
@@ -940,19 +922,19 @@ def test_the_compile_cache_packs_the_earliest_programs_within_the_limit_and_unpa
                                                 for s in ("-cache", "-atime"))
     later = tmp_path / "later"
     _fake_cache(later, {"jit_step-aa": 5})  # a program already there is kept, not overwritten
-    assert runner.unpack_compile_cache(tmp_path / "c.tar.gz", later) == 2
+    assert batch.unpack_compile_cache(tmp_path / "c.tar.gz", later) == 2
     assert (later / "jit_step-aa-cache").read_bytes() == bytes([0]) * 5
     assert (later / "jit_f-dd-cache").read_bytes() == (cache / "jit_f-dd-cache").read_bytes()
-    assert runner.pack_compile_cache(cache, tmp_path / "exact.tar.gz", limit=950)["packed_bytes"] == 950  # fits exactly
-    assert runner.pack_compile_cache(cache, tmp_path / "none.tar.gz", limit=100)["packed"] == 0
+    assert batch.pack_compile_cache(cache, tmp_path / "exact.tar.gz", limit=950)["packed_bytes"] == 950  # fits exactly
+    assert batch.pack_compile_cache(cache, tmp_path / "none.tar.gz", limit=100)["packed"] == 0
     assert not (tmp_path / "none.tar.gz").exists()  # nothing fits: no archive
-    assert runner.pack_compile_cache(tmp_path / "absent", tmp_path / "x.tar.gz") == dict(
+    assert batch.pack_compile_cache(tmp_path / "absent", tmp_path / "x.tar.gz", 1000) == dict(
         programs=0, bytes=0, packed=0, packed_bytes=0)
     # programs named last (those in a batch's cache before its first chapter, written first) go after the
     # others: within 700 bytes the earliest two without it (400 + 300), the two after it with it (300 + 250)
     for last, kept in ((frozenset(), ["jit__padir_pass-bb", "jit_step-aa"]),
                        (frozenset({"jit_step-aa-cache"}), ["jit__padir_pass-bb", "jit_f-dd"])):
-        packed = runner.pack_compile_cache(cache, tmp_path / "last.tar.gz", limit=700, last=last)
+        packed = batch.pack_compile_cache(cache, tmp_path / "last.tar.gz", limit=700, last=last)
         assert packed == dict(programs=4, bytes=1850, packed=2, packed_bytes=700 if not last else 550)
         with tarfile.open(tmp_path / "last.tar.gz") as tar:
             assert sorted(n.removesuffix("-cache") for n in tar.getnames() if n.endswith("-cache")) == kept
@@ -962,7 +944,7 @@ def test_a_compile_cache_archive_from_elsewhere_is_checked(tmp_path):
     import io
 
     with pytest.raises(FileNotFoundError, match="jax-cache.tar.gz that an earlier gpu-run left"):
-        runner.unpack_compile_cache(tmp_path / "missing.tar.gz", tmp_path / "cache")
+        batch.unpack_compile_cache(tmp_path / "missing.tar.gz", tmp_path / "cache")
     for name in ("../escape-cache", "sub/dir-cache", "notes.txt"):
         path = tmp_path / "bad.tar.gz"
         with tarfile.open(path, "w:gz") as tar:
@@ -970,7 +952,7 @@ def test_a_compile_cache_archive_from_elsewhere_is_checked(tmp_path):
             info.size = 1
             tar.addfile(info, io.BytesIO(b"x"))
         with pytest.raises(ValueError, match="not compiled programs of JAX's cache"):
-            runner.unpack_compile_cache(path, tmp_path / "cache")
+            batch.unpack_compile_cache(path, tmp_path / "cache")
         assert not any((tmp_path / "cache").iterdir())  # nothing taken from a refused archive
 
 
@@ -978,7 +960,7 @@ def test_a_batch_restores_the_cache_first_and_packs_it_at_its_end(tmp_path, monk
     root = _book_copy(tmp_path / "root")
     earlier = tmp_path / "earlier"
     _fake_cache(earlier, {"jit_step-aa": 10})
-    runner.pack_compile_cache(earlier, tmp_path / runner.CACHE_ARCHIVE)
+    batch.pack_compile_cache(earlier, tmp_path / batch.CACHE_ARCHIVE, 1000)
     cache = tmp_path / "cache"
     seen = []
 
@@ -990,29 +972,29 @@ def test_a_batch_restores_the_cache_first_and_packs_it_at_its_end(tmp_path, monk
     monkeypatch.setattr(runner, "run_notebook", fake_run)
     out = tmp_path / "out"
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)  # the tests' own (conftest.py)
-    for option in (dict(cache_out=True), dict(cache_from=tmp_path / runner.CACHE_ARCHIVE)):
+    for option in (dict(cache_out_bytes=15 * 2**20), dict(cache_from=tmp_path / batch.CACHE_ARCHIVE)):
         with pytest.raises(ValueError, match="need JAX's persistent compilation cache"):
-            runner.run_batch(["stutter"], "smoke", out, root=root, **option)
+            batch.run_batch(["stutter"], "smoke", out, root=root, **option)
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(cache))
-    assert runner.run_batch(["stutter"], "smoke", out, root=root, cache_from=tmp_path / runner.CACHE_ARCHIVE,
-                            cache_out=True) == 0
+    assert batch.run_batch(["stutter"], "smoke", out, root=root, cache_from=tmp_path / batch.CACHE_ARCHIVE,
+                            cache_out_bytes=15 * 2**20) == 0
     assert seen == [["jit_step-aa-atime", "jit_step-aa-cache"]]
     log = (out / "log.txt").read_text()
     assert "compilation cache: 1 programs restored from jax-cache.tar.gz" in log
     assert "compilation cache: 2 programs, 0.0 MiB; 2 of them (0.0 MiB, the earliest written first, the 1 there " \
            "before the first chapter last) packed" in log, log
-    with tarfile.open(out / runner.CACHE_ARCHIVE) as tar:
+    with tarfile.open(out / batch.CACHE_ARCHIVE) as tar:
         assert {"jit_step-aa-cache", "jit_stutter-ee-cache"} <= set(tar.getnames())
     # what was in the cache before the first chapter (restored, or left there earlier) is packed after the
     # chapters' own programs, though it was written first
     packs = []
-    monkeypatch.setattr(runner, "pack_compile_cache", lambda *a, **k: packs.append(k.get("last")) or dict(
+    monkeypatch.setattr(batch, "pack_compile_cache", lambda *a, **k: packs.append(k.get("last")) or dict(
         programs=0, bytes=0, packed=0, packed_bytes=0))
     _fake_cache(cache, {"jit_old-ff": 10})
-    assert runner.run_batch(["stutter"], "smoke", tmp_path / "out2", root=root,
-                            cache_from=tmp_path / runner.CACHE_ARCHIVE, cache_out=True) == 0
+    assert batch.run_batch(["stutter"], "smoke", tmp_path / "out2", root=root,
+                            cache_from=tmp_path / batch.CACHE_ARCHIVE, cache_out_bytes=15 * 2**20) == 0
     assert packs == [frozenset({"jit_step-aa-cache", "jit_old-ff-cache", "jit_stutter-ee-cache"})]
-    assert runner.run_batch(["stutter"], "smoke", tmp_path / "out3", root=root, cache_out=True) == 0
+    assert batch.run_batch(["stutter"], "smoke", tmp_path / "out3", root=root, cache_out_bytes=15 * 2**20) == 0
     assert packs[-1] == frozenset({"jit_step-aa-cache", "jit_old-ff-cache", "jit_stutter-ee-cache"})
 
 
@@ -1020,8 +1002,20 @@ def test_gpu_run_passes_the_cache_options_to_the_batch(tmp_path):
     tree = _copy_without_git(tmp_path / "tree")
     args = ["make", "-n", "--no-print-directory", "-C", str(tree), "gpu-run", "OUT=o", f"COMMIT={COMMIT}",
             f"DATA={tree}"]
-    dry = subprocess.run(args + ["GPU_JAX_CACHE_FROM=.gpu-cache/jax-cache.tar.gz", "GPU_CACHE_OUT=1"],
+    dry = subprocess.run(args + ["GPU_JAX_CACHE_FROM=.gpu-cache/jax-cache.tar.gz", "GPU_CACHE_OUT_MIB=15"],
                          capture_output=True, text=True)
-    assert f'--cache-from "{tree}/.gpu-cache/jax-cache.tar.gz" --cache-out' in dry.stdout, dry.stdout + dry.stderr
+    assert '--cache-out-mib "15"' in dry.stdout and '--cache-from ".gpu-cache/jax-cache.tar.gz"' in dry.stdout, \
+        dry.stdout + dry.stderr
     dry = subprocess.run(args, capture_output=True, text=True)
     assert "--cache-from" not in dry.stdout and "--cache-out" not in dry.stdout
+
+
+def test_the_command_line_starts_without_the_notebook_tooling():
+    """``batch run`` starts on a machine where it installs the notebook tooling itself: the book's command
+    line and the batch module import nothing beyond the standard library until a command runs."""
+    blocked = ["nbformat", "papermill", "jupytext", "yaml", "jax", "numpy", "pandas", "matplotlib"]
+    code = ("import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in blocked)
+            + "from gmlm_lib.book import __main__ as cli\n"
+            + "sys.exit(cli.main(['batch', 'run', '--out', 'o', '--commit', 'c' * 40, '--data', '/nowhere']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 2 and "DATA=folder holding Multi30k" in proc.stderr, proc.stderr

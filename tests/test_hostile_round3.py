@@ -378,29 +378,40 @@ def test_read_json_reports_a_folder_and_an_unreadable_file(tmp_path):
 
 
 def test_the_command_line_hands_batch_and_promote_their_arguments(capsys, monkeypatch, tmp_path):
-    """`batch` calls runner.run_batch with its chapters (the four translation chapters when none is
-    named), profile, --out, overrides and resolved paths, and returns its status; `promote` calls
-    runner.promote on its folder and names each promoted chapter (both replaced by stand-ins)."""
+    """`batch run` prepares the machine, then calls batch.run_batch with its chapters (the four translation
+    chapters when none is named), profile, --out, overrides, resolved paths and the cache's size in bytes,
+    returns its status and writes it to --status; `batch promote` calls batch.promote on its folder and names
+    each promoted chapter (all replaced by stand-ins)."""
     from gmlm_lib.book import __main__ as cli
-    from gmlm_lib.book import runner, sources
+    from gmlm_lib.book import batch, sources
 
     root = sources.find_root(pathlib.Path(__file__).parent)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.en.gz").write_bytes(b"")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sources, "find_root", lambda: root)
     calls = []
-    monkeypatch.setattr(runner, "run_batch", lambda *a, **kw: calls.append((a, kw)) or 7)
-    monkeypatch.setattr(runner, "promote", lambda r, results: calls.append((r, results)) or ["padir", "stutter"])
-    assert cli.main(["batch", "full", "--out", "o", "--cache-out", "-p", "preset", "x"]) == 7
-    (names, profile, out, overrides), kw = calls[0]
-    assert names == list(runner.TRANSLATION_CHAPTERS) and profile == "full" and out == pathlib.Path("o")
-    assert overrides == {"preset": "x"} and kw["root"] == root and "staged" not in kw
-    assert kw["sizing_from"] is None and kw["cache_from"] is None and kw["cache_out"] is True
-    assert cli.main(["batch", "smoke", "padir", "--out", "o", "--sizing-from", "r.tar.gz"]) == 7
-    assert calls[1][0][:2] == (["padir"], "smoke") and calls[1][1]["sizing_from"] == tmp_path / "r.tar.gz"
-    assert cli.main(["promote", "gpu-out"]) == 0
-    assert calls[2] == (root, pathlib.Path("gpu-out"))
-    assert capsys.readouterr().out.splitlines() == ["promoted padir: notebooks/padir.md and notebooks/padir.ipynb",
-                                                    "promoted stutter: notebooks/stutter.md and notebooks/stutter.ipynb"]
+    monkeypatch.setattr(batch, "prepare", lambda r, args: calls.append(("prepare", args.commit)))
+    monkeypatch.setattr(batch, "run_batch", lambda *a, **kw: calls.append((a, kw)) or 7)
+    monkeypatch.setattr(batch, "promote", lambda r, results: calls.append((r, results)) or ["padir", "stutter"])
+    common = ["--commit", "c" * 40, "--data", str(data)]
+    assert cli.main(["batch", "run", "--out", "o", *common, "--cache-out-mib", "15", "-p", "preset", "x",
+                     "--status", "st"]) == 7
+    assert calls[0] == ("prepare", "c" * 40) and (tmp_path / "st").read_text() == "7\n"
+    (names, profile, out, overrides, given_root), kw = calls[1]
+    assert names == list(sources.TRANSLATION_CHAPTERS) and profile == "full" and out == pathlib.Path("o")
+    assert overrides == {"preset": "x"} and given_root == tmp_path
+    assert kw["sizing_from"] is None and kw["cache_from"] is None and kw["cache_out_bytes"] == 15 * 2**20
+    assert cli.main(["batch", "run", "padir", "--profile", "smoke", "--out", "o", *common,
+                     "--sizing-from", "r.tar.gz"]) == 7
+    assert calls[3][0][:2] == (["padir"], "smoke") and calls[3][1]["sizing_from"] == tmp_path / "r.tar.gz"
+    assert cli.main(["batch", "promote", "gpu-out"]) == 0
+    assert calls[4] == (root, pathlib.Path("gpu-out"))
+    assert capsys.readouterr().out.splitlines() == ["promoted padir: notebooks/padir.ipynb",
+                                                    "promoted stutter: notebooks/stutter.ipynb"]
+    assert cli.main(["batch", "run", "--out", "o", "--commit", "c" * 40, "--data", str(tmp_path)]) == 2
+    assert "DATA=folder holding Multi30k" in capsys.readouterr().err
 
 
 def test_the_command_line_runs_check_sync_provenance_and_labels(capsys, monkeypatch):
@@ -432,7 +443,7 @@ def test_the_command_line_runs_check_sync_provenance_and_labels(capsys, monkeypa
 
 
 def test_the_command_line_reports_a_batchs_compilations_by_chapter_process(capsys, tmp_path):
-    """`compiles` reads a compile log, or the run-records.tar.gz that holds one, and prints a line a
+    """`records compiles` reads a compile log, or the run-records.tar.gz that holds one, and prints a line a
     process: two programs side by side in [0, 10] and [5, 12] s are 17 s summed, 12 s of wall time. A
     file that logs nothing, an archive without the log and a damaged archive each stop with one line."""
     import tarfile
@@ -446,7 +457,7 @@ def test_the_command_line_reports_a_batchs_compilations_by_chapter_process(capsy
     with tarfile.open(records, "w:gz") as tar:
         tar.add(log, arcname="compiles.tsv")
     for path in (log, records):
-        assert cli.main(["compiles", str(path)]) == 0
+        assert cli.main(["records", "compiles", str(path)]) == 0
         assert capsys.readouterr().out.splitlines() == [
             "pid 7: 2 programs, 17.0 s summed, 12.0 s of wall time, 2026-11-18 11:06:40 to 2026-11-18 11:06:52 UTC",
             "pid 9: 1 program, 1.0 s summed, 1.0 s of wall time, 2026-11-18 11:08:19 to 2026-11-18 11:08:20 UTC"]
@@ -459,7 +470,7 @@ def test_the_command_line_reports_a_batchs_compilations_by_chapter_process(capsy
     damaged.write_bytes(b"not gzip")
     for path, why in [(empty, "logs no compilation"), (without, "holds no compiles.tsv"),
                       (damaged, "is not a readable .tar.gz")]:
-        assert cli.main(["compiles", str(path)]) == 1
+        assert cli.main(["records", "compiles", str(path)]) == 1
         err = capsys.readouterr().err
         assert err.startswith(f"error: ValueError: {path} {why}") and err.count("\n") == 1
 

@@ -16,7 +16,7 @@ SMOKE_BUDGET_S = 120  # each chapter's smoke profile, on 2 CPU cores
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", [n for n in sources.toc_notebooks(ROOT) if n not in runner.TRANSLATION_CHAPTERS])
+@pytest.mark.parametrize("name", [n for n in sources.toc_notebooks(ROOT) if n not in sources.TRANSLATION_CHAPTERS])
 def test_smoke_run(name):
     """The chapter runs without a cell error in the smoke profile, within the budget, and
     ends with its provenance line; the record lands in the notebook's metadata.

@@ -171,7 +171,7 @@ def test_the_times_command_records_runs_and_stops_on_a_bad_one_by_name(tmp_path)
     smoke = _executed(tmp_path / "smoke" / "one.ipynb", _meta("cpu", 9.0, "f" * 40, "2026-12-05", profile="smoke"))
 
     def times(*paths):
-        return subprocess.run([sys.executable, "-m", "gmlm_lib.book", "times", *map(str, paths)], cwd=root,
+        return subprocess.run([sys.executable, "-m", "gmlm_lib.book", "records", "times", *map(str, paths)], cwd=root,
                               capture_output=True, text=True, timeout=120)
 
     done = times(good)

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 import seaborn as sns
 
-from gmlm_lib.book.browser import MIN_DENSITY
 from gmlm_lib.core import plotting
 from gmlm_lib.core.tables import FORMATS, column_format, present
+from browser import MIN_DENSITY
 
 
 def _cells(styler):

@@ -17,7 +17,7 @@ A chapter awaiting an accelerator run is one whose full run needs an accelerator
 (:data:`gmlm_lib.book.sources.TRANSLATION_CHAPTERS`) and whose ``.md`` code has moved ahead of its
 ``.ipynb``: the book and Colab show the ``.ipynb``, whole and fresh (every check above on the notebook
 itself still applies), and the next accelerator run executes the ``.md``
-(:func:`gmlm_lib.book.runner.promote` takes that run only if the current ``.md`` made it). ``make
+(:func:`gmlm_lib.book.batch.promote` takes that run only if the current ``.md`` made it). ``make
 check`` lists such chapters with the commit of their last run; any other drift fails it.
 
 ``book/provenance.md`` is generated from the notebooks' metadata and must match it, and
@@ -35,8 +35,6 @@ from gmlm_lib.book import labels, provenance, sources
 
 PROVENANCE_PAGE = Path("book") / "provenance.md"
 BOOK_RERUN_BUDGET_H = 3.0  # hours on 2 CPU cores (issue 36): the provenance page says whether it is met
-GPU_RUN_BUDGET_MIN = 8.0
-"""Minutes for the translation chapters' full runs together on one accelerator, compilation included."""
 RUN_METADATA = ("papermill", "execution")  # per-cell metadata written by a run, not by the text
 
 
@@ -149,7 +147,7 @@ def _executed_notebook(root: Path, name: str, runs: dict | None) -> Path:
 def provenance_page(root: Path, runs: dict | None = None) -> str:
     """The text of ``book/provenance.md``, generated from every chapter's metadata. ``runs``: chapter
     name -> an executed notebook read instead of the committed ``notebooks/NAME.ipynb`` (the page a
-    batch's runs would give once promoted, :func:`gmlm_lib.book.runner.run_batch`)."""
+    batch's runs would give once promoted, :func:`gmlm_lib.book.batch.run_batch`)."""
     lines = [
         "# Provenance of every result",
         "",
@@ -212,103 +210,45 @@ def provenance_page(root: Path, runs: dict | None = None) -> str:
               f"measured by these runs: {verdict} the {BOOK_RERUN_BUDGET_H:g}-hour budget. Each part ran on the hardware",
               "of its row, on its own date (this machine's speed varies from day to day: compare the",
               "same chapter on two dates before reading a change in this total as a change in the code)."]
-    lines += ["", "## The translation chapters on an accelerator", "", *accelerator_run(root, runs)]
+    lines += ["", "## The translation chapters' runs", "", *translation_runs(root, runs)]
     lines += ["", "## Parameters of each run", "", *details]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def accelerator_run(root: Path, runs: dict | None = None) -> list[str]:
-    """The provenance page's lines on the translation chapters' full runs (``make gpu-run``): each
-    chapter's minutes on the accelerator, and their wall time together, compilation included, against
-    :data:`GPU_RUN_BUDGET_MIN` when every one of them ran on a GPU or TPU; otherwise which ran where.
-
-    Chapters run at one commit form one batch. When they ran in several (a lent machine stops a command
-    sooner than the four take), a later batch starts on a fresh machine and trains again the models an
-    earlier batch made (the PaDIR chapter's run folder); that repeated training is stated and left out
-    of the total that is graded, since one batch would not repeat it. ``runs``: as in :func:`provenance_page`."""
+def translation_runs(root: Path, runs: dict | None = None) -> list[str]:
+    """The provenance page's lines on the translation chapters' full runs: per chapter its hardware, commit,
+    start, wall time and the part of it spent compiling (the wall time in which a program was compiling,
+    and the seconds summed over the programs, which exceed it where programs compile side by side), then
+    the totals. Which commits the runs came from is said, since only one commit makes them one set of
+    models. ``runs``: as in :func:`provenance_page`."""
     from gmlm_lib.book import run_times
 
-    given, runs = runs, {}
+    found = {}
     for name in sources.TRANSLATION_CHAPTERS:
-        ipynb = _executed_notebook(root, name, given)
+        ipynb = _executed_notebook(root, name, runs)
         meta = nbformat.read(ipynb, as_version=4).metadata.get("gmlm", {}) if ipynb.is_file() else {}
-        runs[name] = (meta.get("provenance", {}), meta.get("total_wall_time_s"))
-    chapters = ", ".join(sources.TRANSLATION_CHAPTERS)
-    backends = {name: rec.get("backend", "not run") for name, (rec, _) in runs.items()}
-    if any(b not in ("gpu", "tpu") for b in backends.values()) or any(t is None for _, t in runs.values()):
-        groups: dict[str, list[str]] = {}  # hardware ("1 x NVIDIA H200", "2 CPU cores") -> chapters, in book order
-        for name, (rec, wall) in runs.items():
-            key = run_times.hardware_key(rec) if rec.get("backend") and wall is not None else "no full run"
-            groups.setdefault(key, []).append(name)
-        where = " and ".join(f"{key} ({', '.join(names)})" for key, names in groups.items())
-        return [f"The translation chapters ({chapters}) have not all run on an accelerator: their committed",
-                f"outputs come from {where}. The {GPU_RUN_BUDGET_MIN:g}-minute budget of their run together on one",
-                "GPU is not measured."]
-    order = sorted(runs, key=lambda n: runs[n][0].get("started_at", ""))
-    batches: dict[str, list[str]] = {}
-    for name in order:
-        batches.setdefault(runs[name][0].get("gmlm_lib_commit", ""), []).append(name)
-    # what a chapter of a later batch trained itself that a chapter of an earlier batch had made already
-    repeated: dict[str, dict[str, float]] = {}
-    for i, (commit, names) in enumerate(batches.items()):
-        earlier = {art for c in list(batches)[:i] for n in batches[c] for art in runs[n][0].get("artifacts", {})}
-        for name in names:
-            rec, others = runs[name][0], [runs[o][0] for o in order if o != name]
-            again = {art: float(a["wall_s"]) for art, a in rec.get("artifacts", {}).items()
-                     if art in earlier and made_by_the_run(a, rec, others)}
-            if again:
-                repeated[name] = again
-    total_min = sum(float(t) for _, t in runs.values()) / 60
-    repeat_min = sum(s for again in repeated.values() for s in again.values()) / 60
-    kinds = sorted({run_times.hardware_key(rec) for rec, _ in runs.values()})
-    verdict = "within" if total_min - repeat_min <= GPU_RUN_BUDGET_MIN else "over"
-    lines = ["| Chapter | Batch (gmlm_lib commit) | Run started (UTC) | Wall time (min) | Of it compiling (min) "
-             "| Compiling, summed over programs (min) | XLA programs |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+        if meta.get("total_wall_time_s") is not None:
+            found[name] = (meta.get("provenance", {}), float(meta["total_wall_time_s"]))
 
     def minutes(rec, key):
         return f"{float(rec[key]) / 60:.2f}" if rec.get(key) is not None else "not recorded"
 
-    for name in order:
-        rec, wall = runs[name]
-        lines.append(f"| {{doc}}`../notebooks/{name}` | `{provenance.short_commit(rec.get('gmlm_lib_commit', ''))}` | "
-                     f"{_minute(rec.get('started_at', ''))} | {float(wall) / 60:.2f} | "
-                     f"{minutes(rec, 'compile_wall_s')} | {minutes(rec, 'compile_s')} | "
-                     f"{int(rec['compilations']) if 'compilations' in rec else 'not recorded'} |")
-    lines.append("")
-    if len(batches) == 1:
-        lines += [f"The translation chapters ({chapters}) ran in full, in one batch, on {' and '.join(kinds)}",
-                  f"(`make gpu-run`): {total_min:.2f} min of wall time together, compilation included, {verdict} the",
-                  f"{GPU_RUN_BUDGET_MIN:g}-minute budget."]
-    else:
-        listed = "; ".join(f"{', '.join(names)} at `{provenance.short_commit(commit)}`" for commit, names in batches.items())
-        lines += [f"The translation chapters ({chapters}) ran in full on {' and '.join(kinds)} (`make gpu-run`) in",
-                  f"{len(batches)} batches, because the four do not fit one command of the lent machine: {listed}.",
-                  f"Their wall times add up to {total_min:.2f} min, compilation included."]
-        if repeated:
-            again = "; ".join(f"{name}: {', '.join(a)}, {sum(a.values()) / 60:.2f} min of recorded work"
-                              for name, a in repeated.items())
-            lines += [f"A later batch starts on a fresh machine, so it made again what an earlier batch had made ({again}).",
-                      f"One batch would not repeat that work: {total_min - repeat_min:.2f} min without it, {verdict} the",
-                      f"{GPU_RUN_BUDGET_MIN:g}-minute budget."]
-        else:
-            lines.append(f"That is {verdict} the {GPU_RUN_BUDGET_MIN:g}-minute budget.")
-    if all("compile_s" in rec for rec, _ in runs.values()):
-        summed_min = sum(float(rec["compile_s"]) for rec, _ in runs.values()) / 60
-        programs = sum(int(rec["compilations"]) for rec, _ in runs.values())
-        hits = sum(int(rec.get("cache_hits", 0)) for rec, _ in runs.values())
-        cache = (f"({hits:,} of them read from JAX's persistent compilation cache, which the kernels of a batch "
-                 "share and which a batch may fill first from an earlier batch's archive, as its log in "
-                 "`benchmarks/gpu_runs/` says; a chapter run alone compiles its own)")
-        if all(rec.get("compile_wall_s") is not None for rec, _ in runs.values()):
-            wall_min = sum(float(rec["compile_wall_s"]) for rec, _ in runs.values()) / 60
-            lines.append(f"Of the {total_min:.2f} min, {wall_min:.2f} went to compiling {programs:,} XLA programs "
-                         f"{cache}; summed over the programs, which compile side by side, their compilations took "
-                         f"{summed_min:.2f} min.")
-        else:
-            lines.append(f"Their {programs:,} XLA programs {cache} took {summed_min:.2f} min to compile, summed over "
-                         "the programs; programs compile side by side, so less of the wall time went to compiling, and "
-                         "not every run recorded how much (each program's span is in the batch's `compiles.tsv`).")
+    lines = ["| Chapter | Hardware | gmlm_lib commit | Run started (UTC) | Wall time (min) | Of it compiling (min) "
+             "| Compiling, summed over programs (min) | XLA programs (from the cache) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, (rec, wall) in found.items():
+        programs = f"{int(rec['compilations']):,} ({int(rec.get('cache_hits', 0)):,})" if "compilations" in rec \
+            else "not recorded"
+        lines.append(f"| {{doc}}`../notebooks/{name}` | {run_times.hardware_key(rec)} | "
+                     f"`{provenance.short_commit(rec.get('gmlm_lib_commit', ''))}` | {_minute(rec.get('started_at', ''))} | "
+                     f"{wall / 60:.2f} | {minutes(rec, 'compile_wall_s')} | {minutes(rec, 'compile_s')} | {programs} |")
+    missing = [n for n in sources.TRANSLATION_CHAPTERS if n not in found]
+    total = sum(wall for _, wall in found.values()) / 60
+    commits = sorted({provenance.short_commit(rec.get("gmlm_lib_commit", "")) for rec, _ in found.values()})
+    lines += ["", f"Their full runs took {total:.2f} min together, compilation included"
+              + (f"; {', '.join(missing)} has no full run." if missing else ".")
+              + (f" They ran at {len(commits)} commits ({', '.join(f'`{c}`' for c in commits)}), so their trained "
+                 "models are not one set." if len(commits) > 1 else "")]
     return lines
 
 

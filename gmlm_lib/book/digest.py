@@ -2,11 +2,13 @@
 tables as text. Why: a run the book does not show (a chapter awaiting an accelerator run rehearsed on a CPU, a GPU run that
 stopped at its deadline) is kept in ``benchmarks/`` as its records, not as a notebook of half a
 megabyte of figures; this record says where the time went and what each cell printed, and the GPU
-run's records are read from it (``python -m gmlm_lib.book digest OUT/NAME.ipynb``).
+run's records are read from it (``python -m gmlm_lib.book records digest OUT/NAME.ipynb``).
 """
 
 from __future__ import annotations
 
+import datetime
+import tarfile
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -98,3 +100,33 @@ def digest(path: Path, *, note: str = "") -> dict:
 
 
 __all__ = ["html_tables", "output_text", "cells", "digest"]
+
+
+def compile_report(path: Path) -> list[str]:
+    """One line per process of the compile log at ``path`` (``compiles.tsv``, or the ``run-records.tar.gz``
+    of a batch, which holds it): :func:`gmlm_lib.core.timing.compile_log_processes`, with UTC times."""
+    from gmlm_lib.core import timing
+
+    if path.name.endswith(".tar.gz"):
+        try:
+            with tarfile.open(path) as tar:
+                member = tar.extractfile("compiles.tsv")
+                lines = member.read().decode().splitlines() if member is not None else None
+        except KeyError:
+            lines = None
+        except tarfile.TarError as err:
+            raise ValueError(f"{path} is not a readable .tar.gz ({err}).") from None
+        if lines is None:
+            raise ValueError(f"{path} holds no compiles.tsv; pass a batch's "
+                             "run-records.tar.gz or its compile log.")
+    else:
+        lines = path.read_text().splitlines()
+    found = timing.compile_log_processes(lines)
+    if not found:
+        raise ValueError(f"{path} logs no compilation (lines of time, pid, program and seconds, tab-separated).")
+
+    def utc(t):
+        return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+    return [f"pid {pid}: {r['programs']} program{'s' if r['programs'] != 1 else ''}, {r['summed_s']:.1f} s summed, "
+            f"{r['wall_s']:.1f} s of wall time, {utc(r['first'])} to {utc(r['last'])} UTC" for pid, r in found.items()]

@@ -236,3 +236,23 @@ def smoke_overrides(root: Path) -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"{path} must map notebook names to parameter overrides.")
     return data
+
+
+def _parse_value(text: str, name: str = ""):
+    """A ``-p`` value is read as YAML: ``6`` is an int, ``[1, 2]`` a list, ``true`` a bool; text that is
+    not YAML is an error naming the parameter."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        problem = str(err).splitlines()[0]
+        raise SystemExit(f"error: -p {name} {text!r}: the value is read as YAML and this is not YAML ({problem}); "
+                         "quote a string, write a list as [1, 2].") from None
+
+
+def parameter_overrides(pairs: list[list[str]]) -> dict:
+    """The ``-p NAME VALUE`` options as a dict; a name given twice is an error, not the last one winning."""
+    seen = [name for name, _ in pairs]
+    twice = sorted({n for n in seen if seen.count(n) > 1})
+    if twice:
+        raise SystemExit(f"error: -p {', '.join(twice)} given more than once; give each parameter once.")
+    return {name: _parse_value(value, name) for name, value in pairs}

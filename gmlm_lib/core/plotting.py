@@ -14,7 +14,7 @@ def set_style() -> None:
     In a notebook (IPython), figures are shown as "retina" PNGs: drawn at twice ``figure.dpi`` and
     displayed at half their pixel size, so every displayed pixel has at least two image pixels and the
     figures stay sharp on high-density screens and when the page scales them down to its column (the
-    book's browser check, :data:`gmlm_lib.book.browser.MIN_DENSITY`)."""
+    book's browser check, ``MIN_DENSITY`` of ``tests/browser.py``)."""
     sns.set_theme(context="notebook", style="whitegrid", palette=PALETTE, font_scale=1.0)
     mpl.rcParams.update({
         "figure.dpi": 110,
