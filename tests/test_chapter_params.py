@@ -34,6 +34,11 @@ PARAMS = {  # chapter: the Params that its validation cell builds
 }
 
 
+# the chapter whose other parameters are the settings of its Experiment (gmlm_lib.mt.config), built and checked
+# there: its Params holds only its own parameters
+EXPERIMENT_NAMES = {"padir": set(config.FIELDS) - {"seed"}}
+
+
 def _source(chapter: str) -> Path:
     return ROOT / "notebooks" / f"{chapter}.md"
 
@@ -55,14 +60,19 @@ def test_every_chapter_has_its_params():
     assert sorted(PARAMS) == sorted(sources.toc_notebooks(ROOT))
 
 
+def _own(chapter: str, values: dict) -> dict:
+    """The parameters of ``values`` that the chapter's Params holds (all but its experiment's settings)."""
+    return {k: v for k, v in values.items() if k not in EXPERIMENT_NAMES.get(chapter, ())}
+
+
 @pytest.mark.parametrize("chapter", sorted(PARAMS))
 def test_the_fields_are_the_parameters_cell_and_its_defaults_pass(chapter):
     defaults = _defaults(chapter)
     cls = PARAMS[chapter]
-    assert sorted(f.name for f in dataclasses.fields(cls)) == sorted(defaults)  # the cell's names, no other
-    assert cls.of(defaults).record() == defaults
+    assert sorted(f.name for f in dataclasses.fields(cls)) == sorted(_own(chapter, defaults))  # the cell's, no other
+    assert cls.of(defaults).record() == _own(chapter, defaults)
     smoke = _smoke(chapter)
-    assert cls(**{**defaults, **smoke}).record() == {**defaults, **smoke}
+    assert cls(**_own(chapter, {**defaults, **smoke})).record() == _own(chapter, {**defaults, **smoke})
     # the chapter imports this class's module, builds its Params once, and checks nothing in a cell of its own
     text = _text(chapter)
     assert f"from gmlm_lib.book.findings import {cls.__module__.rsplit('.', 1)[1]} as " in text
@@ -71,35 +81,31 @@ def test_the_fields_are_the_parameters_cell_and_its_defaults_pass(chapter):
 
 @pytest.mark.parametrize("chapter", sorted(PARAMS))
 def test_every_parameter_is_checked_and_named(chapter):
-    """A value of the wrong kind in any one parameter stops the chapter with an error naming it."""
+    """A value of the wrong kind in any one parameter stops the chapter with an error naming it: by its
+    Params, or, for a setting of its experiment, by :func:`gmlm_lib.mt.config.from_parameters`."""
     defaults = _defaults(chapter)
     for name in defaults:  # bytes: no parameter of any chapter takes them (a string would pass a str check)
+        if name in EXPERIMENT_NAMES.get(chapter, ()):
+            with pytest.raises((TypeError, ValueError), match=f"^{name}"):
+                config.from_parameters(defaults["preset"], {**defaults, name: b"x"})
+            continue
         with pytest.raises(ValueError, match=f"parameter {name} = b'x' is out of range"):
-            PARAMS[chapter](**{**defaults, name: b"x"})
+            PARAMS[chapter](**_own(chapter, {**defaults, name: b"x"}))
 
 
 def _edge(chapter, **changes):
-    return PARAMS[chapter](**{**_defaults(chapter), **changes})
+    """The chapter's parameters with ``changes``, checked as the chapter checks them (its experiment too)."""
+    values = {**_defaults(chapter), **changes}
+    if chapter in EXPERIMENT_NAMES:
+        exp = config.from_parameters(values["preset"], values)
+        return PARAMS[chapter].of(values).resolved(exp, "cpu")
+    return PARAMS[chapter](**values)
 
 
 def test_a_model_setting_is_named_by_the_cells_name_for_it():
     """The model config's ``vocab`` is the cell's ``vocab_size``: its error names ``vocab_size``."""
-    with pytest.raises(ValueError, match=r"parameter vocab_size = 5 is out of range: ModelConfig\.vocab = 5 "):
-        _edge("padir", preset="multi30k_cpu", vocab_size=5).experiment()
-
-
-def test_an_experiment_error_that_names_no_parameter_is_raised_with_its_text(monkeypatch):
-    """An error that starts with no parameter's name is the experiment's, with the preset and its text, not a
-    "parameter ... is out of range" naming another."""
-    from gmlm_lib.mt import config
-
-    def refuse(preset, values):
-        raise ValueError("the corpus and the vocabulary disagree")
-
-    monkeypatch.setattr(config, "from_parameters", refuse)
-    with pytest.raises(ValueError, match=r"do not form an experiment of preset 'multi30k_cpu': the corpus and the "
-                                         r"vocabulary disagree$"):
-        _edge("padir", preset="multi30k_cpu").experiment()
+    with pytest.raises(ValueError, match=r"^vocab_size = 5 is out of range: ModelConfig\.vocab = 5 "):
+        _edge("padir", preset="multi30k_cpu", vocab_size=5)
 
 
 @pytest.mark.parametrize("chapter, good, bad, name", [
@@ -138,7 +144,8 @@ def test_a_range_at_its_edge(chapter, good, bad, name):
 
 @pytest.mark.parametrize("chapter", sorted(PARAMS))
 def test_a_bool_is_not_a_seed(chapter):
-    with pytest.raises(ValueError, match="parameter seed = True"):
+    with pytest.raises((TypeError, ValueError), match="^(parameter seed = True|seed in the parameters cell must be an "
+                                                      "integer; got True)"):
         _edge(chapter, seed=True)
 
 
@@ -282,23 +289,32 @@ def _rule_grid(**values) -> dict:
 ])
 def test_a_translation_range_at_its_edge(chapter, good, bad, name):
     _edge(chapter, **good)
-    with pytest.raises(ValueError, match=f"parameter {name} = "):
+    with pytest.raises(ValueError, match=f"(parameter |^){name} "):
         _edge(chapter, **bad)
 
 
 def test_a_padir_setting_out_of_range_in_the_preset_is_named_with_the_presets_value():
-    with pytest.raises(ValueError, match=r"parameter d_model = None \(the preset's\) is out of range: .*heads = 3"):
+    with pytest.raises(ValueError, match=r"^d_model \(None in the parameters cell: the preset's value\) = 256 is out "
+                                         r"of range: .*heads = 3"):
         _edge("padir", heads=3)
 
 
 @pytest.mark.parametrize("backend, preset, deep", [("gpu", "multi30k_gpu", True), ("tpu", "multi30k_gpu", True),
                                                    ("cpu", "multi30k_cpu", False)])
-def test_the_padir_params_resolve_every_setting_for_the_backend(backend, preset, deep):
-    params = _edge("padir", preset="auto").resolved(backend)
-    record = params.record()
+def test_the_padir_record_holds_every_setting_resolved_for_the_backend(backend, preset, deep, monkeypatch):
+    """What the chapter's run records: every name of its parameters cell, none left at None, the experiment's
+    settings the preset's (by name) and the chapter's own resolved for the backend; a value given stays."""
+    import jax
+
+    from gmlm_lib.book.findings import padir as findings
+
+    monkeypatch.setattr(jax, "default_backend", lambda: backend)  # "auto" resolves by the running backend
+    values = {**_defaults("padir"), "preset": "auto"}
+    exp = config.from_parameters("auto", values)
+    record = findings.record(exp, findings.Params.of(values).resolved(exp, backend))
+    assert set(record) == set(values) and None not in record.values()
     assert record["preset"] == preset and record["deep_shallow"] is deep
-    assert None not in record.values()  # every setting the preset's, by name, as the run's provenance stores it
     assert {k: record[k] for k in config.FIELDS} == dataclasses.asdict(config.get(preset))
-    assert params.experiment() == config.get(preset)
-    mine = _edge("padir", preset="auto", d_model=128, deep_shallow=False).resolved(backend)
-    assert (mine.d_model, mine.deep_shallow, mine.experiment().d_model) == (128, False, 128)  # a value given stays
+    mine = {**values, "d_model": 128, "deep_shallow": False}
+    exp = config.from_parameters("auto", mine)
+    assert (exp.d_model, findings.Params.of(mine).resolved(exp, backend).deep_shallow) == (128, False)

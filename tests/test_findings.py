@@ -46,6 +46,56 @@ def test_a_significance_level_outside_zero_to_one_is_refused(alpha):
         findings.significant(0.01, alpha)
 
 
+@pytest.mark.parametrize("interval, bar, at_least, want", [
+    ((1.0, 2.0), 1.0, True, "met"), ((1.0, 2.0), 1.001, True, "within noise"), ((0.2, 0.999), 1.0, True, "missed"),
+    ((-0.5, 1.0), 1.0, False, "met"), ((0.9, 1.001), 1.0, False, "within noise"), ((1.001, 3.0), 1.0, False, "missed"),
+    ((2.0, 2.0), 2.0, True, "met"), ((2.0, 2.0), 2.0, False, "met"),
+])
+def test_an_interval_is_graded_by_where_it_lies_against_the_bar(interval, bar, at_least, want):
+    """met: the whole interval on the right side of the bar (the bar itself counts); missed: the whole of
+    it on the wrong side; within noise: it straddles the bar."""
+    assert findings.rules.grade_interval(interval, bar, at_least=at_least) == want
+
+
+def test_a_model_still_improving_or_a_single_run_is_not_graded_met_or_missed():
+    rules = findings.rules
+    assert rules.grade_interval((5.0, 6.0), 1.0, at_least=True, improving=True) == "not comparable"
+    assert rules.grade_interval(None, 1.0, at_least=True) == rules.ONE_RUN == "one run: within noise unknown"
+    assert rules.grade_interval(None, 1.0, at_least=True, improving=True) == "not comparable"
+    for bad in [(2.0, 1.0), (float("nan"), 1.0), (0.0,), "0 to 1"]:
+        with pytest.raises(ValueError):
+            rules.grade_interval(bad, 1.0, at_least=True)
+    with pytest.raises(ValueError, match="bar must be a finite number"):
+        rules.grade_interval((0.0, 1.0), float("inf"), at_least=True)
+
+
+def test_the_seed_and_sentence_interval_widens_with_either_noise_and_covers_the_mean():
+    """Constructed cases: replicas that agree and sentences that do not move the number give an interval of
+    that number; spread between seeds alone, or between sentence resamples alone, widens it; 50 replicas
+    drawn from N(0, 1) give about the normal interval of their mean (1.96 / sqrt(50) on each side)."""
+    import jax
+    import numpy as np
+
+    rules = findings.rules
+    key = jax.random.key(0)
+    assert rules.seed_sentence_interval(np.full((4, 30), 2.5), key) == (2.5, 2.5)
+    seeds = np.repeat(np.array([[1.0], [2.0], [3.0], [4.0]]), 30, axis=1)
+    low, high = rules.seed_sentence_interval(seeds, key)
+    assert 1.0 <= low < 2.5 < high <= 4.0
+    sentences = np.tile(np.linspace(2.0, 3.0, 30), (4, 1))
+    low, high = rules.seed_sentence_interval(sentences, key)
+    assert 2.0 <= low < 2.5 < high <= 3.0
+    draws = np.random.default_rng(1).normal(size=50)
+    low, high = rules.seed_sentence_interval(np.repeat(draws[:, None], 20, axis=1), key)
+    half = 1.96 * draws.std(ddof=1) / np.sqrt(50)
+    assert abs((high - low) / 2 - half) < 0.15 * half and low < draws.mean() < high
+    assert rules.seed_sentence_interval(seeds, key) == rules.seed_sentence_interval(seeds, key)  # the key decides
+    with pytest.raises(ValueError, match="one replica cannot estimate the spread between seeds"):
+        rules.seed_sentence_interval(np.ones((1, 30)), key)
+    with pytest.raises(ValueError, match="non-finite"):
+        rules.seed_sentence_interval(np.array([[1.0, np.nan], [1.0, 2.0]]), key)
+
+
 def _tables(ar=30.0, dist=29.0, lc=39.0, greedy_ms=(10.0, 30.0), padir_ms=(5.0, 10.0), shallow_ms=None,
             unrolled_ms=None):
     quality = pd.DataFrame([

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gmlm_lib.book import overview, sources
+from gmlm_lib.book.findings import rules
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +43,7 @@ def test_the_verdict_stands_beside_its_claim():
     assert overview.COLUMNS[:2] == ("Claim", "Verdict")
     assert len(body) == len(overview.ROWS)
     for line in body:
-        assert line.strip("|").split(" | ")[1].strip() in ("**met**", "**missed**", "**not comparable**", "—"), line
+        assert line.strip("|").split(" | ")[1].strip() in [f"**{v}**" for v in rules.VERDICTS] + ["—"], line
 
 
 def test_every_row_names_a_chapter_and_every_verdict_is_one_of_three():
@@ -115,12 +116,28 @@ def test_the_pages_are_written_and_a_missing_one_is_reported(tmp_path, monkeypat
         assert any(p.startswith(f"{page} does not match") for p in overview.problems(tmp_path))
 
 
+def test_a_translation_row_from_one_trained_model_says_so_and_from_replicas_keeps_its_verdict(monkeypatch):
+    """A translation result from one trained model is not graded met or missed (one seed cannot tell a
+    difference from the spread between seeds); from a run of two or more replicas the chapter's verdict
+    stands; a theory row and a not-comparable row are left as they are."""
+    verdicts = {r.claim: v for r, _, _, _, v in overview.rows(ROOT)}
+    assert verdicts["PaDIR's quality (Tables 1-3)"] == f"**{rules.ONE_RUN}**"
+    assert verdicts["Design choices (ablations)"] == "**not comparable**"
+    assert verdicts["Theorem 1: the C_P bound"] in ("**met**", "**missed**")
+    real = overview.glued
+    monkeypatch.setattr(overview, "glued", lambda path: {**real(path), "seeds": 4})
+    assert {r.claim: v for r, _, _, _, v in overview.rows(ROOT)}["PaDIR's quality (Tables 1-3)"] in \
+        ("**met**", "**missed**", "**within noise**")
+    for seeds, want in [(1, False), (True, False), (2, True), ("4", False)]:
+        assert overview.replicated({"seeds": seeds}) is want
+
+
 def test_a_row_whose_verdict_is_not_one_of_the_three_is_refused(monkeypatch):
     row = overview.ROWS[0]
     monkeypatch.setattr(overview, "ROWS", (overview.Row(row.claim, row.chapter, row.paper, row.ours,
                                                         lambda g: "almost met"),))
     with pytest.raises(ValueError, match=r"overview row 'Theorem 2: masking more never hurts': verdict 'almost met' "
-                                         r"is not met, missed or not comparable"):
+                                         r"is not one of \('met', 'missed', 'within noise'"):
         overview.rows(ROOT)
 
 
@@ -165,3 +182,16 @@ def test_rows_show_bleu_with_one_decimal_and_the_order_in_rounding_envelopes():
         dict(min_lambda=-6.6e-11, min_envelopes=-0.6848, order_slack=10.0, num_models=20))
     assert order == ("smallest eigenvalue of Γₖ − Γₖ₊₁ -6.6e-11, i.e. -0.68 float64 rounding envelopes "
                      "(bar: at least -10), over 20 models, exact")
+
+
+def test_the_landing_page_sets_part_iiis_scale_beside_the_papers(tmp_path, monkeypatch):
+    """The scale table: the PaDIR chapter's glued parameter count and updates, its recorded language pair and
+    hardware, beside the paper's; a book whose PaDIR chapter has not run says so."""
+    text = overview.scale(ROOT)
+    g = overview.glued(ROOT / "notebooks" / "padir.ipynb")
+    assert text.splitlines()[:2] == ["| Part III | The paper | This book |", "| --- | --- | --- |"]
+    assert f"{int(g['ar_parameters']) / 1e6:.1f}M parameters" in text and f"{int(g['ar_steps']):,} AR" in text
+    assert "| Model | a Transformer of 67M parameters |" in text and "Multi30k, en→de" in text
+    assert text in overview.page(ROOT)
+    monkeypatch.setattr(overview.sources, "toc_notebooks", lambda root: ["masking_more"])
+    assert overview.scale(ROOT) == "Part III's scale: the PaDIR chapter has not run."

@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             return batch.main(args, argv)
         return _COMMANDS[args.command](args)
     except Exception as err:  # the library's own errors, said in one line; anything else is a bug: traceback
-        expected = isinstance(err, (OSError, ValueError, TypeError, KeyError)) or type(err).__name__ == "NotebookRunError"
+        expected = isinstance(err, (OSError, ValueError, TypeError, KeyError)) \
+            or type(err).__name__ == "NotebookRunError"
         if os.environ.get("GMLM_TRACEBACK") == "1" or not expected:
             raise
         print(f"error: {describe(err)}", file=sys.stderr)

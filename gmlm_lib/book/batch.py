@@ -1,7 +1,7 @@
 """The accelerator run: a batch of chapters from one commit, on a machine with no network, no git
 metadata and no notebook tooling, and what comes back of it. One command line,
 ``python -m gmlm_lib.book batch run|start|wait|probe|promote`` (the Makefile's ``gpu-*`` targets are
-one line each over it; ``benchmarks/gpu_runs/README.md`` is the runbook, with the values a lent
+one line each over it; ``benchmarks/gpu_runs/README.md`` is the runbook, with the values an accelerator
 machine's limits ask for):
 
 - ``run``: install the notebook tooling from wheels (``--wheels``) into a folder of its own, set the
@@ -42,9 +42,9 @@ RECORD_FILES = ("run.json", "config.json", "data.json", "metrics.jsonl", "val.js
 
 def _records_archive(root: Path, out: Path, compiles: Path | None = None) -> Path | None:
     """``out/run-records.tar.gz``: the small records of every run folder under ``runs/`` where the
-    chapters' kernels run (:data:`gmlm_lib.book.runner.KERNEL_CWD`; configs, run records, metrics, data fingerprints, sizing
-    decisions; no checkpoints), so a run on a lent machine leaves its training curves and provenance
-    behind, and ``compiles`` (the batch's :data:`gmlm_lib.core.timing.COMPILE_LOG`, when it exists) as
+    chapters' kernels run (:data:`gmlm_lib.book.runner.KERNEL_CWD`; configs, run records, metrics, data
+    fingerprints, sizing decisions; no checkpoints), so a run on a remote machine leaves its training
+    curves and provenance behind, and ``compiles`` (the batch's :data:`gmlm_lib.core.timing.COMPILE_LOG`, when it exists) as
     ``compiles.tsv``: every program compiled with its time and seconds, for reading where a chapter's
     wall time went beyond the log's sums; ``None`` when there is neither. Run folder members are named
     as the chapters name the folders (``runs/padir/en-de/...``)."""
@@ -134,7 +134,7 @@ def restore_sizing(archive: Path, root: Path) -> list[Path]:
     """Put the sizing decisions (``runs/**/sizing.json``, :func:`gmlm_lib.mt.sizing.fit`) of a previous
     batch's ``run-records.tar.gz`` back into the run folders (beneath ``root / KERNEL_CWD``, where the
     chapters' kernels run), and return their paths. Why: the run folders themselves (their weights)
-    cannot leave a lent GPU machine, so a later batch that has to rebuild the PaDIR chapter's folder
+    do not come back from the accelerator machine, so a later batch that has to rebuild the PaDIR chapter's folder
     (for the chapters that did not fit in the first one) would time the updates again and may train a
     few more or fewer; with the first batch's decision in place it trains exactly the updates the
     PaDIR chapter's models had. A decision already in place must be the same; an archive without
@@ -270,7 +270,8 @@ def _start_log(batch: _Batch, names: list[str], sizing_from: Path | None, cache_
     batch.log(f"batch of {len(names)} chapter(s), profile {batch.profile}, commit {records.git_commit()}, "
               f"{records.hardware_summary(env)}, JAX {env['jax_version']}, Flax {env['flax_version']}, "
               f"Python {env['python']}"
-              + "".join(f", {key.upper()}={env[key]}" for key in ("xla_flags", "jax_compilation_cache_dir") if key in env))
+              + "".join(f", {key.upper()}={env[key]}" for key in ("xla_flags", "jax_compilation_cache_dir")
+                        if key in env))
     if sizing_from is not None:
         for path in restore_sizing(sizing_from, batch.root):
             batch.log(f"sizing decision {path.relative_to(batch.root)} restored from {sizing_from}: the models train "
@@ -295,7 +296,7 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
 
     A full batch leaves the checkout as it was: each executed notebook goes to ``out`` only, and
     ``out/provenance.md`` is the provenance page as it will read once :func:`promote` has taken the runs
-    in (a rehearsal on a CPU must not replace the book's notebooks with a CPU run).
+    in (a run of the batch on a CPU must not replace the book's accelerator notebooks with a CPU run).
 
     ``sizing_from``: an earlier batch's ``run-records.tar.gz``, whose sizing decisions are put back
     first (:func:`restore_sizing`). With JAX's persistent compilation cache on
@@ -359,7 +360,8 @@ def _pack_log(batch: _Batch, packed: dict, before: frozenset) -> None:
     batch.log(f"compilation cache: {packed['programs']} programs, {packed['bytes'] / mib:.1f} MiB; "
               f"{packed['packed']} of them ({packed['packed_bytes'] / mib:.1f} MiB, the earliest written"
               + (f" first, the {len(before)} there before the first chapter last" if before else "") + ") packed into "
-              f"{CACHE_ARCHIVE if packed['packed'] else 'nothing'} for a later batch (make gpu-run GPU_JAX_CACHE_FROM=)")
+              f"{CACHE_ARCHIVE if packed['packed'] else 'nothing'} for a later batch "
+              "(make gpu-run GPU_JAX_CACHE_FROM=)")
 
 
 # --- the command line: preparing a machine, a deadline, running detached -------------------------------------
@@ -399,7 +401,8 @@ def install_wheels(wheels: Path, site: Path) -> bool:
 
 
 def _probe_command(root: Path, probe: str, json_path: Path) -> list[str]:
-    return [sys.executable, str(root / "benchmarks" / "compile_probe.py"), *shlex.split(probe), "--json", str(json_path)]
+    return [sys.executable, str(root / "benchmarks" / "compile_probe.py"), *shlex.split(probe),
+            "--json", str(json_path)]
 
 
 def choose_flags(root: Path, args) -> str:
@@ -597,7 +600,8 @@ def probe(args) -> int:
 
 def add_parser(sub) -> None:
     """The ``batch`` command and its subcommands, on the book's command line."""
-    batch = sub.add_parser("batch", help="the accelerator run: run|start|wait|probe|promote (benchmarks/gpu_runs/README.md)")
+    batch = sub.add_parser("batch", help="the accelerator run: run|start|wait|probe|promote "
+                           "(benchmarks/gpu_runs/README.md)")
     verbs = batch.add_subparsers(dest="verb", required=True)
     for verb in ("run", "start"):
         p = verbs.add_parser(verb, help="run chapters in order, gathering notebooks, records and a log" if verb == "run"

@@ -11,9 +11,8 @@ Generated, never edited by hand (``python -m gmlm_lib.book labels`` writes ``boo
   ``[paper Figure N]`` or ``[paper Table N]``; ``[paper Table N, on SETTING]`` marks an analogue in
   another setting (Multi30k in place of the paper's WMT), which the index calls so.
 
-:data:`PAPER_LABELS` is the paper's inventory (Sections 2-3 and the appendices; the extracted
-text lost the numbers of some labels, so each title quotes the paper's words); a label the book
-does not treat has its reason in :data:`NOT_TREATED`.
+:data:`PAPER_LABELS` is the paper's inventory (Sections 2-3 and the appendices), each title in the
+paper's words; a label the book does not treat has its reason in :data:`NOT_TREATED`.
 """
 
 from __future__ import annotations
@@ -84,17 +83,17 @@ NOT_TREATED: dict[str, str] = {
     "Theorem 5": "The paper's text has no result of its own numbered Theorem 5; its one mention is Van der Vaart's "
                  "Theorem 5.23, the source of Lemma 9.",
     "Lemma 4": "A textbook concentration inequality used inside the proof of Theorem 4; the book checks the theorem's "
-               "key step exactly instead of its finite-sample constants, which the extracted text lost.",
-    "Lemma 5": "A step of the finite-sample proof of Theorem 4 whose constants the extracted text lost.",
+               "key step exactly instead of its finite-sample constants.",
+    "Lemma 5": "A step of the finite-sample proof of Theorem 4 whose constants this book does not reproduce.",
     "Lemma 6": "A step of the finite-sample proof of Theorem 4 (empirical frequencies converge); standard.",
     "Lemma 7": "An expressivity result of Yun et al. (2020) the paper cites; the book trains a Transformer to one "
                "parallel step instead (Proposition 4).",
     "Lemma 8": "An expressivity result of Liu et al. (2023) the paper cites; not a claim the book can compute.",
     "Lemma 9": "Regularity conditions of Van der Vaart's theorem; the book checks their conclusion (Lemma 1) on "
                "the Ising models it uses.",
-    "Proposition 2": "A bound inside the proof of Theorem 4 whose constants the extracted text lost.",
-    "Corollary 1": "A step of the finite-sample proof of Theorem 4 whose constants the extracted text lost.",
-    "Corollary 2": "A step of the finite-sample proof of Theorem 4 whose constants the extracted text lost.",
+    "Proposition 2": "A bound inside the proof of Theorem 4 whose constants this book does not reproduce.",
+    "Corollary 1": "A step of the finite-sample proof of Theorem 4 whose constants this book does not reproduce.",
+    "Corollary 2": "A step of the finite-sample proof of Theorem 4 whose constants this book does not reproduce.",
 }
 """Labels the book does not treat, and why."""
 

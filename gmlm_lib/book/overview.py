@@ -7,7 +7,11 @@ disagrees with the notebooks. Each row (:data:`ROWS`) names the chapter, quotes 
 formats the chapter's glued numbers, and takes its verdict from the chapter's own graded words or
 grades it here with :func:`gmlm_lib.book.findings.rules.grade`: **met** (the paper's claim holds in
 this run, or the book's target for it is reached), **missed**, or **not comparable** (the book's run
-is too far from the paper's setting for a verdict).
+is too far from the paper's setting for a verdict). A row of Part III grades numbers of trained models,
+which move with the seed that trained them: its verdict stands only where the chapter's run trained
+replicas (a glued ``seeds`` of at least 2, its verdicts from
+:func:`gmlm_lib.book.findings.rules.grade_interval`, which adds **within noise**); a run of one model
+is graded :data:`~gmlm_lib.book.findings.rules.ONE_RUN` instead of met or missed.
 """
 
 from __future__ import annotations
@@ -22,9 +26,11 @@ from gmlm_lib.book import run_times, sources
 from gmlm_lib.book.findings.bounds import SLACK
 from gmlm_lib.book.findings.kgibbs import FIGURE3_CLAIMS
 from gmlm_lib.book.findings.parallel_rules import frontiers_agree
-from gmlm_lib.book.findings.rules import grade
+from gmlm_lib.book.findings.rules import ONE_RUN, VERDICTS, grade
 
 PAGE = Path("book") / "results.md"
+PART3_PAGE = Path("book") / "experiments_results.md"
+"""Part III's scale and rows of the overview, included at the top of Part III's opening page."""
 AGREEMENT = Path("book") / "rules_agreement.md"
 """The sentence on whether the exact Ising comparison of the 2025 rules and the translation frontier
 agree, generated from both chapters' runs and included in both chapters (:func:`agreement`)."""
@@ -139,6 +145,13 @@ ROWS: tuple[Row, ...] = (
 """The headline claims of the overview, in the book's order."""
 
 
+def replicated(values: dict) -> bool:
+    """Whether a translation chapter's run trained replicas of its models (its glued ``seeds``, at least 2),
+    so that its verdicts know the spread between seeds."""
+    seeds = values.get("seeds", 1)
+    return isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 2
+
+
 def rows(root: Path) -> list[tuple[Row, str, str, str, str]]:
     """``(row, where, ours, hardware, verdict)`` for every row of :data:`ROWS` whose chapter is in the
     book; ``problem`` rows (a chapter not run, or a run that lacks a value the row needs) carry their
@@ -163,10 +176,39 @@ def rows(root: Path) -> list[tuple[Row, str, str, str, str]]:
         except (KeyError, ValueError, ZeroDivisionError, TypeError) as err:
             out.append((row, where, f"not available: its last run lacks {err}", hw, "—"))
             continue
-        if verdict not in ("met", "missed", "not comparable"):
-            raise ValueError(f"overview row {row.claim!r}: verdict {verdict!r} is not met, missed or not comparable.")
+        if verdict not in VERDICTS:
+            raise ValueError(f"overview row {row.claim!r}: verdict {verdict!r} is not one of {VERDICTS}.")
+        if row.chapter in sources.TRANSLATION_CHAPTERS and verdict != "not comparable" and not replicated(values):
+            verdict = ONE_RUN
         out.append((row, where, ours, hw, f"**{verdict}**"))
     return out
+
+
+PAPER_SCALE = {"Model": "a Transformer of 67M parameters", "Training": "500k updates at batch size 2,048",
+               "Data": "WMT (three language pairs)", "Hardware": "TPU v3"}
+"""The scale of the paper's translation experiments (its Appendix L.2 and Section 3.3), beside which
+:func:`scale` sets the book's."""
+
+
+def scale(root: Path) -> str:
+    """A table of the scale of Part III's models (the PaDIR chapter's last full run: its glued parameter count
+    and updates, its recorded language pair and hardware) beside the paper's (:data:`PAPER_SCALE`); a
+    sentence saying so when that chapter has not run."""
+    ipynb = root / "notebooks" / "padir.ipynb"
+    if "padir" not in sources.toc_notebooks(root) or not ipynb.is_file():
+        return "Part III's scale: the PaDIR chapter has not run."
+    g, meta = glued(ipynb), nbformat.read(ipynb, as_version=4).metadata.get("gmlm", {})
+    params = meta.get("provenance", {}).get("parameters", {})
+    try:
+        ours = {"Model": f"a Transformer of {int(g['ar_parameters']) / 1e6:.1f}M parameters (the AR teacher)",
+                "Training": f"{int(g['ar_steps']):,} AR and {int(g['padir_steps']):,} PaDIR updates "
+                            f"({float(g['ar_epochs']):.0f} epochs of the AR teacher)",
+                "Data": f"Multi30k, {params['src_lang']}→{params['tgt_lang']}",
+                "Hardware": hardware(ipynb)}
+    except (KeyError, ValueError, TypeError) as err:
+        return f"Part III's scale: the PaDIR chapter's last run lacks {err}."
+    rows = [f"| {what} | {PAPER_SCALE[what]} | {ours[what]} |" for what in PAPER_SCALE]
+    return "\n".join(["| Part III | The paper | This book |", "| --- | --- | --- |", *rows])
 
 
 COLUMNS = ("Claim", "Verdict", "The paper", "This book's last run", "Hardware")
@@ -176,14 +218,15 @@ CSS_CLASS = "gmlm-overview"
 """The class of the container around the overview table, which the book's CSS lays out as cards on a phone."""
 
 
-def table(root: Path) -> str:
+def table(root: Path, chapters: tuple[str, ...] | None = None) -> str:
     """The overview table (markdown, in a container of class :data:`CSS_CLASS`) from the chapters' committed
-    notebooks. The verdict comes second, beside its claim. On a phone a five-column table is five narrow
+    notebooks (only the rows of ``chapters`` when given). The verdict comes second, beside its claim. On a phone a five-column table is five narrow
     columns of tall rows that scroll sideways, so there each row is a card instead: the claim, then each
     other cell on its own line after its header's words."""
     lines = [f":::{{container}} {CSS_CLASS}", "| " + " | ".join(COLUMNS) + " |",
              "| " + " | ".join("---" for _ in COLUMNS) + " |"]
-    lines += [f"| {where} | {verdict} | {row.paper} | {ours} | {hw} |" for row, where, ours, hw, verdict in rows(root)]
+    lines += [f"| {where} | {verdict} | {row.paper} | {ours} | {hw} |" for row, where, ours, hw, verdict in rows(root)
+              if chapters is None or row.chapter in chapters]
     return "\n".join(lines + [":::"])
 
 
@@ -192,14 +235,26 @@ def page(root: Path) -> str:
     return "\n".join([
         "<!-- generated by `make provenance` from the chapters' last full runs (gmlm_lib/book/overview.py) -->",
         "",
+        scale(root),
+        "",
         table(root),
         "",
         "*Verdict*: **met** when the paper's claim holds in the book's run (or the book's stated target for it",
         "is reached), **missed** when it does not, **not comparable** when the run is too far from the paper's",
-        "setting to tell. The paper's figures are its own (WMT, TPU v3, 67M-parameter models); the book's are",
-        "from the runs named on the {doc}`provenance` page.",
+        "setting to tell. A translation result moves with the seed that trained its models: graded from several",
+        "trained replicas it is met or missed only when its 95% interval over seeds and sentences lies on one side",
+        "of the bar, and **within noise** when the interval straddles it; from one trained model it is",
+        f"**{ONE_RUN}**, whichever side of the bar the number fell. The paper's figures are its own (WMT, TPU v3,",
+        "67M-parameter models); the book's are from the runs named on the {doc}`provenance` page.",
         "",
     ])
+
+
+def part3_page(root: Path) -> str:
+    """The text of ``book/experiments_results.md``: Part III's scale (:func:`scale`) and its rows of the overview."""
+    return "\n".join(["<!-- generated by `make provenance` from the chapters' last full runs "
+                      "(gmlm_lib/book/overview.py) -->", "", scale(root), "", table(root, sources.TRANSLATION_CHAPTERS),
+                      "", "*Verdict*: as on the {doc}`landing page <intro>`.", ""])
 
 
 def agreement(root: Path) -> str:
@@ -230,10 +285,11 @@ def agreement_page(root: Path) -> str:
 
 
 def write_page(root: Path) -> Path:
-    """Write :func:`page` to ``root / PAGE`` and :func:`agreement_page` to ``root / AGREEMENT``;
-    returns the first path."""
+    """Write :func:`page` to ``root / PAGE``, :func:`part3_page` to ``root / PART3_PAGE`` and
+    :func:`agreement_page` to ``root / AGREEMENT``; returns the first path."""
     path = root / PAGE
     path.write_text(page(root))
+    (root / PART3_PAGE).write_text(part3_page(root))
     (root / AGREEMENT).write_text(agreement_page(root))
     return path
 
@@ -246,11 +302,13 @@ def problems(root: Path) -> list[str]:
     path = root / PAGE
     if not path.is_file() or path.read_text() != page(root):
         out.append(f"{PAGE} does not match the chapters' last runs; run `make provenance`.")
-    path = root / AGREEMENT
-    if not path.is_file() or path.read_text() != agreement_page(root):
-        out.append(f"{AGREEMENT} does not match the chapters' last runs; run `make provenance`.")
+    for name, text in ((PART3_PAGE, part3_page), (AGREEMENT, agreement_page)):
+        path = root / name
+        if not path.is_file() or path.read_text() != text(root):
+            out.append(f"{name} does not match the chapters' last runs; run `make provenance`.")
     return out
 
 
-__all__ = ["PAGE", "AGREEMENT", "ROWS", "Row", "COLUMNS", "CSS_CLASS", "glued", "hardware", "rows", "table", "page",
+__all__ = ["PAGE", "AGREEMENT", "ROWS", "Row", "PAPER_SCALE", "PART3_PAGE", "scale", "part3_page", "COLUMNS", "CSS_CLASS", "glued", "hardware", "replicated", "rows",
+           "table", "page",
            "agreement", "agreement_page", "write_page", "problems"]

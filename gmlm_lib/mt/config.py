@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import re
 import typing
 from typing import Any
 
@@ -124,7 +125,22 @@ class Experiment:
             raise ValueError("val_files must be empty or hold two aligned files (source, target), and only with "
                              f"train_files (Multi30k brings its own val split); got {list(self.val_files)}.")
         for kind in KINDS:
-            self.train_config(kind, self.vocab_size)
+            try:
+                self.train_config(kind, self.vocab_size)
+            except (TypeError, ValueError) as err:
+                raise type(err)(self._named(str(err), kind)) from err
+
+    def _named(self, text: str, kind: str) -> str:
+        """An error of the model's or the trainer's config, led by the setting of this experiment it
+        comes from (``ModelConfig.vocab`` is ``vocab_size``, ``TrainConfig.steps`` of the teacher is
+        ``ar_steps``): the caller set that name, not the derived config's."""
+        found = re.match(r"(?:Model|Train)Config\.(\w+)", text)
+        name = found and _CONFIG_NAMES.get(found[1], found[1])
+        if name == "steps":
+            name = "padir_steps" if kind == "padir" else "ar_steps"
+        if name not in _FIELDS:
+            return f"the settings do not make a valid {kind} model: {text}"
+        return f"{name} = {getattr(self, name)!r} is out of range: {text}"
 
     def model_config(self, vocab: int, causal: bool) -> seq2seq.ModelConfig:
         """The model of this experiment for a vocabulary of ``vocab`` ids (the trained SentencePiece
@@ -211,6 +227,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 """Named settings, as overrides of :class:`Experiment`'s defaults (``"multi30k_cpu"``)."""
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Experiment)}
+_CONFIG_NAMES = {"vocab": "vocab_size", "dtype": "compute_dtype", "init": "padir_init", "enc_layers": "layers",
+                 "dec_layers": "layers", "max_len": "train_buckets", "buckets": "train_buckets"}
+"""The :class:`Experiment` setting behind each field of the model's and the trainer's configs whose name differs."""
 FIELDS: tuple[str, ...] = tuple(_FIELDS)
 """The names of :class:`Experiment`'s settings (a chapter's parameters cell holds each of them)."""
 _HINTS = typing.get_type_hints(Experiment)
@@ -281,7 +300,13 @@ def from_parameters(preset: str, parameters: dict, *, source: str = "the paramet
     settings of :class:`Experiment` (a chapter's own parameters) are ignored here."""
     if not isinstance(parameters, dict):
         raise TypeError(f"parameters must be a dict of settings; got {type(parameters).__name__}.")
-    return get(preset, {k: v for k, v in parameters.items() if k in _FIELDS and v is not None}, source=source)
+    try:
+        return get(preset, {k: v for k, v in parameters.items() if k in _FIELDS and v is not None}, source=source)
+    except ValueError as err:  # a preset's value out of range beside the others given: say it was the preset's
+        name = str(err).split(" ", 1)[0]
+        if name in _FIELDS and parameters.get(name, 0) is None:
+            raise ValueError(f"{name} (None in {source}: the preset's value) {str(err)[len(name) + 1:]}") from err
+        raise
 
 
 def from_yaml(path: str | pathlib.Path) -> Experiment:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from typing import Any
 
 import numpy as np
@@ -330,80 +329,51 @@ def findings(quality: pd.DataFrame, speed: pd.DataFrame, cost: pd.DataFrame, *, 
     return out
 
 
-_CONFIG_NAMES = {"dtype": "compute_dtype", "init": "padir_init", "vocab": "vocab_size"}
-"""The parameters cell's name of each model or trainer setting whose name differs there."""
-
-
 @dataclasses.dataclass(frozen=True)
-class _Checks(ChapterParams):
-    """The checks and resolution of :class:`Params` (whose fields are made from the settings'
-    names below, so that they cannot drift from :class:`gmlm_lib.mt.config.Experiment`)."""
+class Params(ChapterParams):
+    """The PaDIR chapter's own parameters, beside its :class:`~gmlm_lib.mt.config.Experiment` (every other
+    name of its parameters cell, built and checked by :func:`gmlm_lib.mt.config.from_parameters`, its
+    errors under the cell's names because they are the same names): the preset, whether to train the
+    deep-shallow baseline (None: on a GPU or TPU only) and the widths and seconds of the unit-cost
+    measurements; ``seed`` (None: the preset's) and ``install_ref`` as every chapter's."""
 
     NONE_SEED = "the preset's"
-
-    def settings(self) -> dict:
-        """``{name: value}`` of the :data:`gmlm_lib.mt.config.FIELDS` parameters (None: the preset's)."""
-        return {name: getattr(self, name) for name in config.FIELDS}
-
-    def experiment(self) -> config.Experiment:
-        """The :class:`~gmlm_lib.mt.config.Experiment` these parameters describe: the preset with every
-        setting that is not None applied over it (:func:`gmlm_lib.mt.config.from_parameters`). An
-        error of a setting's type or range is a ``ValueError`` naming that parameter."""
-        values = self.settings()
-        try:
-            return config.from_parameters(self.preset, values)
-        except (TypeError, ValueError, KeyError) as err:
-            text = str(err).strip("'\"")
-            # the experiment's errors start with the setting's name, its model's and trainer's with their own
-            lead = re.match(r"(?:(?:Model|Train)Config\.)?(\w+)", text)
-            named = _CONFIG_NAMES.get(lead[1], lead[1]) if lead else None
-            named = named if named in values else None
-            if named is None:
-                raise ValueError(f"the translation settings of the parameters cell do not form an experiment of "
-                                 f"preset {self.preset!r}: {text}") from None
-            given = f"{values[named]!r}" + (" (the preset's)" if values[named] is None else "")
-            raise ValueError(f"parameter {named} = {given} is out of range: {text} Fix it in the parameters cell "
-                             "or with `-p`.") from None
 
     def check(self) -> None:
         names = preset_names()
         self.need(self.preset in names, "preset", f"one of {list(names)} ('auto': the GPU preset on a GPU or TPU)")
-        exp = self.experiment()
-        require(1 in exp.latency_hyps, "latency_hyps", list(exp.latency_hyps),
-                "a list that includes 1 (the latency bound is for one hypothesis)")
         self.need(self.deep_shallow is None or isinstance(self.deep_shallow, bool), "deep_shallow",
                   "True, False or None (None: on a GPU or TPU only)")
-        self.integers("unit_widths", 1, max(exp.train_buckets), why="widths up to the models' max_len = "
-                      "max(train_buckets)")
+        self.integers("unit_widths", 1, why="widths at which the trained models' units are timed")
         self.integers("base_unit_widths", 1, why="hypothesis widths of the Transformer-base units")
         self.number("base_unit_seconds", why="seconds each unit is timed, > 0")
         self.need(self.base_unit_seconds > 0, "base_unit_seconds", "a number of seconds > 0")
 
-    def resolved(self, backend: str):
-        """These parameters as the run uses them on ``backend`` (``jax.default_backend()``): ``preset``
-        resolved (:func:`gmlm_lib.mt.config.resolve`), every setting left at None set to the preset's, and
-        ``deep_shallow`` None set to whether ``backend`` is an accelerator. Their :meth:`record` is then
-        every setting of the run, as its provenance stores it."""
-        preset = config.resolve(self.preset, backend)
-        exp = dataclasses.replace(self, preset=preset).experiment()
+    def resolved(self, exp: config.Experiment, backend: str):
+        """These parameters as the run with ``exp`` uses them on ``backend`` (``jax.default_backend()``):
+        ``preset`` resolved (:func:`gmlm_lib.mt.config.resolve`), ``deep_shallow`` None set to whether
+        ``backend`` is an accelerator, ``seed`` the experiment's; and what depends on the experiment
+        checked: the latency table times one hypothesis (the bound is for it), and the units' widths fit
+        the models' ``max_len = max(train_buckets)``."""
+        require(1 in exp.latency_hyps, "latency_hyps", list(exp.latency_hyps),
+                "a list that includes 1 (the latency bound is for one hypothesis)")
+        self.integers("unit_widths", 1, max(exp.train_buckets), why="widths up to the models' max_len = "
+                      "max(train_buckets)")
         deep = backend in config.ACCELERATORS if self.deep_shallow is None else self.deep_shallow
-        return dataclasses.replace(self, preset=preset, deep_shallow=deep,
-                                   **{name: getattr(exp, name) for name in config.FIELDS})
+        return dataclasses.replace(self, preset=config.resolve(self.preset, backend), deep_shallow=deep, seed=exp.seed)
+
+    # the chapter's own fields, in its parameters cell's order (seed and install_ref: ChapterParams)
+    preset: str
+    deep_shallow: Any
+    unit_widths: list
+    base_unit_widths: list
+    base_unit_seconds: float
 
 
-CHAPTER_FIELDS = (("deep_shallow", Any), ("unit_widths", list), ("base_unit_widths", list),
-                  ("base_unit_seconds", float))
-"""The PaDIR chapter's parameters that are not settings of :class:`gmlm_lib.mt.config.Experiment`."""
-
-Params = dataclasses.make_dataclass(
-    "Params", [("preset", str), *((name, Any) for name in config.FIELDS if name != "seed"), *CHAPTER_FIELDS],
-    bases=(_Checks,), frozen=True)
-Params.__module__ = __name__  # make_dataclass's own argument for this needs Python 3.12
-Params.__doc__ = """The parameters of the PaDIR chapter (their meaning: its parameters cell), checked when built:
-``preset``, one field a setting of :class:`gmlm_lib.mt.config.Experiment` (None: the preset's; their types
-and ranges are the experiment's checks, each error naming its parameter), and :data:`CHAPTER_FIELDS`.
-``Params.resolved(backend)`` fills in the Nones for a backend; ``Params.experiment()`` builds the run's
-experiment."""
+def record(exp: config.Experiment, own: Params) -> dict:
+    """Every parameter of the chapter as its run uses it, for :func:`gmlm_lib.book.provenance.start`: the
+    experiment's settings (none left at None) and the chapter's own, resolved."""
+    return {**{name: getattr(exp, name) for name in config.FIELDS}, **own.record()}
 
 
 TRAINING_COLUMNS = {"steps": "updates", "final_loss": "final loss (nats)", "wall_s": "wall time",
