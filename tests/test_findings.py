@@ -198,6 +198,19 @@ def test_stutter_compared_with_ar_equal_included():
 def test_deep_shallow_speedup_when_it_was_timed():
     f = _padir(shallow_ms=(7.5, 15.0))
     assert f["deep_shallow_speedup"] == pytest.approx(1.5) and f["deep_shallow_text"] == "1.50x its median latency"
+    assert f["deep_shallow_met"] == "not comparable" and math.isnan(f["deep_shallow_bleu"])  # its BLEU not scored
+
+
+@pytest.mark.parametrize("shallow_bleu, shallow_ms, want", [(30.0, (7.5, 15.0), "met"), (30.01, (7.5, 15.0), "missed"),
+                                                          (29.0, (4.9, 9.0), "missed"), (29.0, (5.0, 9.0), "met")])
+def test_padir_against_deep_shallow_ar_is_graded_on_speed_and_quality(shallow_bleu, shallow_ms, want):
+    """The fair AR baseline at batch 1: met when PaDIR T = 4 (29.0 BLEU, 5 ms median) is at least as fast
+    as deep-shallow AR greedy and at most 1.0 BLEU below it."""
+    q, s, c = _tables(shallow_ms=shallow_ms)
+    q = pd.concat([q, pd.DataFrame([dict(model="AR deep-shallow", decoding="greedy", BLEU=shallow_bleu,
+                                         BLEU_lc=shallow_bleu + 1, stutter=0.4)])], ignore_index=True)
+    f = padir.findings(q, s, c, eval_steps=(4, 10), eval_hyps=3, beam=4, distill_s=60.0, latency_vs_bound=0.95)
+    assert f["deep_shallow_bleu"] == shallow_bleu and f["deep_shallow_met"] == want
 
 
 def test_a_missing_row_is_named():

@@ -162,6 +162,15 @@ def test_a_hypothesis_from_its_intervals(cis, want):
     assert stutter.hypothesis(tables, ("tv", "cos")) == want
 
 
+def test_a_hypothesis_whose_statistics_point_opposite_ways_is_mixed():
+    """Hypothesis 1 as the committed stutter run measured it: forward self-attention larger between stutter
+    pairs (AUROC interval [0.625, 0.687]), backward smaller ([0.374, 0.456]): mixed, not "not supported"."""
+    tables = {"self_fwd": _summary((0.625, 0.687), (0.61, 0.70)), "self_bwd": _summary((0.374, 0.456), (0.35, 0.47))}
+    assert stutter.hypothesis(tables, stutter.HYPOTHESES["h1"]) == "mixed"
+    tables["self_bwd"] = _summary((0.374, 0.51), (0.35, 0.47))  # one interval reaches chance: not all below
+    assert stutter.hypothesis(tables, stutter.HYPOTHESES["h1"]) == "not supported"
+
+
 @pytest.mark.parametrize("cis", [((0.5, 0.7), (0.51, 0.8)), ((0.3, 0.5), (0.2, 0.45))])
 def test_an_interval_touching_chance_does_not_exclude_it(cis):
     assert stutter.hypothesis({"tv": _summary(*cis)}, ("tv",)) == "not supported"

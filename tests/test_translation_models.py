@@ -441,7 +441,7 @@ def test_unrolled_passes_decode_as_the_loop_does_with_no_loop_in_the_program():
     # two settings between them cover each option's other value: random and [MASK] starts, one and
     # several hypotheses, stutter re-masking off and on, the early stop on (it stops: the seed is
     # chosen so) and off
-    for seed, opts in [(2, decoding.PadirOptions(steps=6, hyps=2, remask_stutter=False)),
+    for seed, opts in [(53, decoding.PadirOptions(steps=6, hyps=2, remask_stutter=False)),
                        (1, decoding.PadirOptions(steps=3, hyps=1, init="mask", early_stop=False))]:
         m = tiny(False)
         g, p = nnx.split(m)
@@ -484,7 +484,12 @@ def _refine_by_definition(model, enc, enc_mask, lengths, key, opts, width):
     lengths = lengths.reshape(-1)
     enc, enc_mask = jnp.repeat(enc, l, 0), jnp.repeat(enc_mask, l, 0)
     tmask = jnp.arange(width)[None, :] < lengths[:, None]
-    hyp = decoding.initial_hypothesis(key, (b * l, width), tmask, model.cfg.vocab, opts.init)
+    # row r's hypotheses: drawn from fold_in(key, r) (or its own key) at the model's full width, cut to width
+    keys = key if key.ndim == 1 else jnp.stack([jax.random.fold_in(key, r) for r in range(b)])
+    full = max(model.cfg.max_len, width)
+    draws = jnp.stack([jax.random.randint(k, (l, full), V.FIRST_PIECE, model.cfg.vocab, jnp.int32) for k in keys])
+    fill = jnp.full((b * l, width), V.MASK, jnp.int32) if opts.init == "mask" else draws[:, :, :width].reshape(b * l, width)
+    hyp = jnp.where(tmask, fill, V.PAD)
     prev, history, scores = None, [], []
     for _ in range(opts.steps):
         logits = model.decode(hyp, tmask, enc, enc_mask)
@@ -2343,3 +2348,30 @@ def test_flops_per_step_weighs_each_bucket_by_its_batches_in_an_epoch(monkeypatc
     by_batch, by_bucket = np.mean([per_bucket[b] for b in order]), np.mean(seen)
     assert abs(by_batch - by_bucket) > 1e-3 * by_batch  # the two means are told apart
     assert flops == pytest.approx(by_batch, rel=1e-12)
+
+
+def test_a_padir_translation_does_not_depend_on_the_batch_it_is_decoded_in():
+    """The same model, T and hypotheses give the same translation of a sentence at batch sizes 1, 64 and
+    256, in any order and beside any other sentences: its random initial hypotheses come from the seed and
+    its own ids (decoding.source_keys), drawn at the model's full width, not from its place in a batch."""
+    words = "a small dog runs on the grass in park near two men with red hats".split()
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(words, size=rng.integers(1, 12))) for _ in range(70)]
+    v = V.train(texts + [" ".join(words)] * 5, 60)
+    cfg = seq2seq.ModelConfig(vocab=v.size, causal=False, d_model=32, heads=4, enc_layers=1, dec_layers=1,
+                              d_ff=64, max_len=32)
+    model = spread(seq2seq.build(cfg, 7))
+    tr = translate.Translator(model, v, buckets=(8, 16, 32), seed=3)
+    method = translate.Method("padir", padir=decoding.PadirOptions(steps=3, hyps=2))
+    alone = tr.translate(texts, method, batch_size=1)
+    assert len(set(alone)) > 10  # the outputs differ by sentence: the comparison has power
+    assert tr.translate(texts, method, batch_size=64) == alone
+    assert tr.translate(texts, method, batch_size=256) == alone
+    order = rng.permutation(len(texts))
+    assert tr.translate([texts[i] for i in order], method, batch_size=64) == [alone[i] for i in order]
+    assert tr.translate_one(texts[5], method) == alone[5]
+    other = translate.Translator(model, v, buckets=(8, 16, 32), seed=4)
+    assert other.translate(texts, method, batch_size=64) != alone  # the seed decides the noise
+    keys = decoding.source_keys(jax.random.key(0), np.array([[7, 8, 9, 0], [7, 8, 9, 5]]),
+                                np.array([[True, True, True, False], [True, True, True, False]]))
+    assert (jax.random.key_data(keys[0]) == jax.random.key_data(keys[1])).all()  # padding is not part of a source

@@ -585,12 +585,42 @@ def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, wi
                 passes=used.reshape(b, l).max(-1))
 
 
-def initial_hypothesis(key, shape, mask, vocab_size, init: str):
-    """(B, L) ids: uniform random pieces (or ``[MASK]``) where ``mask``, PAD elsewhere."""
+def source_keys(key, src, src_mask):
+    """(B,) keys, one a source sentence: ``fold_in(key, h)`` with ``h`` a 32-bit hash of the row's ids
+    (its real positions only). PaDIR's random initial hypotheses are drawn from these, so a sentence's
+    translation depends on the seed and on its own ids, not on the batch it is decoded in, its place
+    there or the padding: the same model, T and hypotheses give the same output at every batch size
+    and in every chapter. (B, S) ids and mask."""
+    return _source_keys(key, jnp.asarray(src), jnp.asarray(src_mask))
+
+
+@jax.jit
+def _source_keys(key, src, src_mask):
+    ids = jnp.where(src_mask, src.astype(jnp.uint32) + 1, 0).astype(jnp.uint32)
+    powers = jnp.cumprod(jnp.full(src.shape[-1], _HASH_BASE, jnp.uint32), dtype=jnp.uint32)  # wraps mod 2**32
+    return jax.vmap(jax.random.fold_in, (None, 0))(key, (ids * powers).sum(-1, dtype=jnp.uint32))
+
+
+_HASH_BASE = 0x01000193
+"""The multiplier of :func:`source_keys`' polynomial hash (FNV's 32-bit prime)."""
+
+
+def _row_keys(key, rows: int):
+    """(rows,) keys: ``key`` itself when it is a batch of keys already, else ``fold_in(key, row)``."""
+    return key if key.ndim == 1 else jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(rows, dtype=jnp.uint32))
+
+
+def initial_hypothesis(keys, hyps: int, width: int, mask, vocab_size, init: str, full_width: int | None = None):
+    """(B * hyps, width) ids: uniform random pieces (or ``[MASK]``) where ``mask``, PAD elsewhere. Row
+    ``b``'s ``hyps`` hypotheses are drawn from ``keys[b]`` at ``full_width`` positions (default
+    ``width``) and cut to ``width``, so with the same ``full_width`` a sentence starts from the same
+    pieces whatever width its batch refines it at. ``keys``: (B,)."""
+    full = width if full_width is None else max(full_width, width)
     if init == "mask":
-        fill = jnp.full(shape, V.MASK, jnp.int32)
+        fill = jnp.full(mask.shape, V.MASK, jnp.int32)
     else:
-        fill = jax.random.randint(key, shape, V.FIRST_PIECE, vocab_size, jnp.int32)
+        draw = jax.vmap(lambda k: jax.random.randint(k, (hyps, full), V.FIRST_PIECE, vocab_size, jnp.int32))(keys)
+        fill = draw[:, :, :width].reshape(mask.shape)
     return jnp.where(mask, fill, V.PAD)
 
 
@@ -642,7 +672,8 @@ def padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Padi
                  return_attention: bool = False):
     """PaDIR phase 2: T refinement passes over ``B * hyps`` hypotheses of ``width`` positions
     (``width`` >= every length; positions beyond a hypothesis' length are padding that no real
-    position attends to). Returns a dict with ``ids`` (B, width) (PAD beyond the chosen length),
+    position attends to). ``key``: (B,) keys, one a sentence (:func:`source_keys`), or one key whose
+    ``fold_in`` with the row's index keys each row. Returns a dict with ``ids`` (B, width) (PAD beyond the chosen length),
     ``length`` (B,), ``score`` (B,) the mean log-probability of the chosen hypothesis, ``steps``
     (the passes run), ``history`` (T, B, width) the chosen hypothesis' argmax after each pass,
     ``pass_best`` (T, B, width) and ``pass_best_score`` (T, B): row t is the hypothesis that scores
@@ -680,7 +711,8 @@ def _refine(model, enc, enc_mask, lengths, key, options: PadirOptions, width: in
     # cross-attention keys and values of the encoder states repeated per hypothesis: projected once for all T passes
     cross, enc_mask = hypothesis_cross_kv(model, enc, enc_mask, l)
     tmask = jnp.arange(width)[None, :] < lengths[:, None]
-    hyp = initial_hypothesis(key, (b * l, width), tmask, model.cfg.vocab, options.init)
+    hyp = initial_hypothesis(_row_keys(key, b), l, width, tmask, model.cfg.vocab, options.init,
+                             full_width=model.cfg.max_len)
     rows = options.steps if history else 1  # without history the records are one dummy row
 
     def cond(c):
@@ -741,7 +773,8 @@ def padir_ids(graphdef, params, src, src_mask, key, *, options: PadirOptions | S
     ``widths`` holding the longest predicted length) is chosen on the device by a
     ``lax.switch`` over one branch per width, so a translation is a single call with no host
     round trip between encoding and refining, and keeps no per-pass records. ``widths``:
-    :func:`hypothesis_widths`. With :class:`StrategyOptions` the passes are that strategy's
+    :func:`hypothesis_widths`. Each sentence's initial hypotheses come from ``key`` and its own ids
+    (:func:`source_keys`). With :class:`StrategyOptions` the passes are that strategy's
     (``key`` unused: its hypotheses start from ``[MASK]``)."""
     widths = tuple(sorted(widths))
     structure, numbers = _dynamic(options)
@@ -765,8 +798,8 @@ def _padir_ids(graphdef, params, src, src_mask, key, numbers, *, options, widths
             if isinstance(options, StrategyOptions):
                 ids = _strategy_refine(model, enc, enc_mask, lengths, options, width, numbers)["ids"]
             else:
-                ids = _refine(model, enc, enc_mask, lengths, key, options, width, history=False,
-                              steps=numbers.get("steps"))["ids"]  # none for unrolled passes: T is constant
+                ids = _refine(model, enc, enc_mask, lengths, _source_keys(key, src, src_mask), options, width,
+                              history=False, steps=numbers.get("steps"))["ids"]  # none unrolled: T is constant
             return jnp.pad(ids, ((0, 0), (0, widths[-1] - width)), constant_values=V.PAD)
         return run
 
@@ -796,12 +829,13 @@ def _strategy_passes(graphdef, params, src, src_mask, numbers, *, options, width
 def padir(graphdef, params, src, src_mask, key, *, options: PadirOptions, max_len: int, buckets=(),
           return_attention: bool = False) -> dict:
     """Both PaDIR phases; the hypothesis width is the smallest of ``buckets`` that holds the
-    longest predicted length (else ``max_len``, the model's), so short sentences cost short passes."""
+    longest predicted length (else ``max_len``, the model's), so short sentences cost short passes.
+    Each sentence's initial hypotheses come from ``key`` and its own ids (:func:`source_keys`)."""
     enc, enc_mask, lengths = padir_encode(graphdef, params, src, src_mask, hyps=options.hyps)
     longest = int(jnp.max(lengths))
     width = next((w for w in sorted(buckets) if w >= longest), max_len)
-    return padir_refine(graphdef, params, enc, enc_mask, lengths, key, options=options, width=width,
-                        return_attention=return_attention)
+    return padir_refine(graphdef, params, enc, enc_mask, lengths, source_keys(key, src, src_mask), options=options,
+                        width=width, return_attention=return_attention)
 
 
 def strip(ids: np.ndarray, *, drop_repeats: bool = False) -> list[list[int]]:

@@ -138,22 +138,22 @@ class Translator:
         source bucket, and by source length within a bucket (a batch's decoding loop runs until its
         longest row ends, so mixed lengths would cost every row the longest's steps): ``chunk`` the
         indices of the texts in the batch, ``src``/``src_mask`` (batch_size, bucket) with a last
-        partial batch filled with copies of its first row, ``key`` the batch's decoding key
-        (``fold_in(seed key, batch number)``). Same inputs, same batches."""
+        partial batch filled with copies of its first row, ``key`` the decoding key (the translator's, for
+        every batch: each sentence's noise comes from it and the sentence's own ids,
+        :func:`gmlm_lib.mt.decoding.source_keys`, so the outputs do not depend on the batching). Same
+        inputs, same batches."""
         texts = self._check_texts(texts, batch_size)
         ids = self.vocab.encode(texts)
         by_bucket: dict[int, list[int]] = {}
         for i, row in enumerate(ids):
             by_bucket.setdefault(self.bucket(len(row)), []).append(i)
-        n = 0
         for b, idx in by_bucket.items():
             idx = sorted(idx, key=lambda i: len(ids[i]))  # stable: equal lengths keep their order
             for j in range(0, len(idx), batch_size):
                 chunk = idx[j: j + batch_size]
                 rows = [ids[i] for i in chunk] + [ids[chunk[0]]] * (batch_size - len(chunk))
                 src, mask = batching.pad(rows, b)
-                yield chunk, src, mask, jax.random.fold_in(self.key, n)
-                n += 1
+                yield chunk, src, mask, self.key
 
     def _each_batch(self, texts: list[str], batch_size: int, fn):
         """Yield ``(chunk, fn(src, src_mask, key))`` for the :meth:`batches` of ``texts``, the first

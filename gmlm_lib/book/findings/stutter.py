@@ -3,8 +3,9 @@
 The paper's two hypotheses on adjacent output positions are each read off sentence-bootstrap 95%
 intervals of AUROCs (:func:`gmlm_lib.mt.stutter_analysis.summary_table`): a hypothesis is
 **supported** when every mean- and max-aggregate interval of its statistics lies above 0.5,
-**contradicted** when every one lies below 0.5 (the opposite direction holds), and **not supported**
-otherwise.
+**contradicted** when every one lies below 0.5 (the opposite direction holds), **mixed** when the
+intervals of one of its statistics all lie above 0.5 and those of another all below (Hypothesis 1's
+forward and backward self-attention pointing opposite ways), and **not supported** otherwise.
 """
 
 from __future__ import annotations
@@ -72,22 +73,28 @@ def _interval(tables: dict, stat: str, aggregate: str) -> tuple[float, float]:
 
 
 def hypothesis(tables: dict, stats) -> str:
-    """"supported", "contradicted" or "not supported" (module docstring), from ``tables``: statistic ->
-    summary table with an ``aggregate`` column and an ``AUROC 95% CI`` column of (low, high)."""
-    intervals = [_interval(tables, s, a) for s in stats for a in AGGREGATES]
-    if all(low > 0.5 for low, _ in intervals):
+    """"supported", "contradicted", "mixed" or "not supported" (module docstring), from ``tables``:
+    statistic -> summary table with an ``aggregate`` column and an ``AUROC 95% CI`` column of (low, high)."""
+    sides = []
+    for stat in stats:
+        intervals = [_interval(tables, stat, a) for a in AGGREGATES]
+        sides.append("above" if all(low > 0.5 for low, _ in intervals) else
+                     "below" if all(high < 0.5 for _, high in intervals) else "neither")
+    if all(side == "above" for side in sides):
         return "supported"
-    if all(high < 0.5 for _, high in intervals):
+    if all(side == "below" for side in sides):
         return "contradicted"
-    return "not supported"
+    return "mixed" if "above" in sides and "below" in sides else "not supported"
 
 
 def findings(tables: dict, by_step: pd.DataFrame, *, analysed: str, other: str = "padir_raw") -> dict:
     """Every verdict and derived number the chapter's box glues: ``h1``, ``h2`` (:func:`hypothesis`); the
     mean-aggregate statistic of stutter and other pairs and its AUROC (``self_s``, ``self_o``,
-    ``auc_self``, the same for ``self_bwd``, ``tv``, ``cos``); stutter per 100 words after the first
-    and the last pass (``st1``, ``stT`` for ``analysed``, ``st1_raw``, ``stT_raw`` for ``other``) and
-    after dropping repeats (``stT_drop``). ``by_step``: one row per (model, step) in step order, with
+    ``auc_self``, the same for ``self_bwd``, ``tv``, ``cos``; Hypothesis 1's two directions again as
+    ``h1_forward_auc`` and ``h1_backward_auc``); stutter per 100 words after the first and the last pass
+    (``st1``, ``stT`` for ``analysed``, ``st1_raw``, ``stT_raw`` for ``other``) and after merging repeats
+    (``stT_drop``, the paper's protocol: PaDIR's output has its repeated tokens merged after the last pass,
+    Appendix L), with the unmerged rate beside it as ``padir_stutter_unmerged`` (``stT``). ``by_step``: one row per (model, step) in step order, with
     ``word_stutter`` and ``word_stutter_after_drop``."""
     out = {key: hypothesis(tables, stats) for key, stats in HYPOTHESES.items()}
     for stat, short in (("self_fwd", "self"), ("self_bwd", "self_bwd"), ("tv", "tv"), ("cos", "cos")):
@@ -101,6 +108,7 @@ def findings(tables: dict, by_step: pd.DataFrame, *, analysed: str, other: str =
         out[f"st1{suffix}"] = float(first.loc[name, "word_stutter"])
         out[f"stT{suffix}"] = float(last.loc[name, "word_stutter"])
     out["stT_drop"] = float(last.loc[analysed, "word_stutter_after_drop"])
+    out.update(h1_forward_auc=out["auc_self"], h1_backward_auc=out["auc_self_bwd"], padir_stutter_unmerged=out["stT"])
     return out
 
 
