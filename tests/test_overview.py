@@ -121,12 +121,12 @@ def test_a_translation_row_from_one_trained_model_says_so_and_from_replicas_keep
     difference from the spread between seeds); from a run of two or more replicas the chapter's verdict
     stands; a theory row and a not-comparable row are left as they are."""
     verdicts = {r.claim: v for r, _, _, _, v in overview.rows(ROOT)}
-    assert verdicts["PaDIR's quality (Tables 1-3)"] == f"**{rules.ONE_RUN}**"
+    assert verdicts["PaDIR's quality (Table 1)"] == f"**{rules.ONE_RUN}**"
     assert verdicts["Design choices (ablations)"] == "**not comparable**"
     assert verdicts["Theorem 1: the C_P bound"] in ("**met**", "**missed**")
     real = overview.glued
     monkeypatch.setattr(overview, "glued", lambda path: {**real(path), "seeds": 4})
-    assert {r.claim: v for r, _, _, _, v in overview.rows(ROOT)}["PaDIR's quality (Tables 1-3)"] in \
+    assert {r.claim: v for r, _, _, _, v in overview.rows(ROOT)}["PaDIR's quality (Table 1)"] in \
         ("**met**", "**missed**", "**within noise**")
     for seeds, want in [(1, False), (True, False), (2, True), ("4", False)]:
         assert overview.replicated({"seeds": seeds}) is want

@@ -279,7 +279,7 @@ def test_ar_inputs_and_corruption():
 
 
 def test_bleu_and_chrf_equal_sacrebleu_called_directly():
-    """[Tables 1-3]"""
+    """[Tables 1-2]"""
     hyps = ["Ein Hund rennt über die Wiese.", "Zwei Männer reden miteinander", "Das ist gut ."]
     refs = ["Ein Hund läuft über die Wiese.", "Zwei Männer sprechen miteinander.", "Das ist gut."]
     b = mt_metrics.bleu(hyps, refs)

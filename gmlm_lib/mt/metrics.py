@@ -41,7 +41,7 @@ def _check(hyps, refs):
 
 
 def bleu(hyps: list[str], refs: list[str], *, tokenize: str = "13a", lowercase: bool = False) -> Score:
-    """Corpus BLEU (SacreBLEU defaults, one reference) and its signature [Tables 1-3]. ``lowercase``:
+    """Corpus BLEU (SacreBLEU defaults, one reference) and its signature [Tables 1-2]. ``lowercase``:
     case-insensitive BLEU (the signature says ``case:lc``), as the Multi30k literature reports it; the
     book's headline is cased."""
     _check(hyps, refs)
