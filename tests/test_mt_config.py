@@ -43,7 +43,8 @@ def test_colab_file_is_the_wmt14_preset():
 
 
 def test_train_config_maps_every_setting():
-    exp = config.get(overrides=dict(learning_rate=5e-4, unmasking_rate=0.2, layers=2, train_buckets=[8, 16]))
+    exp = config.get(overrides=dict(learning_rate=5e-4, unmasking_rate=0.2, layers=2, train_buckets=[8, 16],
+                                    decode_buckets=[8, 16]))
     ar, padir = exp.train_config("ar", vocab=100), exp.train_config("padir", vocab=100)
     assert (padir.learning_rate, padir.unmasking_rate, padir.model.enc_layers, padir.model.max_len) == (5e-4, 0.2, 2, 16)
     assert padir.steps == exp.padir_steps and ar.steps == exp.ar_steps and not padir.model.causal and ar.model.causal
@@ -164,3 +165,12 @@ def test_an_experiments_ranges_include_their_ends():
                                            train_files=["a.en", "a.de"], test_files=["t.en", "t.de"],
                                            val_files=["v.en", "v.de"]))
     assert edge.eval_steps == (1,) and edge.train_seconds == 0.0 and edge.length_penalty == 0.0
+
+
+def test_decode_buckets_past_the_models_max_len_are_refused_by_name():
+    """A decoding bucket longer than the models' max_len (max(train_buckets)) would be accepted here and
+    dropped later by the translator: it is refused where it is set, naming both settings."""
+    with pytest.raises(ValueError, match=r"^decode_buckets go up to 64 but the models' max_len = "
+                                         r"max\(train_buckets\) = 32"):
+        config.get(overrides=dict(train_buckets=[16, 32], decode_buckets=[16, 64]))
+    assert config.get(overrides=dict(train_buckets=[16, 32], decode_buckets=[16, 32])).decode_buckets == (16, 32)

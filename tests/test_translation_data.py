@@ -382,3 +382,29 @@ def test_a_multi30k_folder_that_is_not_one_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv(corpus.ENV_VAR, str(missing))
     with pytest.raises(FileNotFoundError, match=f"{corpus.ENV_VAR} = .*nowhere' is not a folder"):
         corpus.multi30k_dir()
+
+
+def test_a_blank_pair_or_a_nul_byte_in_a_corpus_is_refused_by_file_and_line(tmp_path):
+    """An empty line in both files is no sentence pair (it would train on and score nothing), a NUL byte is in
+    no sentence (a binary or damaged file): each is refused, naming the file and the line."""
+    (tmp_path / "a.en").write_text("a dog\n\nthe cat\n")
+    (tmp_path / "a.de").write_text("ein Hund\n \ndie Katze\n")
+    with pytest.raises(ValueError, match=r"blank pair: line 2 of .*a\.en and .*a\.de is empty in both"):
+        corpus.load_parallel(tmp_path / "a.en", tmp_path / "a.de")
+    (tmp_path / "b.en").write_text("a dog\na c\x00at\n")
+    (tmp_path / "b.de").write_text("ein Hund\neine Katze\n")
+    with pytest.raises(ValueError, match=r"b\.en, line 2: a NUL byte at character 4"):
+        corpus.load_parallel(tmp_path / "b.en", tmp_path / "b.de")
+
+
+def test_a_vocabulary_refuses_a_nul_byte_and_ids_it_does_not_have():
+    V = vocab
+    texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras"] * 10
+    v = V.train(texts, 40)
+    with pytest.raises(ValueError, match=r"texts\[1\] holds a NUL byte"):
+        v.encode(["a dog", "a d\x00og"])
+    with pytest.raises(ValueError, match=rf"row 1 holds the id {v.size}, outside this vocabulary's 0\.\.{v.size - 1}"):
+        v.decode([[V.FIRST_PIECE], [v.size]])
+    with pytest.raises(ValueError, match="row 0 holds the id -1"):
+        v.decode([[-1]])
+    assert v.decode([v.encode(["a dog"])[0]]) == ["a dog"]

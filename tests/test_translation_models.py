@@ -2375,3 +2375,28 @@ def test_a_padir_translation_does_not_depend_on_the_batch_it_is_decoded_in():
     keys = decoding.source_keys(jax.random.key(0), np.array([[7, 8, 9, 0], [7, 8, 9, 5]]),
                                 np.array([[True, True, True, False], [True, True, True, False]]))
     assert (jax.random.key_data(keys[0]) == jax.random.key_data(keys[1])).all()  # padding is not part of a source
+
+
+def test_decoding_refuses_settings_it_cannot_honour_in_its_own_words():
+    """A beam of 0, no hypothesis width, more length hypotheses than the length predictor has classes, and an
+    empty source are each refused naming the argument (not with a modulo by zero, an empty branch list, a
+    top_k error, or a full-length guess for nothing)."""
+    texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras", "a dog"] * 10
+    tr = _toy_translator(texts, causal=False)
+    ar = _toy_translator(texts, causal=True)
+    src, sm = batching.pad([[7, 8, 9]], 8)
+    with pytest.raises(ValueError, match=r"beam must be an integer >= 1; got 0"):
+        decoding.ar_beam(ar.graphdef, ar.params, src, sm, max_len=16, beam=0, alpha=0.0)
+    opts = decoding.PadirOptions(steps=2, hyps=1)
+    with pytest.raises(ValueError, match="widths must hold at least one hypothesis width"):
+        decoding.padir_ids(tr.graphdef, tr.flat, src, sm, jax.random.key(0), options=opts, widths=())
+    with pytest.raises(ValueError, match="widths go up to 32 but the model's max_len = 16"):
+        decoding.padir_ids(tr.graphdef, tr.flat, src, sm, jax.random.key(0), options=opts, widths=(8, 32))
+    with pytest.raises(ValueError, match=r"hyps = 18 exceeds the 17 target lengths"):
+        decoding.padir_ids(tr.graphdef, tr.flat, src, sm, jax.random.key(0),
+                           options=decoding.PadirOptions(steps=2, hyps=18), widths=(16,))
+    for bad in (["a dog", ""], ["  "]):
+        with pytest.raises(ValueError, match=r"texts\[\d\] is empty: an empty source has nothing to translate"):
+            tr.translate(bad, translate.Method("padir"))
+    with pytest.raises(ValueError, match="is empty"):
+        tr.translate_one("", translate.Method("padir"))

@@ -107,6 +107,10 @@ class Experiment:
                                  f"got {getattr(self, name)!r}.")
         for name in ("train_buckets", "decode_buckets"):
             batching.check_buckets(getattr(self, name), name)
+        if max(self.decode_buckets) > max(self.train_buckets):
+            raise ValueError(f"decode_buckets go up to {max(self.decode_buckets)} but the models' max_len = "
+                             f"max(train_buckets) = {max(self.train_buckets)}: a source that long cannot be encoded; "
+                             "keep decode_buckets within train_buckets' largest.")
         for name in ("eval_steps", "latency_steps", "latency_hyps"):
             values = getattr(self, name)
             if not values or min(values) < 1:

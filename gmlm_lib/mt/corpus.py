@@ -50,7 +50,8 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     sentence's first word). Everything else that would silently change the corpus is an error
     naming the file and the line: bytes that are not UTF-8, a carriage return or other line
     separator inside a line (it would split one sentence in two for a reader that honours it),
-    a gzip file that is cut short or corrupt."""
+    a gzip file that is cut short or corrupt, a NUL byte inside a line (no sentence holds one: it is
+    a binary file read as text, or a damaged one)."""
     path = pathlib.Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"corpus file {str(path)!r} is a folder; pass one of the text files in it (one sentence "
@@ -79,6 +80,9 @@ def read_lines(path: str | os.PathLike) -> list[str]:
             raise ValueError(f"corpus file {path}, line {i}: byte {err.start + 1} is not UTF-8 ({err.reason}); "
                              "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8).") from None
         text = text[:-1] if text.endswith("\r") else text
+        if "\x00" in text:
+            raise ValueError(f"corpus file {path}, line {i}: a NUL byte at character {text.index(chr(0)) + 1}; no "
+                             "sentence holds one (a binary or damaged file): check the file.")
         inner = next((c for c in text if c in "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"), None)
         if inner is not None:
             raise ValueError(f"corpus file {path}, line {i}: a line separator ({inner!r}) inside the line; one "
@@ -91,8 +95,9 @@ def load_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike, *, n
     """Two aligned files (one sentence a line, plain or ``.gz``) as a :class:`Parallel` corpus.
 
     This is the generic loader, e.g. for WMT14 files on Colab. Raises ``ValueError`` when the files
-    have different numbers of lines, when the corpus is empty, or when a line is empty on one side
-    only (a sign of misalignment)."""
+    have different numbers of lines, when the corpus is empty, when a line is empty on one side only
+    (a sign of misalignment), or when a line is empty on both (a blank pair is no sentence to learn or
+    score: drop such lines from both files)."""
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     if len(src) != len(tgt):
         raise ValueError(f"misaligned corpus: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; "
@@ -103,6 +108,9 @@ def load_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike, *, n
         if bool(s.strip()) != bool(t.strip()):
             raise ValueError(f"misaligned corpus: line {i + 1} is empty in "
                              f"{src_path if not s.strip() else tgt_path} but not in the other file.")
+        if not s.strip():
+            raise ValueError(f"blank pair: line {i + 1} of {src_path} and {tgt_path} is empty in both; drop such "
+                             "lines from both files (an empty sentence is no pair to train on or score).")
     return Parallel(src, tgt, name or f"{pathlib.Path(src_path).name}->{pathlib.Path(tgt_path).name}")
 
 

@@ -235,6 +235,7 @@ def ar_beam(graphdef, params, src, src_mask, *, max_len: int, beam: int = 4, alp
     has ``beam`` finished hypotheses (fairseq's rule) or none of its alive beams can win: from then on its
     finished hypotheses are kept as they are while other rows of the batch go on, so a sentence's output
     does not depend on the sentences decoded beside it."""
+    checks.integer(beam, "beam", low=1, fix="A beam search keeps at least one hypothesis (beam = 1 is greedy).")
     return jitted(_ar_beam, graphdef, max_len=max_len, beam=beam)(params, src, src_mask, alpha)
 
 
@@ -663,6 +664,9 @@ def _padir_encode(graphdef, params, src, src_mask, *, hyps: int):
 
 
 def _encode_lengths(model, src, src_mask, hyps: int):
+    if hyps > model.cfg.max_len + 1:  # at trace time: the config is static
+        raise ValueError(f"hyps = {hyps} exceeds the {model.cfg.max_len + 1} target lengths the model's length "
+                         f"predictor chooses from (max_len + 1); use at most {model.cfg.max_len + 1} hypotheses.")
     enc, enc_mask = model.encode(src, src_mask)
     len_logits = model.length_logits(enc).at[:, 0].set(-jnp.inf)  # a translation has at least one token
     return enc, enc_mask, jax.lax.top_k(len_logits, hyps)[1].astype(jnp.int32)
@@ -776,9 +780,24 @@ def padir_ids(graphdef, params, src, src_mask, key, *, options: PadirOptions | S
     :func:`hypothesis_widths`. Each sentence's initial hypotheses come from ``key`` and its own ids
     (:func:`source_keys`). With :class:`StrategyOptions` the passes are that strategy's
     (``key`` unused: its hypotheses start from ``[MASK]``)."""
-    widths = tuple(sorted(widths))
+    widths = _checked_widths(widths)
     structure, numbers = _dynamic(options)
     return jitted(_padir_ids, graphdef, options=structure, widths=widths)(params, src, src_mask, key, numbers)
+
+
+def _checked_widths(widths) -> tuple[int, ...]:
+    """``widths`` sorted, refused by name when empty (``lax.switch`` needs a branch)."""
+    widths = tuple(sorted(checks.integer(w, "widths[i]", low=1) for w in widths))
+    if not widths:
+        raise ValueError("widths must hold at least one hypothesis width; pass hypothesis_widths(buckets, max_len).")
+    return widths
+
+
+def _check_fits(model, widths: tuple[int, ...]) -> None:
+    """At trace time (the model's config is static): the widths fit the model's ``max_len``."""
+    if widths[-1] > model.cfg.max_len:
+        raise ValueError(f"widths go up to {widths[-1]} but the model's max_len = {model.cfg.max_len}; pass "
+                         "hypothesis_widths(buckets, max_len).")
 
 
 def _width_index(widths: tuple[int, ...], lengths):
@@ -791,6 +810,7 @@ def _width_index(widths: tuple[int, ...], lengths):
 
 def _padir_ids(graphdef, params, src, src_mask, key, numbers, *, options, widths: tuple[int, ...]):
     model = nnx.merge(graphdef, params)
+    _check_fits(model, widths)
     enc, enc_mask, lengths = _encode_lengths(model, src, src_mask, options.hyps)
 
     def branch(width):
@@ -813,13 +833,14 @@ def strategy_passes(graphdef, params, src, src_mask, *, options: StrategyOptions
     if not isinstance(options, StrategyOptions):
         raise TypeError(f"strategy_passes counts the passes of a StrategyOptions strategy; got "
                         f"{type(options).__name__} (plain PaDIR runs its T passes unless it stops early).")
-    widths = tuple(sorted(widths))
+    widths = _checked_widths(widths)
     structure, numbers = _dynamic(options)
     return jitted(_strategy_passes, graphdef, options=structure, widths=widths)(params, src, src_mask, numbers)
 
 
 def _strategy_passes(graphdef, params, src, src_mask, numbers, *, options, widths: tuple[int, ...]):
     model = nnx.merge(graphdef, params)
+    _check_fits(model, widths)
     enc, enc_mask, lengths = _encode_lengths(model, src, src_mask, options.hyps)
     branches = [lambda _, w=w: _strategy_refine(model, enc, enc_mask, lengths, options, w, numbers)["passes"]
                 for w in widths]

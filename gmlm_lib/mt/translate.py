@@ -121,7 +121,9 @@ class Translator:
         return decoding.strip(ids, drop_repeats=method.kind == "padir" and method.drop_repeats)
 
     @staticmethod
-    def _check_texts(texts, batch_size: int | None = None) -> list[str]:
+    def _check_texts(texts, batch_size: int | None = None, *, empty_ok: bool = False) -> list[str]:
+        """``texts`` as a list of strings, refused by name otherwise; an empty (or all-space) one too unless
+        ``empty_ok``: an empty source has nothing to translate, and a model would still output a guess."""
         if isinstance(texts, (str, bytes)):
             raise TypeError("texts must be a list of sentences, not one string (it would be translated character "
                             "by character); pass [text], or use translate_one(text).")
@@ -129,6 +131,10 @@ class Translator:
         bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
         if bad is not None:
             raise TypeError(f"texts[{bad}] must be a string; got {type(texts[bad]).__name__}.")
+        empty = None if empty_ok else next((i for i, t in enumerate(texts) if not t.strip()), None)
+        if empty is not None:
+            raise ValueError(f"texts[{empty}] is empty: an empty source has nothing to translate (a model would still "
+                             "output a guess); drop it, or give it an empty translation yourself.")
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}.")
         return texts
@@ -219,7 +225,7 @@ class Translator:
         if self.cfg.causal:
             raise ValueError("adjacent_similarities reads the statistic in a PaDIR decoder pass over a whole output; "
                              "this Translator holds an AR model (ModelConfig.causal): pass a PaDIR model's Translator.")
-        sources, outputs = self._check_texts(sources, batch_size), self._check_texts(outputs)
+        sources, outputs = self._check_texts(sources, batch_size), self._check_texts(outputs, empty_ok=True)
         if len(sources) != len(outputs):
             raise ValueError(f"adjacent_similarities needs one output per source; got {len(sources)} sources and "
                              f"{len(outputs)} outputs.")
@@ -240,6 +246,7 @@ class Translator:
         if not isinstance(text, str):
             raise TypeError(f"translate_one takes one sentence (a string); got {type(text).__name__}: use translate() "
                             "for a list.")
+        self._check_texts([text])
         row = self.vocab.encode([text])[0]
         src, mask = batching.pad([row], self.bucket(len(row)))
         return self.vocab.decode(self._strip(self.decode_ids(src, mask, method), method))[0]

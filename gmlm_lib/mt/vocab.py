@@ -58,12 +58,24 @@ class Vocab:
         bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
         if bad is not None:
             raise TypeError(f"Vocab.encode: texts[{bad}] must be a string; got {type(texts[bad]).__name__}.")
+        bad = next((i for i, t in enumerate(texts) if "\x00" in t), None)
+        if bad is not None:
+            raise ValueError(f"Vocab.encode: texts[{bad}] holds a NUL byte, which no sentence holds (SentencePiece "
+                             "would encode it as a piece); remove it.")
         if len(texts) < BATCH_FROM:
             return [self.sp.encode(t, out_type=int) for t in texts]
         return self.sp.encode(texts, out_type=int)
 
     def decode(self, ids: Iterable[Sequence[int]]) -> list[str]:
-        return [self.sp.decode([int(i) for i in row if int(i) >= FIRST_PIECE or int(i) == UNK]) for row in ids]
+        """The text of each row of ``ids``, the special ids below :data:`FIRST_PIECE` (but UNK) left out; an
+        id at or past :attr:`size` is a ``ValueError`` naming the row and the id (ids of another vocabulary)."""
+        rows = [[int(i) for i in row] for row in ids]
+        for r, row in enumerate(rows):
+            bad = next((i for i in row if i < 0 or i >= self.size), None)
+            if bad is not None:
+                raise ValueError(f"Vocab.decode: row {r} holds the id {bad}, outside this vocabulary's 0..{self.size - 1}; "
+                                 "decode with the vocabulary the ids came from.")
+        return [self.sp.decode([i for i in row if i >= FIRST_PIECE or i == UNK]) for row in rows]
 
     def save(self, path: str | os.PathLike) -> pathlib.Path:
         path = pathlib.Path(path)
