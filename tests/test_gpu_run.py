@@ -1031,3 +1031,19 @@ def test_the_command_line_starts_without_the_notebook_tooling():
             + "sys.exit(cli.main(['batch', 'run', '--out', 'o', '--commit', 'c' * 40, '--data', '/nowhere']))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 2 and "DATA=folder holding Multi30k" in proc.stderr, proc.stderr
+
+
+def test_a_deadline_that_falls_after_the_chapters_still_ends_the_run_with_a_status(tmp_path, monkeypatch, capsys):
+    """The alarm may ring while the batch packs its records, past the chapters' own handling: batch run
+    still returns 1, says why, and writes the status batch wait reads."""
+    from gmlm_lib.book import __main__ as cli
+
+    def late(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(batch, "prepare", lambda root, args: None)
+    monkeypatch.setattr(batch, "run_batch", late)
+    args = ["batch", "run", "--out", str(tmp_path / "out"), "--commit", COMMIT, "--data", str(_data_dir()),
+            "--status", str(tmp_path / "status")]
+    assert cli.main(args) == 1 and (tmp_path / "status").read_text() == "1\n"
+    assert "interrupted by its deadline after the chapters" in capsys.readouterr().err

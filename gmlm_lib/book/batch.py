@@ -475,6 +475,9 @@ def run(args) -> int:
                                sizing_from=Path(args.sizing_from).resolve() if args.sizing_from else None,
                                cache_from=Path(args.cache_from).resolve() if args.cache_from else None,
                                cache_out_bytes=int(args.cache_out_mib * 2**20))
+    except KeyboardInterrupt:  # the deadline past the chapters (while the batch packed its records): said, status 1
+        print("gpu-run: interrupted by its deadline after the chapters; what finished is in --out", file=sys.stderr)
+        status = 1
     finally:
         if args.status:
             Path(args.status).write_text(f"{status}\n")
