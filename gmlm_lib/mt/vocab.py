@@ -67,8 +67,8 @@ class Vocab:
         return self.sp.encode(texts, out_type=int)
 
     def decode(self, ids: Iterable[Sequence[int]]) -> list[str]:
-        """The text of each row of ``ids``, the special ids below :data:`FIRST_PIECE` (but UNK) left out; an
-        id at or past :attr:`size` is a ``ValueError`` naming the row and the id (ids of another vocabulary)."""
+        """The text of each row of ``ids``, the special ids below ``FIRST_PIECE`` (but UNK) left out; an id
+        at or past ``size`` is a ``ValueError`` naming the row and the id (ids of another vocabulary)."""
         rows = [[int(i) for i in row] for row in ids]
         for r, row in enumerate(rows):
             bad = next((i for i in row if i < 0 or i >= self.size), None)
