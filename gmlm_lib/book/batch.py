@@ -378,10 +378,7 @@ def _check_inputs(args) -> str | None:
     if not args.commit:
         return ("batch run needs --commit (make gpu-run: COMMIT=$(git rev-parse HEAD)) of the clean tree copied "
                 "here: it names the sources where git metadata did not travel")
-    if not (Path(args.data) / "train.en.gz").is_file():
-        return (f"batch run needs --data (make gpu-run: DATA=folder holding Multi30k: train.en.gz, ...); "
-                f"got '{args.data}'")
-    return None
+    return _data_problem("run", args.data)
 
 
 def install_wheels(wheels: Path, site: Path) -> bool:
@@ -420,12 +417,27 @@ def choose_flags(root: Path, args) -> str:
         return Path(chosen.name).read_text().strip()
 
 
-def prepare(root: Path, args) -> None:
-    """The environment of a run on a copy of the tree: the commit it was copied at (``GIT_DIR`` points git
-    at nothing, so a stale copy of ``.git`` is not read), the corpus, the compilation cache, the wheels."""
-    os.environ.update(GIT_DIR=str(root / ".no-git-read"), GMLM_COMMIT=args.commit,
-                      GMLM_MULTI30K_DIR=str(Path(args.data).resolve()), PYTHONUNBUFFERED="1")
+def _copied_tree(root: Path, data: str, commit: str) -> None:
+    """The environment of a program run on a copy of the tree: ``commit`` names its sources (``GIT_DIR``
+    points git at nothing, so a stale copy of ``.git`` is not read), ``data`` is the corpus, and the
+    copy's own ``gmlm_lib`` comes first on the path of every process it starts."""
+    os.environ.update(GIT_DIR=str(root / ".no-git-read"), GMLM_MULTI30K_DIR=str(Path(data).resolve()),
+                      PYTHONUNBUFFERED="1", **({"GMLM_COMMIT": commit} if commit else {}))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH", "")]))
+
+
+def _data_problem(verb: str, data: str) -> str | None:
+    """Why ``data`` is not a folder holding Multi30k, in the words of ``batch VERB`` and its make target."""
+    if (Path(data) / "train.en.gz").is_file():
+        return None
+    return (f"batch {verb} needs --data (make gpu-{verb}: DATA=folder holding Multi30k: train.en.gz, ...); "
+            f"got '{data}'")
+
+
+def prepare(root: Path, args) -> None:
+    """The environment of a run on a copy of the tree (:func:`_copied_tree`), the compilation cache and
+    the wheels."""
+    _copied_tree(root, args.data, args.commit)
     if args.wheels:
         install_wheels(Path(args.wheels), Path(args.site))
     if args.jax_cache:
@@ -586,15 +598,12 @@ def probe(args) -> int:
     ``--out/probe.json`` (``benchmarks/compile_probe.py``)."""
     if args.out is None:
         return _fail("batch probe needs --out folder (make gpu-probe: OUT=folder): probe.json and probe.md go there")
-    if not (Path(args.data) / "train.en.gz").is_file():
-        return _fail(f"batch probe needs --data (make gpu-probe: DATA=folder holding Multi30k: train.en.gz, ...); "
-                     f"got '{args.data}'")
+    if _data_problem("probe", args.data):
+        return _fail(_data_problem("probe", args.data))
     root = Path.cwd().resolve()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    os.environ.update(GIT_DIR=str(root / ".no-git-read"), GMLM_MULTI30K_DIR=str(Path(args.data).resolve()),
-                      PYTHONUNBUFFERED="1", **({"GMLM_COMMIT": args.commit} if args.commit else {}))
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH", "")]))
+    _copied_tree(root, args.data, args.commit)
     proc = subprocess.run(_probe_command(root, args.probe, out / "probe.json"), stdout=subprocess.PIPE, text=True)
     (out / "probe.md").write_text(proc.stdout)
     print(proc.stdout, end="")
