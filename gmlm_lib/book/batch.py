@@ -435,7 +435,7 @@ def _data_problem(verb: str, data: str) -> str | None:
 
 
 def prepare(root: Path, args) -> None:
-    """The environment of a run on a copy of the tree (:func:`_copied_tree`), the compilation cache and
+    """The environment of a run on a copy of the tree (commit, corpus, path), the compilation cache and
     the wheels."""
     _copied_tree(root, args.data, args.commit)
     if args.wheels:
