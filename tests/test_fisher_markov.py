@@ -332,7 +332,7 @@ def test_each_exact_quantity_refuses_a_model_over_its_own_limit(call, n, limit):
 
 
 @pytest.mark.parametrize("call", [
-    lambda m, d: list(blocks.size_groups(d, m.n)), blocks.conditional_given_mask,
+    lambda m, d: blocks.mask_table(d, m.n), blocks.conditional_given_mask,
     blocks.averaged_conditional_expectation, fisher.hessian, fisher.score_covariance,
     fisher.all_masks_score_covariance, fisher.loss_hessian_autodiff, fisher.score_covariance_autodiff,
     lambda m, d: markov.dirichlet_form_variance(m, d, np.ones(2 ** m.n)),
@@ -377,3 +377,48 @@ def test_adaptive_masks_asymptotic_variance_bounded_by_poincare():
         cp = markov.poincare_constant(m, dist, "dense")
         ratio = fisher.generalized_eigvals(I, H).max()
         assert 1.0 <= ratio <= cp * (1 + 1e-9), (ratio, cp)
+
+
+def test_exact_quantities_compile_once_per_shape_not_per_model_or_mask_law():
+    """Compile once [the compile issue, item 1]: the models and the mask laws are operands of the exact
+    kernels, so a second model with the same n and a mask law with as many masks (k and n - k have
+    C(n, k) masks each, of different block sizes) run the programs the first call compiled."""
+    from gmlm_lib.core import timing
+
+    n = 6
+    first, _, _ = _model(1, n)
+    second, _, _ = _model(2, n, scale=1.3)
+
+    def everything(m, dist):
+        H = fisher.hessian(m, dist)
+        fisher.score_covariance(m, dist)
+        fisher.all_masks_score_covariance(m, dist)
+        fisher.fisher_information(m)
+        cp = markov.poincare_constant(m, dist, "lanczos")
+        markov.poincare_constant(m, dist, "dense")
+        markov.dirichlet_form(m, dist, jnp.arange(2.0**n))
+        blocks.conditional_given_mask(m, dist)
+        return H, cp
+
+    everything(first, masks.uniform_k(n, 2))
+    clock = timing.compile_clock()
+    H, cp = everything(second, masks.uniform_k(n, n - 2))
+    assert timing.compiles_since(clock)["compilations"] == 0
+    dist = masks.uniform_k(n, n - 2)  # and the shared program computed the second model's own H_w
+    W = np.tile(np.asarray(dist.weights)[None, :], (2**n, 1))
+    assert np.allclose(H, brute.hessian(np.asarray(second.J), np.asarray(second.h), np.asarray(dist.subsets), W), atol=1e-10)
+    assert 1.0 < cp < np.inf
+
+
+@pytest.mark.parametrize("J, h, named", [
+    (np.full((3, 3), np.nan), np.zeros(3), "J"),
+    (np.zeros((3, 3)), np.array([0.0, np.inf, 0.0]), "h"),
+    (np.array([[0.0, 1e308, 0.0], [1e308, 0.0, 0.0], [0.0, 0.0, 0.0]]), np.zeros(3), "too large"),
+])
+def test_a_law_that_is_not_finite_is_refused_not_returned(J, h, named):
+    """Nothing silent: a model built without ising_model's checks (the constructor itself validates
+    nothing) whose law is NaN or inf gets an error naming the cause, not an array of NaN."""
+    bad = ising.IsingModel(J=jnp.asarray(J), h=jnp.asarray(h))
+    for call in (ising.probabilities, ising.log_partition, ising.log_weights):
+        with pytest.raises(ValueError, match=named):
+            call(bad)

@@ -6,13 +6,16 @@ expectations ``E[f | x_{-S}, S]``, the Hessian ``H_w``, the block-dynamics opera
 Dirichlet form) is a sum over these blocks with weights ``q_S(y) = p(y) w(S | y)``.
 
 :func:`block_ids` numbers the blocks of each mask ``0 .. 2^(n-|S|)-1`` so that a block sum is a
-``segment_sum`` with a static number of segments; :func:`size_groups` splits a mask
-distribution by ``|S|`` so each group has one static shape.
+``segment_sum``. The exact quantities run as a few jitted programs per model size:
+:func:`mask_table` lists every mask's block numbers and weight, and each sum over masks is one
+``lax.scan`` over that table with ``2^n`` segments (every block number of every mask fits, whatever
+``|S|``), so one compiled program serves every model and every mask distribution of the same size
+and mask count.
 """
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -37,40 +40,6 @@ def block_ids(subsets) -> np.ndarray:
     return (bits @ weights.T).T.astype(np.int32)
 
 
-class SizeGroup(NamedTuple):
-    """The masks of one size ``k``: their block numbers and their weights."""
-
-    k: int
-    ids: jax.Array  # (M_k, 2^n) int32
-    weights: jax.Array  # (M_k,) fixed w(S), or (M_k, 2^n) adaptive w(S | x)
-
-
-def size_groups(dist: MaskDistribution, n: int) -> Iterator[SizeGroup]:
-    """Split ``dist`` by mask size, in increasing ``k``."""
-    check_distribution(dist, n)
-    s = np.asarray(dist.subsets, dtype=bool)
-    sizes = s.sum(1)
-    w = np.asarray(dist.weights)
-    for k in np.unique(sizes):
-        idx = np.nonzero(sizes == k)[0]
-        weights = w[:, idx].T if dist.is_adaptive else w[idx]
-        yield SizeGroup(int(k), jnp.asarray(block_ids(s[idx])), jnp.asarray(weights))
-
-
-def block_sum(values: jax.Array, ids: jax.Array, k: int, n: int) -> jax.Array:
-    """Sum ``values`` (2^n, ...) over the blocks numbered by ``ids`` (2^n,). Returns (2^(n-k), ...)."""
-    return jax.ops.segment_sum(values, ids, num_segments=2 ** (n - k), indices_are_sorted=False)
-
-
-def block_moments(q: jax.Array, values: jax.Array, ids: jax.Array, k: int, n: int) -> tuple[jax.Array, jax.Array]:
-    """Mass ``P_B = sum_{y in B} q(y)`` (2^(n-k),) and ``q``-weighted mean of ``values`` (2^n, ...)
-    over each block ``B``, (2^(n-k), ...). A block of zero mass (possible under an adaptive
-    ``w``) gets mean 0 instead of 0/0."""
-    mass = block_sum(q, ids, k, n)
-    safe = jnp.where(mass > 0, mass, 1.0).reshape(mass.shape + (1,) * (values.ndim - 1))
-    return mass, block_sum(q.reshape(q.shape + (1,) * (values.ndim - 1)) * values, ids, k, n) / safe
-
-
 def check_exact_blocks(n: int, limit: int) -> None:
     """Raise a ValueError naming the limit and the alternatives when ``n > limit``: exact sums
     over all ``2^n`` states and all masks are out of reach."""
@@ -81,52 +50,101 @@ def check_exact_blocks(n: int, limit: int) -> None:
         )
 
 
+class MaskTable(NamedTuple):
+    """Every mask of a distribution as arrays, for sums over masks in one jitted program.
+
+    ``ids`` (M, 2^n) int32: the block number of each state under each mask (:func:`block_ids`);
+    ``weights``: (M,) for a fixed ``w(S)``, (M, 2^n) for an adaptive ``w(S | x)``. A pytree: pass it
+    to jitted functions as an operand, so models and distributions of one shape share a program."""
+
+    ids: jax.Array
+    weights: jax.Array
+
+
+def mask_table(dist: MaskDistribution, n: int) -> MaskTable:
+    """``dist`` as a :class:`MaskTable` over the ``2^n`` states, masks in ``dist``'s order."""
+    check_distribution(dist, n)
+    s = np.asarray(dist.subsets, dtype=bool)
+    w = dist.weights.T if dist.is_adaptive else dist.weights
+    return MaskTable(jnp.asarray(block_ids(s)), jnp.asarray(w, dtype=jnp.float64))
+
+
+def block_moments(q: jax.Array, values: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Mass ``P_B = sum_{y in B} q(y)`` and the ``q``-weighted mean of ``values`` over each block ``B``
+    of one mask, indexed by block number, with ``2^n`` segments (``ids``' length): a block number no
+    state has, or a block of zero mass (possible under an adaptive ``w``), gets mass 0 and mean 0
+    (not 0/0), and so adds nothing to a mass-weighted sum. q (2^n,), values (2^n, ...), ids (2^n,)
+    -> (2^n,), (2^n, ...). Traceable: call it inside a jitted function."""
+    segments = ids.shape[0]
+    mass = jax.ops.segment_sum(q, ids, num_segments=segments)
+    safe = jnp.where(mass > 0, mass, 1.0).reshape(mass.shape + (1,) * (values.ndim - 1))
+    q = q.reshape(q.shape + (1,) * (values.ndim - 1))
+    return mass, jax.ops.segment_sum(q * values, ids, num_segments=segments) / safe
+
+
+def scan_masks(body: Callable, init, table: MaskTable):
+    """``sum_m body(ids_m, w_m)`` over the masks of ``table``, starting from ``init``, as one
+    ``lax.scan`` (``w_m`` is a scalar for a fixed ``w``, (2^n,) for an adaptive one). Call it inside a
+    jitted function."""
+
+    def step(acc, mask):
+        return jax.tree.map(jnp.add, acc, body(*mask)), None
+
+    out, _ = jax.lax.scan(step, init, (table.ids, table.weights))
+    return out
+
+
+def averaged_expectation(p: jax.Array, table: MaskTable, F: jax.Array) -> jax.Array:
+    """The traceable body of :func:`apply_operator`, for use inside other jitted functions."""
+    Fb = F.reshape(F.shape[0], -1)
+
+    def body(ids, w):
+        _, cond = block_moments(p * w, Fb, ids)
+        return jnp.broadcast_to(w, p.shape)[:, None] * cond[ids]
+
+    return scan_masks(body, jnp.zeros_like(Fb), table).reshape(F.shape)
+
+
+@jax.jit
+def apply_operator(p: jax.Array, table: MaskTable, F: jax.Array) -> jax.Array:
+    """``(P F)(x) = sum_S w(S | x) E_{q_S}[F | block of x under S]`` for the law ``p`` (2^n,) and the
+    masks of ``table``; F (2^n,) or (2^n, B) float64. One program per shape [Definitions 6, 8]."""
+    return averaged_expectation(p, table, F)
+
+
+@jax.jit
+def _conditional(p, table: MaskTable):
+    W = jnp.broadcast_to(table.weights.reshape(table.weights.shape[0], -1), table.ids.shape)
+
+    def one(ids, w):
+        q = p * w
+        tot = jax.ops.segment_sum(q, ids, num_segments=ids.shape[0])[ids]
+        return jnp.where(tot > 0, q / jnp.where(tot > 0, tot, 1.0), 0.0)
+
+    return jax.vmap(one)(table.ids, W)
+
+
 def conditional_given_mask(model, dist: MaskDistribution) -> jax.Array:
     """``p(x_S | x_{-S}, S)`` for every mask and state [Lemma 3]: ``q_S(x) / sum_{y in B} q_S(y)``
     with ``q_S(y) = p(y) w(S | y)`` and ``B`` the block of ``x`` under ``S``. (M, 2^n); entry
     ``[m, b]`` is the probability of state ``b`` within its block given mask ``m`` (0 where the
     block has no weight). For a fixed ``w`` it is the plain conditional ``p(x_S | x_{-S})``;
     for an adaptive ``w`` it differs in general [Lemma 2]."""
-    n = model.n
-    check_distribution(dist, n)
-    p = ising.probabilities(model)
-    s = np.asarray(dist.subsets, dtype=bool)
-    ids = jnp.asarray(block_ids(s))
-    W = dist.weights.T if dist.is_adaptive else jnp.broadcast_to(dist.weights[:, None], (s.shape[0], 2**n))
-    out = []
-    for m, k in enumerate(s.sum(1)):
-        q = p * W[m]
-        tot = block_sum(q, ids[m], int(k), n)[ids[m]]
-        out.append(jnp.where(tot > 0, q / jnp.where(tot > 0, tot, 1.0), 0.0))
-    return jnp.stack(out)
+    return _conditional(ising.probabilities(model), mask_table(dist, model.n))
 
 
 def averaged_conditional_expectation(model, dist: MaskDistribution):
-    """``F -> sum_S w(S | x) E_{q_S}[F | block of x under S]``, jitted, for F (2^n,) or (2^n, B).
-
-    This is the block-dynamics transition operator ``P`` [Definitions 6, 8] applied to the
-    columns of ``F``; :mod:`gmlm_lib.ising.markov` and :func:`gmlm_lib.ising.fisher.all_masks_score_covariance`
-    (whose mask-averaged score is ``T - P T``) both use it.
-    """
+    """``F -> sum_S w(S | x) E_{q_S}[F | block of x under S]`` for F (2^n,) or (2^n, B): the
+    block-dynamics transition operator ``P`` [Definitions 6, 8] applied to the columns of ``F``.
+    :mod:`gmlm_lib.ising.markov` and :func:`gmlm_lib.ising.fisher.all_masks_score_covariance` (whose
+    mask-averaged score is ``T - P T``) both use it. The function calls :func:`apply_operator`, one
+    compiled program for every model and distribution of the same shape."""
     n = model.n
     ising.check_exact_n(n)
-    check_distribution(dist, n)
+    table = mask_table(dist, n)
     p = ising.probabilities(model)
-    groups = list(size_groups(dist, n))
 
-    @jax.jit
     def apply(F):
-        F = jnp.asarray(F, dtype=jnp.float64)
-        Fb = F.reshape(F.shape[0], -1)
-        out = jnp.zeros_like(Fb)
-        for g in groups:
-
-            def body(acc, sw, k=g.k):
-                ids, w = sw
-                _, cond = block_moments(p * w, Fb, ids, k, n)
-                return acc + jnp.broadcast_to(w, p.shape)[:, None] * cond[ids], None
-
-            out, _ = jax.lax.scan(body, out, (g.ids, g.weights))
-        return out.reshape(F.shape)
+        return apply_operator(p, table, jnp.asarray(F, dtype=jnp.float64))
 
     return apply

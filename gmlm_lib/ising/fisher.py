@@ -20,7 +20,6 @@ route used to verify the information-matrix equality. Everything is float64.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -41,27 +40,35 @@ MAX_AUTODIFF_N = 8
 
 def _tables(model: IsingModel):
     ising.check_model(model)
-    states = ising.enumerate_states(model.n)
-    return ising.sufficient_statistics(states), ising.probabilities(model)
+    return ising.state_statistics(model.n), ising.probabilities(model)
 
 
-def fisher_information(model: IsingModel) -> jax.Array:
-    """``I(theta) = Cov_p(T(X))``. Returns (p, p), p = n(n-1)/2 + n."""
-    T, p = _tables(model)
+def _exact(model: IsingModel, dist: MaskDistribution):
+    """``T`` (2^n, p), ``p`` (2^n,) and the mask table, for the jitted kernels below."""
+    n = ising.check_model(model).n
+    blocks.check_exact_blocks(n, MAX_EXACT_N)
+    table = blocks.mask_table(dist, n)
+    return (*_tables(model), table)
+
+
+@jax.jit
+def _fisher(T, p):
     mu = p @ T
     return T.T @ (p[:, None] * T) - jnp.outer(mu, mu)
 
 
-def _block_means_term(T, p, group: blocks.SizeGroup, n: int):
-    """``sum_S sum_B P_B m_B m_B^T`` over one size group (see :func:`hessian`)."""
+def fisher_information(model: IsingModel) -> jax.Array:
+    """``I(theta) = Cov_p(T(X))``. Returns (p, p), p = n(n-1)/2 + n."""
+    return _fisher(*_tables(model))
 
-    def body(acc, sw):
-        ids, w = sw
-        mass, means = blocks.block_moments(p * w, T, ids, group.k, n)
-        return acc + means.T @ (mass[:, None] * means), None
 
-    acc, _ = jax.lax.scan(body, jnp.zeros((T.shape[1], T.shape[1])), (group.ids, group.weights))
-    return acc
+@jax.jit
+def _hessian(T, p, table):
+    def body(ids, w):
+        mass, means = blocks.block_moments(p * w, T, ids)
+        return means.T @ (mass[:, None] * means)
+
+    return T.T @ (p[:, None] * T) - blocks.scan_masks(body, jnp.zeros((T.shape[1], T.shape[1])), table)
 
 
 def hessian(model: IsingModel, dist: MaskDistribution) -> jax.Array:
@@ -69,50 +76,40 @@ def hessian(model: IsingModel, dist: MaskDistribution) -> jax.Array:
 
     Computed as ``E[T T^T] - sum_S sum_B P_B m_B m_B^T`` over the blocks ``B`` of each mask, with
     ``P_B = sum_{y in B} q_S(y)`` and ``m_B`` the ``q_S``-weighted mean of ``T`` on ``B``.
-    Fixed or adaptive ``w``; ``n <=`` :data:`MAX_EXACT_N`.
+    Fixed or adaptive ``w``; ``n <=`` :data:`MAX_EXACT_N`. One compiled program per shape.
     """
-    n = model.n
-    blocks.check_exact_blocks(n, MAX_EXACT_N)
-    check_distribution(dist, n)
-    T, p = _tables(model)
-    second = T.T @ (p[:, None] * T)
-    acc = sum(_block_means_term(T, p, g, n) for g in blocks.size_groups(dist, n))
-    return second - acc
+    return _hessian(*_exact(model, dist))
+
+
+@jax.jit
+def _score_covariance(T, p, table):
+    def body(ids, w):
+        q = p * w
+        _, means = blocks.block_moments(q, T, ids)
+        r = T - means[ids]
+        return r.T @ (q[:, None] * r)
+
+    return blocks.scan_masks(body, jnp.zeros((T.shape[1], T.shape[1])), table)
 
 
 def score_covariance(model: IsingModel, dist: MaskDistribution) -> jax.Array:
     """``Sigma_w``: covariance of the per-pair score ``-(T(x) - E[T | x_{-S}, S])`` under
     ``p(x) w(S|x)`` [Lemma 1]. Returns (p, p). Summed state by state (a different route
     from :func:`hessian`; equal to it under realizability)."""
-    n = model.n
-    blocks.check_exact_blocks(n, MAX_EXACT_N)
-    check_distribution(dist, n)
-    T, p = _tables(model)
-    out = jnp.zeros((T.shape[1], T.shape[1]))
-    for g in blocks.size_groups(dist, n):
+    return _score_covariance(*_exact(model, dist))
 
-        def body(acc, sw, k=g.k):
-            ids, w = sw
-            q = p * w
-            _, means = blocks.block_moments(q, T, ids, k, n)
-            r = T - means[ids]
-            return acc + r.T @ (q[:, None] * r), None
 
-        out, _ = jax.lax.scan(body, out, (g.ids, g.weights))
-    return out
+@jax.jit
+def _all_masks_covariance(T, p, table):
+    r = T - blocks.averaged_expectation(p, table, T)  # (P T)(x): the block-dynamics operator
+    return r.T @ (p[:, None] * r)
 
 
 def all_masks_score_covariance(model: IsingModel, dist: MaskDistribution) -> jax.Array:
     """``Sigma'_w = Cov_x( E_{S~w(.|x)} grad l(theta*; x, S) )``: the score covariance when each
     sample is used with all of its masks. Returns (p, p). ``Sigma' <= Sigma_w`` (law of total
     covariance). The mask-averaged score is ``-(T - P T)`` with ``P`` the block dynamics of ``w``."""
-    n = model.n
-    blocks.check_exact_blocks(n, MAX_EXACT_N)
-    check_distribution(dist, n)
-    T, p = _tables(model)
-    mixed = blocks.averaged_conditional_expectation(model, dist)(T)  # (P T)(x): the block-dynamics operator
-    r = T - mixed
-    return r.T @ (p[:, None] * r)
+    return _all_masks_covariance(*_exact(model, dist))
 
 
 def sandwich(H: jax.Array, Sigma: jax.Array) -> jax.Array:
@@ -161,21 +158,18 @@ def hessian_per_mask(model: IsingModel, masks: jax.Array) -> jax.Array:
     masks = raw.astype(bool)
     if masks.ndim != 2 or masks.shape[1] != n or masks.shape[0] < 1:
         raise ValueError(f"masks must be (M, {n}) with M >= 1; got {masks.shape}.")
-    T, p = _tables(model)
+    return _per_mask(*_tables(model), jnp.asarray(blocks.block_ids(masks)))
+
+
+@jax.jit
+def _per_mask(T, p, ids):
     second = T.T @ (p[:, None] * T)
-    sizes = masks.sum(1)
-    out = [None] * masks.shape[0]
-    for k in np.unique(sizes):
-        idx = np.nonzero(sizes == k)[0]
-        ids = jnp.asarray(blocks.block_ids(masks[idx]))
 
-        def one(ids_row, k=int(k)):
-            mass, means = blocks.block_moments(p, T, ids_row, k, n)
-            return second - means.T @ (mass[:, None] * means)
+    def one(ids_row):
+        mass, means = blocks.block_moments(p, T, ids_row)
+        return second - means.T @ (mass[:, None] * means)
 
-        for j, H in zip(idx, jax.lax.map(one, ids)):
-            out[j] = H
-    return jnp.stack(out)
+    return jax.lax.map(one, ids)
 
 
 def hessian_monte_carlo(model: IsingModel, masks: jax.Array) -> Estimate:
@@ -198,38 +192,40 @@ def _pair_arrays(n: int, dist: MaskDistribution):
     W = np.asarray(dist.weights).T if dist.is_adaptive else np.tile(np.asarray(dist.weights)[:, None], (1, 2**n))
     with np.errstate(divide="ignore"):
         logw = np.log(W)
-    return jnp.asarray(blocks.block_ids(s)), jnp.asarray(logw), jnp.asarray(W), tuple(int(k) for k in s.sum(1))
+    return jnp.asarray(blocks.block_ids(s)), jnp.asarray(logw), jnp.asarray(W)
 
 
-@partial(jax.jit, static_argnames=("n", "sizes"))
-def _pair_losses(theta, ids, logw, *, n: int, sizes: tuple):
+def _pair_losses(theta, T, ids, logw):
     """``l(theta; x, S) = -log p_theta(x_S | x_{-S}, S)`` for every mask and state. (M, 2^n);
     ``+inf``-free: pairs with ``w(S|x) = 0`` give 0 (they carry no probability), and so do their
     derivatives: a block where ``w(S|.)`` is 0 throughout has no log-normaliser, and the ``-inf``
     is kept out of both branches of each ``where`` (a ``where`` passes a NaN derivative from the
-    branch it does not take)."""
-    T = ising.sufficient_statistics(ising.enumerate_states(n))
+    branch it does not take). Vectorised over masks with ``2^n`` segments, so one program serves
+    every distribution with the same number of masks."""
     logits = T @ theta
-    rows = []
-    for m, k in enumerate(sizes):
-        z = logits + logw[m]
+    segments = T.shape[0]
+
+    def row(ids, lw):
+        z = logits + lw
         live = jnp.isfinite(z)
-        zmax = jax.ops.segment_max(z, ids[m], num_segments=2 ** (n - k))
+        zmax = jax.ops.segment_max(z, ids, num_segments=segments)
         zmax = jnp.where(jnp.isfinite(zmax), zmax, 0.0)
-        tot = jax.ops.segment_sum(jnp.exp(z - zmax[ids[m]]), ids[m], num_segments=2 ** (n - k))
+        tot = jax.ops.segment_sum(jnp.exp(z - zmax[ids]), ids, num_segments=segments)
         lse = zmax + jnp.log(jnp.where(tot > 0, tot, 1.0))
-        rows.append(jnp.where(live, -(jnp.where(live, z, 0.0) - lse[ids[m]]), 0.0))
-    return jnp.stack(rows)
+        return jnp.where(live, -(jnp.where(live, z, 0.0) - lse[ids]), 0.0)
+
+    return jax.vmap(row)(ids, logw)
 
 
-@partial(jax.jit, static_argnames=("n", "sizes"))
-def _loss_hessian(theta, law, ids, logw, *, n: int, sizes: tuple):
-    return jax.hessian(lambda th: jnp.sum(law * _pair_losses(th, ids, logw, n=n, sizes=sizes)))(theta)
+@jax.jit
+def _loss_hessian(theta, T, p, W, ids, logw):
+    law = W * p[None, :]
+    return jax.hessian(lambda th: jnp.sum(law * _pair_losses(th, T, ids, logw)))(theta)
 
 
-@partial(jax.jit, static_argnames=("n", "sizes"))
-def _pair_scores(theta, ids, logw, *, n: int, sizes: tuple):
-    return jax.jacfwd(lambda th: _pair_losses(th, ids, logw, n=n, sizes=sizes))(theta)
+@jax.jit
+def _pair_scores(theta, T, ids, logw):
+    return jax.jacfwd(lambda th: _pair_losses(th, T, ids, logw))(theta)
 
 
 def loss_hessian_autodiff(model: IsingModel, dist: MaskDistribution) -> jax.Array:
@@ -239,9 +235,8 @@ def loss_hessian_autodiff(model: IsingModel, dist: MaskDistribution) -> jax.Arra
     n = model.n
     blocks.check_exact_blocks(n, MAX_AUTODIFF_N)
     check_distribution(dist, n)
-    ids, logw, W, sizes = _pair_arrays(n, dist)
-    law = W * ising.probabilities(model)[None, :]
-    return _loss_hessian(ising.to_theta(model), law, ids, logw, n=n, sizes=sizes)
+    ids, logw, W = _pair_arrays(n, dist)
+    return _loss_hessian(ising.to_theta(model), ising.state_statistics(n), ising.probabilities(model), W, ids, logw)
 
 
 def score_covariance_autodiff(model: IsingModel, dist: MaskDistribution) -> Estimate:
@@ -251,12 +246,18 @@ def score_covariance_autodiff(model: IsingModel, dist: MaskDistribution) -> Esti
     n = model.n
     blocks.check_exact_blocks(n, MAX_AUTODIFF_N)
     check_distribution(dist, n)
-    ids, logw, W, sizes = _pair_arrays(n, dist)
-    law = W * ising.probabilities(model)[None, :]
-    J = _pair_scores(ising.to_theta(model), ids, logw, n=n, sizes=sizes)
+    ids, logw, W = _pair_arrays(n, dist)
+    return Estimate(*_score_moments(ising.to_theta(model), ising.state_statistics(n), ising.probabilities(model), W,
+                                    ids, logw))
+
+
+@jax.jit
+def _score_moments(theta, T, p, W, ids, logw):
+    law = W * p[None, :]
+    J = _pair_scores(theta, T, ids, logw)
     mean = jnp.einsum("ms,msp->p", law, J)
     second = jnp.einsum("ms,msp,msq->pq", law, J, J)
-    return Estimate(second - jnp.outer(mean, mean), mean)
+    return second - jnp.outer(mean, mean), mean
 
 
 def generalized_eigvals(A: jax.Array, B: jax.Array) -> np.ndarray:

@@ -36,9 +36,10 @@ MIN_RESOLVABLE_GAP = 1e-15
 
 
 def operator(model: IsingModel, dist: MaskDistribution):
-    """The block-dynamics transition operator as a jitted function ``f (2^n,) -> P f (2^n,)``.
+    """The block-dynamics transition operator as a function ``f (2^n,) -> P f (2^n,)``.
 
     Fixed or adaptive ``w``; ``(P f)(x) = E[f(X_1) | X_0 = x]``. Works on a batch (2^n, B) too.
+    One compiled program per shape (:func:`gmlm_lib.ising.blocks.apply_operator`).
     """
     return blocks.averaged_conditional_expectation(model, dist)
 
@@ -50,52 +51,71 @@ def transition_matrix(model: IsingModel, dist: MaskDistribution) -> jax.Array:
     return operator(model, dist)(jnp.eye(2**model.n))
 
 
+def _exact(model: IsingModel, dist: MaskDistribution, f=None):
+    """The law ``p``, the mask table and ``f`` checked, for the jitted kernels below."""
+    n = ising.check_model(model).n
+    table = blocks.mask_table(dist, n)
+    p = ising.probabilities(model)
+    return p, table, (None if f is None else ising.check_state_function(f, n))
+
+
+@jax.jit
+def _dirichlet(p, table, f):
+    return jnp.sum(p * f * (f - blocks.averaged_expectation(p, table, f)))
+
+
+@jax.jit
+def _dirichlet_variance(p, table, f):
+    values = jnp.stack([f, f * f], axis=1)
+
+    def body(ids, w):
+        mass, m = blocks.block_moments(p * w, values, ids)
+        return jnp.sum(mass * (m[:, 1] - m[:, 0] ** 2))
+
+    return blocks.scan_masks(body, jnp.zeros(()), table)
+
+
 def dirichlet_form(model: IsingModel, dist: MaskDistribution, f: jax.Array) -> jax.Array:
     """``E(f, f) = 1/2 sum_{x,y} p(x) P(x,y) (f(x) - f(y))^2 = <f, (I - P) f>_p`` [Definition 4]. ()."""
-    p = ising.probabilities(ising.check_model(model))
-    f = ising.check_state_function(f, model.n)
-    return jnp.sum(p * f * (f - operator(model, dist)(f)))
+    return _dirichlet(*_exact(model, dist, f))
 
 
 def dirichlet_form_variance(model: IsingModel, dist: MaskDistribution, f: jax.Array) -> jax.Array:
     """``E(f, f) = E_{(x,S)} Var(f | x_{-S}, S)`` [Caputo & Parisi 2021; Prop. (App. C.3)]: the
-    same Dirichlet form by conditional variances, without the operator. ()."""
-    n = ising.check_model(model).n
-    check_distribution(dist, n)
-    p = ising.probabilities(model)
-    f = ising.check_state_function(f, n)
-    total = jnp.zeros(())
-    for g in blocks.size_groups(dist, n):
+    same Dirichlet form by conditional variances, without the operator. (). One compiled program
+    per shape."""
+    return _dirichlet_variance(*_exact(model, dist, f))
 
-        def body(acc, sw, k=g.k):
-            ids, w = sw
-            mass, m = blocks.block_moments(p * w, jnp.stack([f, f * f], axis=1), ids, k, n)
-            return acc + jnp.sum(mass * (m[:, 1] - m[:, 0] ** 2)), None
 
-        total, _ = jax.lax.scan(body, total, (g.ids, g.weights))
-    return total
+def _sym_apply(p, sqrt_p, table, g):
+    """``A g`` with ``A = D^1/2 P D^-1/2`` and the top eigenvector ``sqrt(p)`` deflated; g (2^n,)."""
+    g = g - sqrt_p * (sqrt_p @ g)
+    out = sqrt_p * blocks.averaged_expectation(p, table, g / sqrt_p)
+    return out - sqrt_p * (sqrt_p @ out)
+
+
+_sym_matvec = jax.jit(_sym_apply)
+
+
+@jax.jit
+def _sym_dense(p, sqrt_p, table):
+    A = jax.vmap(lambda g: _sym_apply(p, sqrt_p, table, g), in_axes=1, out_axes=1)(jnp.eye(p.shape[0]))
+    return 0.5 * (A + A.T)
 
 
 def _symmetrised(model, dist):
-    """``A = D^1/2 P D^-1/2`` with the top eigenvector ``sqrt(p)`` deflated, as a matvec."""
-    apply = operator(model, dist)
-    sqrt_p = jnp.sqrt(ising.probabilities(model))
-
-    @jax.jit
-    def matvec(g):
-        g = g - sqrt_p * (sqrt_p @ g)
-        out = sqrt_p * apply(g / sqrt_p)
-        return out - sqrt_p * (sqrt_p @ out)
-
-    return matvec, sqrt_p
+    """The deflated symmetrised operator as a matvec over NumPy vectors, and ``sqrt(p)``."""
+    p, table, _ = _exact(model, dist)
+    sqrt_p = jnp.sqrt(p)
+    return (lambda g: np.asarray(_sym_matvec(p, sqrt_p, table, jnp.asarray(g)))), np.asarray(sqrt_p)
 
 
-def _dense_symmetrised(model, dist) -> tuple[jax.Array, jax.Array]:
-    """The deflated symmetrised operator as a dense (2^n, 2^n) matrix, and ``sqrt(p)``."""
+def _dense_symmetrised(model, dist) -> tuple[np.ndarray, np.ndarray]:
+    """The deflated symmetrised operator as a dense (2^n, 2^n) NumPy matrix, and ``sqrt(p)``."""
     blocks.check_exact_blocks(model.n, MAX_DENSE_N)
-    matvec, sqrt_p = _symmetrised(model, dist)
-    A = jax.vmap(matvec, in_axes=1, out_axes=1)(jnp.eye(sqrt_p.shape[0]))
-    return 0.5 * (A + A.T), sqrt_p
+    p, table, _ = _exact(model, dist)
+    sqrt_p = jnp.sqrt(p)
+    return np.asarray(_sym_dense(p, sqrt_p, table)), np.asarray(sqrt_p)
 
 
 def second_eigenvalue(model: IsingModel, dist: MaskDistribution, method: str = "lanczos", tol: float = 1e-13) -> float:
@@ -107,7 +127,7 @@ def second_eigenvalue(model: IsingModel, dist: MaskDistribution, method: str = "
     absolute value.
     """
     if method == "dense":
-        return float(jnp.linalg.eigvalsh(_dense_symmetrised(model, dist)[0])[-1])
+        return float(np.linalg.eigvalsh(_dense_symmetrised(model, dist)[0])[-1])
     if method == "lanczos":
         return slowest_mode(model, dist, tol)[0]
     raise ValueError(f"method must be 'dense' or 'lanczos'; got {method!r}.")
@@ -130,11 +150,8 @@ def poincare_constant(model: IsingModel, dist: MaskDistribution, method: str = "
         _, f = slowest_mode(model, dist)
     elif method == "dense":
         A, sqrt_p = _dense_symmetrised(model, dist)
-        _, vecs = jnp.linalg.eigh(A)
-        f = vecs[:, -1] / sqrt_p
-        p = sqrt_p**2
-        f = f - p @ f
-        f = f / jnp.sqrt(p @ f**2)
+        _, vecs = np.linalg.eigh(A)
+        f = _centred(vecs[:, -1] / sqrt_p, sqrt_p**2)
     else:
         raise ValueError(f"method must be 'dense' or 'lanczos'; got {method!r}.")
     gap = float(dirichlet_form_variance(model, dist, f))
@@ -144,9 +161,9 @@ def poincare_constant(model: IsingModel, dist: MaskDistribution, method: str = "
 def reversibility_error(model: IsingModel, P: jax.Array) -> tuple[float, float]:
     """``(max_x |(pP)(x) - p(x)|, max_{x,y} |p(x)P(x,y) - p(y)P(y,x)|)`` for a dense ``P``:
     stationarity and detailed balance with respect to ``p``."""
-    p = ising.probabilities(model)
+    p, P = np.asarray(ising.probabilities(model)), np.asarray(P)
     flow = p[:, None] * P
-    return float(jnp.max(jnp.abs(p @ P - p))), float(jnp.max(jnp.abs(flow - flow.T)))
+    return float(np.max(np.abs(p @ P - p))), float(np.max(np.abs(flow - flow.T)))
 
 
 def slowest_mode(model: IsingModel, dist: MaskDistribution, tol: float = 1e-13) -> tuple[float, jax.Array]:
@@ -156,29 +173,32 @@ def slowest_mode(model: IsingModel, dist: MaskDistribution, tol: float = 1e-13) 
     matvec, sqrt_p = _symmetrised(model, dist)
     N = sqrt_p.shape[0]
     p = sqrt_p**2
-    v0 = np.asarray(jnp.cos(jnp.arange(N) * 0.7) + 0.1)
-    image = np.asarray(matvec(jnp.asarray(v0)))
+    v0 = np.cos(np.arange(N) * 0.7) + 0.1
+    image = matvec(v0)
     if N <= 2 or np.linalg.norm(image) <= 1e-14 * np.linalg.norm(v0):
         # One step samples exactly (e.g. k = n): the deflated operator is zero, lambda_2 = 0,
         # and every centred function is an eigenfunction.
-        f = jnp.asarray(v0) - jnp.asarray(v0) @ p
-        return 0.0, f / jnp.sqrt(p @ f**2)
-    op = spla.LinearOperator((N, N), matvec=lambda v: np.asarray(matvec(jnp.asarray(v.ravel()))), dtype=np.float64)
+        return 0.0, jnp.asarray(_centred(v0, p))
+    op = spla.LinearOperator((N, N), matvec=lambda v: matvec(v.ravel()), dtype=np.float64)
     vals, vecs = spla.eigsh(op, k=1, which="LA", tol=tol, v0=v0, maxiter=20 * N)
-    f = jnp.asarray(vecs[:, 0]) / sqrt_p
+    return float(vals[0]), jnp.asarray(_centred(vecs[:, 0] / sqrt_p, p))
+
+
+def _centred(f: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """``f`` centred and scaled to ``E_p f = 0``, ``Var_p f = 1``."""
     f = f - p @ f
-    return float(vals[0]), f / jnp.sqrt(p @ f**2)
+    return f / np.sqrt(p @ f**2)
 
 
 def span_fraction(model: IsingModel, f: jax.Array) -> float:
     """Share of ``Var_p(f)`` explained by the span of the sufficient statistics ``T`` (and
     constants): ``1`` when ``f = <v, T> + c``. Weighted least squares in ``L^2(p)``."""
-    p = ising.probabilities(ising.check_model(model))
-    f = ising.check_state_function(f, model.n)
-    T = ising.sufficient_statistics(ising.enumerate_states(model.n))
-    X = jnp.concatenate([jnp.ones((T.shape[0], 1)), T], axis=1) * jnp.sqrt(p)[:, None]
-    y = f * jnp.sqrt(p)
-    coef, *_ = jnp.linalg.lstsq(X, y)
+    p = np.asarray(ising.probabilities(ising.check_model(model)))
+    f = np.asarray(ising.check_state_function(f, model.n))
+    T = np.asarray(ising.state_statistics(model.n))
+    X = np.concatenate([np.ones((T.shape[0], 1)), T], axis=1) * np.sqrt(p)[:, None]
+    y = f * np.sqrt(p)
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
     resid = y - X @ coef
     var = p @ f**2 - (p @ f) ** 2
     return float(1.0 - (resid @ resid) / var)

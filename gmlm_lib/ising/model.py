@@ -11,6 +11,7 @@ sums over all ``2^n`` states, up to :data:`MAX_EXACT_N` sites. States are ``int8
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -29,6 +30,7 @@ __all__ = [
     "to_theta",
     "from_theta",
     "sufficient_statistics",
+    "state_statistics",
     "energy",
     "check_exact_n",
     "states_from_index",
@@ -190,6 +192,18 @@ def energy(model: IsingModel, x: jax.Array) -> jax.Array:
     return -(0.5 * jnp.einsum("...i,ij,...j->...", x, model.J, x) + x @ model.h)
 
 
+def state_statistics(n: int) -> jax.Array:
+    """``T(x)`` of every state, in :func:`enumerate_states` order: (2^n, p) float64, one compiled
+    program per ``n`` (the table the exact numerics of :mod:`gmlm_lib.ising.fisher` sum against)."""
+    check_exact_n(n)
+    return _state_statistics(int(n))
+
+
+@partial(jax.jit, static_argnums=0)
+def _state_statistics(n: int) -> jax.Array:
+    return sufficient_statistics(states_from_index(jnp.arange(2**n), n))
+
+
 def check_exact_n(n: int) -> None:
     """Raise a clear error when ``n`` is too large for exact enumeration, or float64 is off."""
     require_x64("exact enumeration (gmlm_lib.ising)")
@@ -223,10 +237,30 @@ def enumerate_states(n: int) -> jax.Array:
     return states_from_index(jnp.arange(2**n), n)
 
 
+@jax.jit
+def _log_weights(model: IsingModel) -> jax.Array:
+    n = model.n
+    x = states_from_index(jnp.arange(2**n), n).astype(jnp.float64)
+    return 0.5 * jnp.einsum("si,ij,sj->s", x, model.J, x) + x @ model.h
+
+
+def _finite(values: jax.Array, model: IsingModel, what: str) -> jax.Array:
+    """``values`` when finite (or traced); else a ``ValueError`` that says which parameters caused it."""
+    if _is_concrete(values) and not np.all(np.isfinite(np.asarray(values))):
+        bad = [name for name, a in (("J", model.J), ("h", model.h))
+               if _is_concrete(a) and not np.all(np.isfinite(np.asarray(a)))]
+        cause = (f"{' and '.join(bad)} hold NaN or inf" if bad else
+                 "the couplings and fields are too large for float64 (build the model with ising_model, which "
+                 f"refuses |E(x)| above {MAX_ENERGY:g})")
+        raise ValueError(f"{what} is not finite: {cause}. Build the model with ising_model(J, h), which validates.")
+    return values
+
+
 def log_weights(model: IsingModel) -> jax.Array:
-    """Unnormalised log-probabilities ``-E(x)`` of all states. Returns (2^n,) float64."""
+    """Unnormalised log-probabilities ``-E(x)`` of all states. Returns (2^n,) float64; one compiled
+    program per model size. A model whose weights are not finite is refused (a ``ValueError``)."""
     check_exact_n(model.n)
-    return -energy(model, enumerate_states(model.n))
+    return _finite(_log_weights(model), model, "log_weights(model)")
 
 
 def log_partition(model: IsingModel) -> jax.Array:
@@ -234,10 +268,16 @@ def log_partition(model: IsingModel) -> jax.Array:
 
     States are generated and summed in chunks of ``2^16`` so that n = 20 needs no more
     than a few MB; each chunk and the total use the max-shifted log-sum-exp, so values of
-    ``|E|`` in the thousands (``|J| = 10`` at n = 20) stay exact to float64 rounding.
+    ``|E|`` in the thousands (``|J| = 10`` at n = 20) stay exact to float64 rounding. One compiled
+    program per model size; a model whose ``log Z`` is not finite is refused (a ``ValueError``).
     """
+    check_exact_n(model.n)
+    return _finite(_log_partition(model), model, "log_partition(model)")
+
+
+@jax.jit
+def _log_partition(model: IsingModel) -> jax.Array:
     n = model.n
-    check_exact_n(n)
     chunk_bits = min(n, _CHUNK_BITS)
     num_chunks = 2 ** (n - chunk_bits)
     offsets = jnp.arange(2**chunk_bits, dtype=jnp.int64)
@@ -256,10 +296,17 @@ def log_prob(model: IsingModel, x: jax.Array) -> jax.Array:
     return -energy(model, x) - log_partition(model)
 
 
-def probabilities(model: IsingModel) -> jax.Array:
-    """``p(x)`` for every state, in :func:`enumerate_states` order. Returns (2^n,)."""
-    lw = log_weights(model)
+@jax.jit
+def _probabilities(model: IsingModel) -> jax.Array:
+    lw = _log_weights(model)
     return jnp.exp(lw - jax.nn.logsumexp(lw))
+
+
+def probabilities(model: IsingModel) -> jax.Array:
+    """``p(x)`` for every state, in :func:`enumerate_states` order. Returns (2^n,); one compiled program
+    per model size. A model whose law is not finite (NaN or inf in ``J`` or ``h``) is refused."""
+    check_exact_n(model.n)
+    return _finite(_probabilities(model), model, "probabilities(model)")
 
 
 def _check_subset(subset, n: int) -> np.ndarray:

@@ -24,6 +24,7 @@ the key step of Theorem 4. Exact sums over all states: n <= :data:`MAX_N`.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -49,30 +50,31 @@ def _check(model: IsingModel, dist: MaskDistribution) -> None:
 
 
 def conditional_kl_fn(model_or_p, dist: MaskDistribution):
-    """A jitted ``q (2^n,) -> (KL(q||p), D_w(q||p))`` for the model (or the law ``p`` (2^n,)) [Definition 9]."""
+    """A function ``q (2^n,) -> (KL(q||p), D_w(q||p))`` for the model (or the law ``p`` (2^n,))
+    [Definition 9]; it calls one compiled program per shape (:func:`conditional_kl`)."""
     if isinstance(model_or_p, IsingModel):
         n = model_or_p.n
         p = ising.probabilities(model_or_p)
     else:
         p = jnp.asarray(model_or_p, dtype=jnp.float64)
         n = int(round(math.log2(p.shape[0])))
-    groups = list(blocks.size_groups(dist, n))
+    table = blocks.mask_table(dist, n)
+    return lambda q: conditional_kl(p, table, jnp.asarray(q, dtype=jnp.float64))
 
-    @jax.jit
-    def fn(q):
-        total = kl(q, p)
-        marg = 0.0
-        for g in groups:
 
-            def per_mask(ids, k=g.k):
-                qb = blocks.block_sum(q, ids, k, n)
-                pb = blocks.block_sum(p, ids, k, n)
-                return kl(qb, pb)
+def _conditional_kl(p, table: blocks.MaskTable, q):
+    total = kl(q, p)
+    segments = p.shape[0]
 
-            marg = marg + jnp.sum(g.weights * jax.vmap(per_mask)(g.ids))
-        return total, total - marg
+    def per_mask(ids):  # KL of the laws of x_{-S}: block sums, 2^n segments (unused ones are 0 under both)
+        return kl(jax.ops.segment_sum(q, ids, num_segments=segments), jax.ops.segment_sum(p, ids, num_segments=segments))
 
-    return fn
+    return total, total - jnp.sum(table.weights * jax.vmap(per_mask)(table.ids))
+
+
+conditional_kl = jax.jit(_conditional_kl)
+"""``(KL(q||p), D_w(q||p))`` for the law ``p`` (2^n,), a fixed ``w``'s :class:`~gmlm_lib.ising.blocks.MaskTable`
+and a law ``q`` (2^n,) [Definition 9]; jitted, one program per shape."""
 
 
 def ratio(model: IsingModel, dist: MaskDistribution, q: jax.Array) -> float:
@@ -110,18 +112,28 @@ def lower_bound(key: jax.Array, model: IsingModel, dist: MaskDistribution, *, re
     _check(model, dist)
     if restarts < 1 or steps < 0:
         raise ValueError(f"restarts must be >= 1 and steps >= 0; got restarts={restarts}, steps={steps}.")
-    fn = conditional_kl_fn(model, dist)
-    logp = ising.log_weights(model)
+    p = ising.probabilities(model)
+    table = blocks.mask_table(dist, model.n)
+    values, qs = _ascend(p, table, key, ising.log_weights(model), jnp.float64(learning_rate), jnp.float64(spread),
+                         restarts=int(restarts), steps=int(steps))
+    values = np.asarray(values)
+    best = int(np.argmax(values))
+    return LowerBound(float(values[best]), qs[best], values, markov.poincare_constant(model, dist, method="dense"))
+
+
+@partial(jax.jit, static_argnames=("restarts", "steps"))
+def _ascend(p, table, key, logp, learning_rate, spread, *, restarts: int, steps: int):
+    """:func:`lower_bound`'s restarts, one program per model size, restart count and step count: the
+    model, masks, learning rate and spread are operands. Returns every restart's ratio (-inf where it
+    is not finite) and its ``q``."""
     scales = spread * jnp.linspace(1.0 / restarts, 1.0, restarts)
     init = logp + scales[:, None] * jax.random.normal(key, (restarts, logp.shape[0]), dtype=jnp.float64)
-
-    def neg_log_ratio(logits):
-        a, d = fn(jax.nn.softmax(logits))
-        return jnp.log(d) - jnp.log(a)
-
     opt = optax.adam(learning_rate)
 
-    @jax.jit
+    def neg_log_ratio(logits):
+        a, d = _conditional_kl(p, table, jax.nn.softmax(logits))
+        return jnp.log(d) - jnp.log(a)
+
     def run(logits):
         def body(carry, _):
             z, s = carry
@@ -133,12 +145,9 @@ def lower_bound(key: jax.Array, model: IsingModel, dist: MaskDistribution, *, re
         (z, _), _ = jax.lax.scan(body, (logits, opt.init(logits)), None, length=steps)
         return z
 
-    finals = jax.vmap(run)(init)
-    qs = jax.nn.softmax(finals, axis=-1)
-    vals = jax.vmap(lambda q: jnp.divide(*fn(q)))(qs)
-    vals = jnp.where(jnp.isfinite(vals), vals, -jnp.inf)
-    best = int(jnp.argmax(vals))
-    return LowerBound(float(vals[best]), qs[best], np.asarray(vals), markov.poincare_constant(model, dist, method="dense"))
+    qs = jax.nn.softmax(jax.vmap(run)(init), axis=-1)
+    vals = jax.vmap(lambda q: jnp.divide(*_conditional_kl(p, table, q)))(qs)
+    return jnp.where(jnp.isfinite(vals), vals, -jnp.inf), qs
 
 
 def upper_bound(model: IsingModel, dist: MaskDistribution) -> float:
