@@ -292,3 +292,20 @@ def test_empty_data_is_an_error():
         mple.fit_likelihood(np.ones((0, 3)))
     with pytest.raises(ValueError, match="at least one sample"):
         mple.fit_pseudolikelihood(np.ones((0, 3)), np.ones((0, 3), bool))
+
+
+def test_closed_form_pseudolikelihood_derivatives_equal_autodiff_on_masks_of_every_size():
+    """The fits use the loss's gradient and Hessian in closed form (a mean of exponential-family
+    log-partitions over the completions); autodiff of :func:`pseudolikelihood_loss` is the reference,
+    on masks of mixed sizes with padded slots and at a point away from the minimiser."""
+    n = 5
+    model = ising.random_model(jax.random.key(0), n, 0.6, 0.4)
+    x = ising.sample(model, jax.random.key(1), 64)
+    m = jax.random.bernoulli(jax.random.key(2), 0.4, (64, n)).at[:, 1].set(True)
+    theta = 0.3 * jax.random.normal(jax.random.key(3), (ising.num_params(n),))
+    for max_size in (int(m.sum(1).max()), n):
+        loss = lambda t, s=max_size: mple.pseudolikelihood_loss(ising.from_theta(t, n), x, m, s)  # noqa: E731
+        value, g, H = mple.pseudolikelihood_derivatives(x, m, max_size)(theta)
+        assert abs(float(value - loss(theta))) < 1e-12
+        np.testing.assert_allclose(g, jax.grad(loss)(theta), atol=1e-12)
+        np.testing.assert_allclose(H, jax.hessian(loss)(theta), atol=1e-12)
