@@ -498,3 +498,23 @@ def test_site_log_probs_are_both_columns_of_each_sites_conditional():
             y = x.astype(np.int64)
             y[i] = v
             assert got[i, col] == pytest.approx(brute.conditional(J, h, y, [i]), abs=1e-12)
+
+
+def test_run_chains_compiles_once_for_every_model_of_a_structure():
+    """Compile once: k-Gibbs and independent parallel take their model as an operand, so a sweep over
+    couplings (a new model each time) runs the programs its first model compiled."""
+    from gmlm_lib.core import timing
+
+    n, c = 6, 3
+    start = ising.light_mode_states(8, n, c)
+    heavy = lambda xs: ising.in_heavy_mode(xs, c)  # noqa: E731
+
+    def sweep(J):
+        model = ising.clique_plus_independent(n, c, J, 0.5)
+        for s in (samplers.k_gibbs(model, 2), samplers.independent_parallel(model)):
+            samplers.run_chains(jax.random.key(0), s, start, 20, target=heavy, chunk=10)
+
+    sweep(0.5)
+    clock = timing.compile_clock()
+    sweep(1.5)
+    assert timing.compiles_since(clock)["compilations"] == 0

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import os
-from functools import partial
+from functools import lru_cache, partial
 from typing import Callable, NamedTuple
 
 import jax
@@ -72,6 +72,12 @@ class Sampler(NamedTuple):
     """Parallel passes one step costs a model that gives per-site conditionals (a Transformer
     pass): a joint draw of ``m`` sites costs ``m`` passes by the chain rule (site by site, the
     sites not yet drawn masked), so k-Gibbs costs ``k``; independent parallel costs 1."""
+    core: Callable | None = None
+    """``core(params, key, state)``, the step with the model's arrays as an operand, one function per
+    structure (``n``, ``k``, dtype) whatever the model: :func:`run_chains` compiles it once for every
+    model of that structure. ``None`` where the step is a closure over its model."""
+    params: object = None
+    """The operand ``core`` takes: the model's arrays (a pytree)."""
 
 
 def _check_model(model: IsingModel) -> IsingModel:
@@ -187,20 +193,35 @@ def k_gibbs(model: IsingModel, k: int, dtype=jnp.float64) -> Sampler:
     if k > MAX_JOINT_K:
         raise ValueError(f"k = {k} needs 2^k = {2**k:,} completions per step; use k <= {MAX_JOINT_K}.")
     patterns, log_probs = _joint_update(model, k)
-    _, step_log_probs = _joint_update(model, k, dtype)
+    core = _k_gibbs_core(n, k, jnp.dtype(_cast(model, dtype).J.dtype))
+    params = ising.padded(_cast(model, dtype))
 
     def step(key, state):
-        bits = jax.random.bits(key, (k + 1,), dtype=jnp.uint32)
-        idx = _uniform_subset(bits, n, k)
-        c = _draw(_uniform01(bits[k], dtype), jnp.exp(step_log_probs(state.x, idx)))
-        return ChainState(_write(state.x, idx, patterns[c])), StepInfo(_mask_of(idx, n))
+        return core(params, key, state)
 
     def build_kernel():
         blocks = np.nonzero(np.asarray(all_k_subsets(n, k)))[1].reshape(-1, k)
         lw = np.full(blocks.shape[0], -math.log(blocks.shape[0]))
         return _kernel_from_blocks(n, patterns, jnp.asarray(blocks), lambda x: lw, lambda x, idx, j: log_probs(x, idx))
 
-    return Sampler(f"{k}-Gibbs", n, _init(n), step, _exact_kernel(n, build_kernel), passes=k)
+    return Sampler(f"{k}-Gibbs", n, _init(n), step, _exact_kernel(n, build_kernel), passes=k, core=core, params=params)
+
+
+@lru_cache(maxsize=None)
+def _k_gibbs_core(n: int, k: int, dtype) -> Callable:
+    """k-Gibbs's step for every model of ``n`` sites as ``core((Jpad, hpad), key, state)``: one
+    function per ``(n, k, dtype)``, so that its compiled programs serve every model."""
+    patterns = np.asarray(ising.enumerate_states(k))
+
+    def core(params, key, state):
+        Jpad, hpad = params
+        bits = jax.random.bits(key, (k + 1,), dtype=jnp.uint32)
+        idx = _uniform_subset(bits, n, k)
+        lw, _ = ising.completion_log_weights(Jpad, hpad, state.x[None], idx[None], jnp.asarray(patterns))
+        c = _draw(_uniform01(bits[k], dtype), jnp.exp(jax.nn.log_softmax(lw[0])))
+        return ChainState(_write(state.x, idx, jnp.asarray(patterns)[c])), StepInfo(_mask_of(idx, n))
+
+    return core
 
 
 def block_dynamics(model: IsingModel, dist: MaskDistribution) -> Sampler:
@@ -298,19 +319,30 @@ def independent_parallel(model: IsingModel, dtype=jnp.float64) -> Sampler:
     """
     model = _check_model(model)
     n = model.n
-    sites = jnp.ones(n, dtype=bool)
     fast = _cast(model, dtype)
+    core = _parallel_core(n)
 
     def step(key, state):
-        p_up = jax.nn.sigmoid(2 * local_fields(fast, state.x))
-        up = _uniform01(jax.random.bits(key, (n,), dtype=jnp.uint32), p_up.dtype) < p_up
-        return ChainState(jnp.where(up, 1, -1).astype(jnp.int8)), StepInfo(sites)
+        return core(fast, key, state)
 
     def kernel(x):
         lp = site_log_probs(model, jnp.asarray(x, dtype=jnp.int8))  # (n, 2)
         return product.product_law(jnp.exp(lp[:, 1]))
 
-    return Sampler("independent parallel", n, _init(n), step, _exact_kernel(n, lambda: kernel))
+    return Sampler("independent parallel", n, _init(n), step, _exact_kernel(n, lambda: kernel), core=core, params=fast)
+
+
+@lru_cache(maxsize=None)
+def _parallel_core(n: int) -> Callable:
+    """The independent parallel step as ``core(model, key, state)``, one function per ``n`` (the
+    model, in the step's dtype, is the operand)."""
+
+    def core(model, key, state):
+        p_up = jax.nn.sigmoid(2 * local_fields(model, state.x))
+        up = _uniform01(jax.random.bits(key, (n,), dtype=jnp.uint32), p_up.dtype) < p_up
+        return ChainState(jnp.where(up, 1, -1).astype(jnp.int8)), StepInfo(jnp.ones(n, dtype=bool))
+
+    return core
 
 
 def dependency_groups(model: IsingModel, threshold: float) -> list[tuple[int, ...]]:
@@ -532,14 +564,16 @@ def chain_keys(key: jax.Array, t, num_chains: int) -> jax.Array:
 
 
 @partial(jax.jit, static_argnums=(0, 1, 2, 3))
-def _run_chunk(sampler, observe, target, thin, key, carry, starts):
+def _run_chunk(core, observe, target, thin, params, key, carry, starts):
     """Steps ``starts[0] .. starts[-1] + thin - 1`` of every chain, recording ``observe`` after each
-    ``thin`` steps. Compiled once per (sampler, observe, target, thin) and chunk length."""
+    ``thin`` steps. Compiled once per (step's core, observe, target, thin) and chunk length: a
+    sampler with a ``core`` passes its model as ``params``, so its models share the program."""
+    step = core if params is None else partial(core, params)
 
     def one_step(carry, t):
         xs, hit = carry
         keys = chain_keys(key, t, xs.shape[0])
-        xs = jax.vmap(sampler.step)(keys, ChainState(xs))[0].x
+        xs = jax.vmap(step)(keys, ChainState(xs))[0].x
         return (xs, _hit_update(target, hit, xs, t + 1)), None
 
     def record(carry, t0):
@@ -593,10 +627,12 @@ def run_chains(
     starts = np.arange(0, num_steps, thin)
     per_chunk = max(1, int(chunk) // thin)
     pieces, done = [], 0
+    structure = (sampler.core, sampler.params) if sampler.core is not None else (sampler.step, None)
+    chunk_program = (structure[0], observe, target, thin, structure[1])
     bar = progress_bar(progress=progress, total=num_steps, desc=sampler.name, leave=False)
     for lo in range(0, len(starts), per_chunk):
         block = starts[lo : lo + per_chunk]
-        carry, obs = _run_chunk(sampler, observe, target, thin, key, carry, jnp.asarray(block))
+        carry, obs = _run_chunk(*chunk_program, key, carry, jnp.asarray(block))
         pieces.append(obs)
         bar.update(len(block) * thin)
         done = lo + len(block)
