@@ -193,6 +193,18 @@ def select_with(name: str) -> Callable:
     return _PARAMETRIC[name]
 
 
+def selection(rule: Rule) -> tuple[Callable, tuple]:
+    """``(fn, args)`` with ``rule.select(...) == fn(*args, ...)``: for the rules with a real parameter
+    (``threshold``, ``factor``, ``entropy``) the shared selection of :func:`select_with` and the
+    parameter as a float64 array, so that a jitted caller taking ``fn`` as a static argument and
+    ``args`` as operands compiles once for every value of a swept parameter; for the others the
+    rule's own ``select`` and no arguments."""
+    sel = rule.select
+    if isinstance(sel, functools.partial) and sel.func in _PARAMETRIC.values() and not sel.keywords:
+        return sel.func, tuple(jnp.asarray(a, dtype=jnp.float64) for a in sel.args)
+    return sel, ()
+
+
 def dilated_passes(n: int, B: int) -> np.ndarray:
     """The pass of every position under DUS with blocks of ``B = 2^L``: block ``b`` takes passes
     ``b (L + 1) .. b (L + 1) + L``; within it, offset 0 goes first and offset ``j > 0`` in pass

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import partial
 from typing import Callable, NamedTuple
 
 import jax
@@ -30,7 +31,7 @@ import numpy as np
 from gmlm_lib.core import divergences
 from gmlm_lib.core.precision import require_x64
 from gmlm_lib.core.unmasking import (RULES, RULES_2025, Rule, dependency, dilated, entropy_bound, factor,  # noqa: F401
-                                     make_rule, random_order, threshold, top_k)
+                                     make_rule, random_order, selection, threshold, top_k)
 from gmlm_lib.ising import model as ising
 from gmlm_lib.ising.model import IsingModel
 
@@ -154,7 +155,7 @@ def exact_law(model: IsingModel, rule: Rule, *, on_batch: Callable | None = None
     out = np.zeros(2 ** n)
     pass_law = np.zeros(n + 1)
     max_batch = 0
-    select = jax.jit(jax.vmap(rule.select, in_axes=(0, 0, 0, None, None)))
+    select_fn, select_args = selection(rule)
     key = jax.random.key(0)
     for t in range(n + 1):
         if not layer:
@@ -183,8 +184,8 @@ def exact_law(model: IsingModel, rule: Rule, *, on_batch: Callable | None = None
                 mvec[masked] = True
                 width = 1 << (n - 1)  # rows padded to the most a partial state can have: one compilation
                 pad = lambda a: np.concatenate([a, np.repeat(a[:1], width - a.shape[0], 0)])
-                chosen = np.asarray(select(jnp.asarray(pad(conf)), jnp.asarray(pad(ent)),
-                                           jnp.broadcast_to(jnp.asarray(mvec), (width, n)), t, key))[:live.size]
+                chosen = np.asarray(_select_rows(select_fn, select_args, jnp.asarray(pad(conf)), jnp.asarray(pad(ent)),
+                                                 jnp.broadcast_to(jnp.asarray(mvec), (width, n)), t, key))[:live.size]
                 if np.any(chosen & ~mvec) or not np.all(chosen.any(1)):
                     raise RuntimeError(f"rule {rule.label} chose no masked position or an unmasked one at pass {t}: "
                                        "a rule must return a non-empty subset of the masked positions.")
@@ -209,6 +210,13 @@ def exact_law(model: IsingModel, rule: Rule, *, on_batch: Callable | None = None
     kl = float(divergences.kl(target, out))
     return ExactLaw(out, float(np.arange(n + 1) @ pass_law), pass_law, target, max(kl, 0.0),
                     float(divergences.tv(out, target)), max_batch)
+
+
+@partial(jax.jit, static_argnums=0)
+def _select_rows(fn, args, conf, ent, masked, t, key):
+    """A rule's choice for every row (R, n): one program per selection function and width, its
+    parameter ``args`` an operand (:func:`gmlm_lib.core.unmasking.selection`)."""
+    return jax.vmap(lambda c, e, m: fn(*args, c, e, m, t, key))(conf, ent, masked)
 
 
 def batch_correlations(model: IsingModel, rule: Rule) -> dict[str, np.ndarray]:
@@ -279,44 +287,61 @@ def sampler(model: IsingModel, rule: Rule) -> Unmasker:
     n = model.n
     if rule.n != n:
         raise ValueError(f"rule is for n = {rule.n} positions but the model has n = {n}: build it with n = {n}.")
-    states = ising.enumerate_states(n).astype(jnp.int8)
     logp = jnp.log(ising.probabilities(model))
+    fn, args = selection(rule)
 
     def init() -> UnmaskState:
         return UnmaskState(jnp.zeros(n, jnp.int8), jnp.int32(0))
 
     def step(key, state: UnmaskState):
-        masked = state.x == 0
-        agree = jnp.all((states == state.x[None]) | masked[None], axis=1)
-        lw = jnp.where(agree, logp, -jnp.inf)
-        up = jax.nn.logsumexp(jnp.where(states > 0, lw[:, None], -jnp.inf), axis=0)
-        p_up = jnp.exp(up - jax.nn.logsumexp(lw))
-        conf, ent = site_statistics(p_up)
-        k_select, k_draw = jax.random.split(key)
-        chosen = rule.select(conf, ent, masked, state.passes, k_select) & masked
-        draw = jnp.where(jax.random.uniform(k_draw, (n,), dtype=p_up.dtype) < p_up, 1, -1).astype(jnp.int8)
-        active = jnp.any(masked)
-        x = jnp.where(chosen & active, draw, state.x)
-        return UnmaskState(x, state.passes + active.astype(jnp.int32)), chosen
+        return _unmask_step(fn, args, logp, key, state)
 
     return Unmasker(rule, init, step)
 
 
+def _unmask_step(fn, args, logp, key, state: UnmaskState):
+    """One pass of :func:`sampler`'s decoder with the model's log-law ``logp`` (2^n,) and the rule's
+    selection ``fn(*args, ...)`` (:func:`gmlm_lib.core.unmasking.selection`). Returns (state, chosen)."""
+    n = state.x.shape[0]
+    states = ising.states_from_index(jnp.arange(2**n), n)
+    masked = state.x == 0
+    agree = jnp.all((states == state.x[None]) | masked[None], axis=1)
+    lw = jnp.where(agree, logp, -jnp.inf)
+    up = jax.nn.logsumexp(jnp.where(states > 0, lw[:, None], -jnp.inf), axis=0)
+    p_up = jnp.exp(up - jax.nn.logsumexp(lw))
+    conf, ent = site_statistics(p_up)
+    k_select, k_draw = jax.random.split(key)
+    chosen = fn(*args, conf, ent, masked, state.passes, k_select) & masked
+    draw = jnp.where(jax.random.uniform(k_draw, (n,), dtype=p_up.dtype) < p_up, 1, -1).astype(jnp.int8)
+    active = jnp.any(masked)
+    x = jnp.where(chosen & active, draw, state.x)
+    return UnmaskState(x, state.passes + active.astype(jnp.int32)), chosen
+
+
 def sample(key: jax.Array, model: IsingModel, rule: Rule, num_samples: int) -> tuple[jax.Array, jax.Array]:
-    """``num_samples`` independent decodes: outputs (num_samples, n) int8 and passes (num_samples,)."""
+    """``num_samples`` independent decodes: outputs (num_samples, n) int8 and passes (num_samples,).
+    One compiled program per selection function, model size and sample count: the model and a rule's
+    real parameter are operands."""
     if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
         raise ValueError(f"num_samples must be an integer >= 1; got {num_samples!r}.")
-    dec = sampler(model, rule)
+    sampler(model, rule)  # checks the model and the rule
+    fn, args = selection(rule)
+    return _decodes(fn, args, jnp.log(ising.probabilities(model)), jax.random.split(key, int(num_samples)))
+
+
+@partial(jax.jit, static_argnums=0)
+def _decodes(fn, args, logp, keys):
+    n = int(round(math.log2(logp.shape[0])))
 
     def one(k):
         def body(state, kt):
-            return dec.step(kt, state)[0], None
+            return _unmask_step(fn, args, logp, kt, state)[0], None
 
-        state, _ = jax.lax.scan(body, dec.init(), jax.random.split(k, model.n))
+        state, _ = jax.lax.scan(body, UnmaskState(jnp.zeros(n, jnp.int8), jnp.int32(0)), jax.random.split(k, n))
         return state.x, state.passes
 
     # in batches of 1024 decodes: a pass holds a (2^n, n) table per decode
-    return jax.jit(lambda keys: jax.lax.map(one, keys, batch_size=1024))(jax.random.split(key, int(num_samples)))
+    return jax.lax.map(one, keys, batch_size=1024)
 
 
 def chi_square_check(outputs, law, min_expected: float = 5.0) -> tuple[float, int, float]:
