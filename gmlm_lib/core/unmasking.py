@@ -111,13 +111,22 @@ def random_order(n: int, T: int) -> Rule:
     paper's independent parallel step applied to a growing context."""
     n = _check_n(n)
     counts = _schedule(n, T)
-    table = jnp.asarray(counts + (0,))
+    return Rule("random", float(T), n, functools.partial(_random_select, _count_table(counts, n)), counts)
 
-    def select(conf, ent, masked, t, key):
-        score = jax.random.uniform(key, masked.shape)
-        return _first(score, masked, table[jnp.minimum(t, len(counts))])
 
-    return Rule("random", float(T), n, select, counts)
+def _count_table(counts: tuple, n: int) -> jax.Array:
+    """The schedule's count of every pass ``0 .. n``: ``counts`` then zeros, (n + 1,) int32, one shape
+    whatever ``T``, so one compiled selection serves every number of passes."""
+    return jnp.asarray(counts + (0,) * (n + 1 - len(counts)), dtype=jnp.int32)
+
+
+def _random_select(table, conf, ent, masked, t, key):
+    score = jax.random.uniform(key, masked.shape)
+    return _first(score, masked, table[jnp.minimum(t, table.shape[0] - 1)])
+
+
+def _top_k_select(table, conf, ent, masked, t, key):
+    return _first(conf, masked, table[jnp.minimum(t, table.shape[0] - 1)])
 
 
 def top_k(n: int, T: int) -> Rule:
@@ -125,12 +134,7 @@ def top_k(n: int, T: int) -> Rule:
     ``T`` passes: Mask-Predict's order (Ghazvininejad et al., 2019) without re-masking."""
     n = _check_n(n)
     counts = _schedule(n, T)
-    table = jnp.asarray(counts + (0,))
-
-    def select(conf, ent, masked, t, key):
-        return _first(conf, masked, table[jnp.minimum(t, len(counts))])
-
-    return Rule("top_k", float(T), n, select, counts)
+    return Rule("top_k", float(T), n, functools.partial(_top_k_select, _count_table(counts, n)), counts)
 
 
 def threshold(n: int, tau: float) -> Rule:
@@ -197,11 +201,12 @@ def selection(rule: Rule) -> tuple[Callable, tuple]:
     """``(fn, args)`` with ``rule.select(...) == fn(*args, ...)``: for the rules with a real parameter
     (``threshold``, ``factor``, ``entropy``) the shared selection of :func:`select_with` and the
     parameter as a float64 array, so that a jitted caller taking ``fn`` as a static argument and
-    ``args`` as operands compiles once for every value of a swept parameter; for the others the
-    rule's own ``select`` and no arguments."""
+    ``args`` as operands compiles once for every value of a swept parameter; for a rule built elsewhere the
+    rule's own ``select`` and no arguments. The schedules (``random``, ``top_k``, ``dilated``) and
+    ``dependency``'s pairs are operands too, in shapes that depend on ``n`` only."""
     sel = rule.select
-    if isinstance(sel, functools.partial) and sel.func in _PARAMETRIC.values() and not sel.keywords:
-        return sel.func, tuple(jnp.asarray(a, dtype=jnp.float64) for a in sel.args)
+    if isinstance(sel, functools.partial) and sel.func in _SELECTIONS and not sel.keywords:
+        return sel.func, tuple(jnp.asarray(a, dtype=jnp.float64) if isinstance(a, float) else a for a in sel.args)
     return sel, ()
 
 
@@ -228,13 +233,12 @@ def dilated(n: int, B: int) -> Rule:
     n = _check_n(n)
     if isinstance(B, bool) or not isinstance(B, (int, np.integer)) or B < 2 or B & (B - 1):
         raise ValueError(f"B (the DUS block size) must be a power of two >= 2; got {B!r}.")
-    passes = jnp.asarray(dilated_passes(n, int(B)))
+    return Rule("dilated", float(B), n, functools.partial(_dilated_select, jnp.asarray(dilated_passes(n, int(B)))))
 
-    def select(conf, ent, masked, t, key):
-        first = jnp.min(jnp.where(masked, passes, n + 1))
-        return masked & (passes == first)
 
-    return Rule("dilated", float(B), n, select)
+def _dilated_select(passes, conf, ent, masked, t, key):
+    first = jnp.min(jnp.where(masked, passes, masked.shape[0] + 1))
+    return masked & (passes == first)
 
 
 def components(strong, masked):
@@ -273,11 +277,16 @@ def dependency(n: int, gamma: float, strong) -> Rule:
         raise ValueError(f"strong must be an ({n}, {n}) bool matrix (True for dependent pairs); "
                          f"got {strong.dtype} of shape {strong.shape}.")
     strong = jnp.asarray((strong | strong.T) & ~np.eye(n, dtype=bool))
+    return Rule("dependency", gamma, n, functools.partial(_dependency_rule_select, strong, gamma))
 
-    def select(conf, ent, masked, t, key):
-        return dependency_select(ent, masked, strong, gamma)
 
-    return Rule("dependency", gamma, n, select)
+def _dependency_rule_select(strong, gamma, conf, ent, masked, t, key):
+    return dependency_select(ent, masked, strong, gamma)
+
+
+#: every selection this module's rules bind their settings to (:func:`selection`)
+_SELECTIONS = (_random_select, _top_k_select, _threshold_select, _factor_select, _entropy_select, _dilated_select,
+               _dependency_rule_select)
 
 
 def dependency_select(ent, masked, strong, gamma):
