@@ -306,3 +306,14 @@ def test_uniform_k_subsets_are_uniform():
 def test_all_k_subsets():
     s = np.asarray(masks.all_k_subsets(5, 3))
     assert s.shape == (10, 5) and np.all(s.sum(1) == 3) and len({tuple(r) for r in s}) == 10
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 7), st.integers(0, 9), st.integers(0, 2**31 - 1))
+def test_mask_to_indices_numpy_path_equals_the_traced_one(n, size, seed):
+    """Concrete masks take a NumPy path (no program per batch shape); traced ones the jitted path: the
+    same indices, padded with n, for every slot count, more slots than sites included."""
+    mask = np.random.default_rng(seed).random((3, n)) < 0.5
+    eager = np.asarray(ising.mask_to_indices(mask, size))
+    traced = np.asarray(jax.jit(lambda m: ising.mask_to_indices(m, size))(jnp.asarray(mask)))
+    np.testing.assert_array_equal(eager, traced)

@@ -397,6 +397,14 @@ def check_matrix(A, name: str, size: int | None = None) -> jax.Array:
 
 def mask_to_indices(mask: jax.Array, size: int) -> jax.Array:
     """Positions of the masked sites, padded with ``n``. (..., n) bool -> (..., size) int64."""
+    if _is_concrete(mask):  # NumPy: no program compiled per batch shape for a table built once
+        mask = np.asarray(mask, dtype=bool)
+        n = mask.shape[-1]
+        flat = mask.reshape(-1, n)
+        flat = np.pad(flat, ((0, 0), (0, max(0, size - n))))  # more slots than sites: padding columns
+        order = np.argsort(~flat, axis=1, kind="stable")[:, :size]  # masked sites first, in site order
+        idx = np.where(np.take_along_axis(flat, order, 1), order, n)
+        return jnp.asarray(idx.reshape(mask.shape[:-1] + (size,)), dtype=jnp.int64)
     mask = jnp.asarray(mask, dtype=bool)
     n = mask.shape[-1]
     flat = mask.reshape(-1, n)

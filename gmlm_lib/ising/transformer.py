@@ -83,6 +83,27 @@ class ParallelDecoder(nnx.Module):
         return self.head(self.ln(h))
 
 
+def build(cfg: Config, seed: int) -> ParallelDecoder:
+    """A :class:`ParallelDecoder` for ``cfg`` initialised from ``seed``, built in one compiled program
+    (module construction run eagerly compiles one program per initialiser operation and shape)."""
+    if not isinstance(cfg, Config):
+        raise TypeError(f"cfg must be a transformer.Config; got {type(cfg).__name__}.")
+    seed = checks.integer(seed, "seed", low=0)
+    return _build(cfg, jax.random.key(seed))
+
+
+@nnx.jit(static_argnums=0)
+def _build(cfg: Config, key: jax.Array) -> ParallelDecoder:
+    return ParallelDecoder(cfg, rngs=nnx.Rngs(key))
+
+
+@nnx.jit
+def predict(model: ParallelDecoder, tokens: jax.Array) -> jax.Array:
+    """``model(tokens)``, jitted: logits (B, L, outputs) for tokens (B, L); one program per model
+    structure and batch shape."""
+    return model(tokens)
+
+
 def product_log_probs(logits: jax.Array) -> jax.Array:
     """Per-position log-probabilities (B, L, C) from logits, in float64 for exact distances."""
     return jax.nn.log_softmax(jnp.asarray(logits, dtype=jnp.float64), axis=-1)
