@@ -12,20 +12,20 @@ import pytest
 
 from gmlm_lib.book import sources
 from gmlm_lib.book.findings import (ablations, adaptive_masking, conditionals_to_joint, dependency_decoding,
-                                    efficiency, kgibbs, masking_more, one_parallel_step, padir, parallel_rules,
-                                    stutter, testbed)
+                                    efficiency_is_mixing, gmlm_ising_testbed, kgibbs_vs_parallel, masking_more,
+                                    one_parallel_step, padir, parallel_rules, stutter)
 from gmlm_lib.book.validate import ChapterParams
 from gmlm_lib.mt import config
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = {  # chapter: the Params that its validation cell builds
-    "gmlm_ising_testbed": testbed.Params,
+    "gmlm_ising_testbed": gmlm_ising_testbed.Params,
     "masking_more": masking_more.Params,
-    "efficiency_is_mixing": efficiency.Params,
+    "efficiency_is_mixing": efficiency_is_mixing.Params,
     "adaptive_masking": adaptive_masking.Params,
     "conditionals_to_joint": conditionals_to_joint.Params,
     "one_parallel_step": one_parallel_step.Params,
-    "kgibbs_vs_parallel": kgibbs.Params,
+    "kgibbs_vs_parallel": kgibbs_vs_parallel.Params,
     "parallel_rules": parallel_rules.Params,
     "padir": padir.Params,
     "stutter": stutter.Params,
@@ -75,7 +75,8 @@ def test_the_fields_are_the_parameters_cell_and_its_defaults_pass(chapter):
     assert cls(**_own(chapter, {**defaults, **smoke})).record() == _own(chapter, {**defaults, **smoke})
     # the chapter imports this class's module, builds its Params once, and checks nothing in a cell of its own
     text = _text(chapter)
-    assert f"from gmlm_lib.book.findings import {cls.__module__.rsplit('.', 1)[1]} as " in text
+    assert cls.__module__.rsplit(".", 1)[1] == chapter, "a chapter's findings module is named after the chapter"
+    assert f"from gmlm_lib.book.findings import {chapter} as " in text
     assert text.count(".Params.of(globals())") == 1 and "require(" not in text
 
 

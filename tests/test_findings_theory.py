@@ -7,7 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gmlm_lib.book.findings import bounds, efficiency, kgibbs, testbed
+from gmlm_lib.book.findings import bounds
+from gmlm_lib.book.findings import efficiency_is_mixing as efficiency
+from gmlm_lib.book.findings import gmlm_ising_testbed as testbed
+from gmlm_lib.book.findings import kgibbs_vs_parallel as kgibbs
 
 
 def _z_case(max_z):

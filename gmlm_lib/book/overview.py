@@ -24,7 +24,7 @@ import nbformat
 
 from gmlm_lib.book import run_times, sources
 from gmlm_lib.book.findings.bounds import SLACK
-from gmlm_lib.book.findings.kgibbs import FIGURE3_CLAIMS
+from gmlm_lib.book.findings.kgibbs_vs_parallel import FIGURE3_CLAIMS
 from gmlm_lib.book.findings.parallel_rules import frontiers_agree
 from gmlm_lib.book.findings.rules import ONE_RUN, VERDICTS, grade
 
@@ -65,7 +65,7 @@ class Row:
 
 
 def _graded(g: dict) -> str:
-    """How many of Figure 3's graded claims (:data:`~gmlm_lib.book.findings.kgibbs.FIGURE3_CLAIMS`) are met."""
+    """How many of Figure 3's graded claims (:data:`~gmlm_lib.book.findings.kgibbs_vs_parallel.FIGURE3_CLAIMS`) are met."""
     return f"{sum(g[name] == 'met' for name in FIGURE3_CLAIMS)} of {len(FIGURE3_CLAIMS)} met"
 
 
