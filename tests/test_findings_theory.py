@@ -141,29 +141,45 @@ def _hits(gibbs=None, parallel=None, n=4, field=0.5):
 def test_figure3_graded_on_its_four_sentences():
     """[Figure 3] each of App. L.7's sentences graded on a sweep that agrees with all four (ties allowed)."""
     ties = {(2, 1.0, 3): 3, (2, 2.0, 1): 20}  # k = 2 and k = 3 both 3 steps; k = 1 20 steps at both J
-    got = kgibbs.hitting(_hits(gibbs=ties), n=4, field=0.5)
+    got = kgibbs.hitting(_hits(gibbs=ties, parallel={(2, 2.0): np.inf}), n=4, field=0.5)
     assert {name: got[name] for name in kgibbs.FIGURE3_CLAIMS} == dict.fromkeys(kgibbs.FIGURE3_CLAIMS, "met")
     assert got["fig3_verdict"] == "met" and got["fig3_reach_count"] == "10 of 10"
     assert (got["kg_censored"], got["kg_settings"]) == (0, 10)  # k >= c: k = 2, 3, 4 at c = 2 and 3, 4 at c = 3
-    censored = kgibbs.hitting(_hits(gibbs={(3, 2.0, 3): np.inf}), n=4, field=0.5)
+    censored = kgibbs.hitting(_hits(gibbs={(3, 2.0, 3): np.inf}, parallel={(2, 2.0): np.inf}), n=4, field=0.5)
     assert (censored["kg_censored"], censored["kg_settings"], censored["fig3_reach_count"]) == (1, 10, "9 of 10")
     assert got["kg_ratio_hi"] == pytest.approx(3 / 2)  # k = 3, c = 2: 3 steps over C(4,3) / C(2,1) = 2
     assert got["small_k_stuck"] == "0 of 3" and got["kn_median_max"] == 1.0
     assert (got["max_clique"], got["max_coupling"], got["ip_couplings"]) == (3, 2.0, "1.0, 2.0")
-    assert got["ip_scale"] == "c = 2: 1.8, 2; c = 3: 15, > budget"  # c = 3, J = 1: 300 / exp(2 (1 * 2 - 0.5)) = 14.9
+    assert got["ip_scale"] == "c = 2: 1.8, > budget; c = 3: 15, > budget"  # c = 3, J = 1: 300 / exp(2 (1 * 2 - 0.5)) = 14.9
 
 
 @pytest.mark.parametrize("change, claim, where", [
     (dict(gibbs={(3, 2.0, k): np.inf for k in (1, 2, 3)}), "fig3_reach", "c = 3, J = 2.0, k = 3"),  # k >= c censored
     (dict(gibbs={(2, 2.0, 1): 19.0}), "fig3_coupling", "c = 2, k = 1"),               # faster at the larger J
-    (dict(parallel={(2, 2.0): 4.0}), "fig3_coupling", "c = 2, independent parallel"),  # by one step
+    (dict(parallel={(2, 2.0): 4.0}), "fig3_coupling", "c = 2, independent parallel"),  # by one step (and so not stuck)
     (dict(gibbs={(2, 1.0, 4): 3.0}), "fig3_k", "c = 2, J = 1.0"),                     # k = 4 slower than k = 3, by one
     (dict(parallel={(3, 2.0): 4999.0}), "fig3_stuck", "c = 3, J = 2.0"),              # reached one step inside
 ])
 def test_figure3_each_sentence_missed_by_one_setting(change, claim, where):
+    change = {**change, "parallel": {(2, 2.0): np.inf, **change.get("parallel", {})}}  # stuck at both clique sizes
     got = kgibbs.hitting(_hits(**change), n=4, field=0.5)
     assert got[claim] == "missed" and got[f"{claim}_where"] == where and got["fig3_verdict"] == "missed"
-    assert [name for name in kgibbs.FIGURE3_CLAIMS if got[name] == "missed"] == [claim]
+    # independent parallel faster at the stronger coupling has escaped there: then "stuck" is missed too
+    also = ["fig3_stuck"] if claim == "fig3_coupling" and np.isfinite(change["parallel"][(2, 2.0)]) else []
+    assert [name for name in kgibbs.FIGURE3_CLAIMS if got[name] == "missed"] == [claim] + also
+
+
+def test_the_stuck_claim_is_graded_at_every_clique_size():
+    """[Figure 3] "independent parallel cannot reach the heavy mode" at each clique size's strongest coupling:
+    met where it is past its budget, missed (with its median and its ratio to the scale) where it escapes."""
+    got = kgibbs.hitting(_hits(parallel={(2, 2.0): np.inf}), n=4, field=0.5)
+    assert got["fig3_stuck"] == "met" and got["fig3_stuck_where"] == "none"
+    assert got["fig3_stuck_by_clique"] == ("c = 2: met (past its budget of 5,000 steps); "
+                                          "c = 3: met (past its budget of 5,000 steps)")
+    escapes = kgibbs.hitting(_hits(), n=4, field=0.5)  # c = 2 reached at J = 2 in 40 steps: exp(2 (2 - 0.5)) = 20.1
+    assert escapes["fig3_stuck"] == "missed" and escapes["fig3_stuck_where"] == "c = 2, J = 2.0"
+    assert escapes["fig3_stuck_by_clique"] == ("c = 2: missed (reached in a median of 40 steps, 2x its scale); "
+                                              "c = 3: met (past its budget of 5,000 steps)")
 
 
 def test_the_coupling_claim_reads_the_runs_below_the_clique_size_only():

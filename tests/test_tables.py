@@ -77,8 +77,8 @@ def test_large_values_get_no_decimals_and_a_label_never_more_than_four():
 
 
 def test_a_transposed_table_and_an_object_index_still_get_the_rule():
-    cost = pd.DataFrame({"a": dict(steps=120, final_loss=4.690732, commit="abc"),
-                         "b": dict(steps=120, final_loss=0.327017, commit="def")}).T  # every column object dtype
+    cost = pd.DataFrame({"a": {"steps": 120, "final loss": 4.690732, "commit": "abc"},
+                         "b": {"steps": 120, "final loss": 0.327017, "commit": "def"}}).T  # every column object dtype
     cells = _cells(present(cost))
     assert "4.691" in cells and "0.327" in cells and "abc" in cells
     mixed = pd.DataFrame({"J": [2.0, 2.0, 0.5], "s": ["x", "y", "x"], "v": [1.0, 2.0, 3.0]}).astype({"J": object})
@@ -215,3 +215,17 @@ def test_numeric_row_and_column_names_group_their_digits_as_the_cells_do():
     assert _cells(present(columns, labels={7: "seven"}))[:3] == ["1,000", "20,000", "seven"]
     flags = pd.DataFrame({"v": [1.0, 2.0]}, index=pd.Index([True, False], dtype=object, name="converged"))
     assert {"True", "False"} <= set(_cells(present(flags)))
+
+
+def test_a_code_name_as_a_header_is_refused_and_labels_give_words_to_every_level():
+    """[The browser check of the first-minute issue] no table shows a header a reader sees as an identifier:
+    an underscore in a column label or in an index or column level's name is refused with the fix; labels
+    give words to all of them, and the caller's table keeps its names."""
+    table = pd.DataFrame({"kl_floor": [0.5], "J": [1.0]}).set_index("J")
+    with pytest.raises(ValueError, match=r"header 'kl_floor', a code name.*labels="):
+        present(table)
+    named = pd.DataFrame({"x": [1.0]}, index=pd.Index([3], name="num_models"))
+    with pytest.raises(ValueError, match="header 'num_models'"):
+        present(named)
+    cells = _cells(present(named, labels={"num_models": "models"}))
+    assert "models" in cells and "num_models" not in cells and named.index.name == "num_models"

@@ -21,7 +21,7 @@ import re
 import numpy as np
 import pandas as pd
 
-__all__ = ["MAX_DECIMALS", "FORMATS", "column_format", "present"]
+__all__ = ["MAX_DECIMALS", "FORMATS", "column_format", "p_text", "present"]
 
 MAX_DECIMALS = 4
 """The most digits after the decimal point a table cell shows (the browser check fails a page with more)."""
@@ -29,6 +29,14 @@ MAX_DECIMALS = 4
 
 def _p_value(v: float) -> str:
     return "&lt; 0.001" if v < 0.001 else f"{v:.3f}"  # HTML: the Styler writes cells unescaped
+
+
+def p_text(p: float) -> str:
+    """A p-value for prose, as the tables show it: ``"p < 0.001"`` below 0.001, else ``"p = 0.012"`` (three
+    decimals), so that a sentence never says ``p = 0.000`` where its table says ``< 0.001``."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p_text takes a p-value in [0, 1]; got {p!r}.")
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
 FORMATS = {
@@ -92,7 +100,8 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missi
     need, at most :data:`MAX_DECIMALS`). A plain 0..N index is hidden; any other index is kept, since
     it names the rows. ``labels`` maps column labels (of any level) to the headers a reader sees,
     such as ``{"median_ms": "median"}``: the table keeps the names the code reads it by (and that
-    ``formats`` uses), the page shows words.
+    ``formats`` uses), the page shows words. A header with an underscore that ``labels`` does not map
+    (a code name such as ``kl_floor``, in a column label or an index name) is refused.
     """
     if isinstance(table, pd.Series):
         table = table.to_frame()
@@ -107,6 +116,18 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missi
         if values.dtype == object and values.notna().any() and all(
                 isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values.dropna()):
             shown[column] = values.astype(float)
+    labels = dict(labels or {})
+    levels = [set(shown.columns.get_level_values(level)) for level in range(shown.columns.nlevels)]
+    axis_names = {n for n in (*shown.index.names, *shown.columns.names) if n is not None}
+    unknown = [name for name in labels if not any(name in values for values in levels) and name not in axis_names]
+    if unknown:
+        raise KeyError(f"labels names column {unknown[0]!r}, which the table does not have; its columns: "
+                       f"{list(shown.columns)}.")
+    _check_words(shown, labels)
+    # the names of the index and column levels in the reader's words too (a pivot's "k", a row name's "truth");
+    # set_names makes new indexes: the caller's table keeps its own
+    shown.index = shown.index.set_names([labels.get(n, n) for n in shown.index.names])
+    shown.columns = shown.columns.set_names([labels.get(n, n) for n in shown.columns.names])
     numeric = shown.select_dtypes("number").columns
     shown[numeric] = shown[numeric].where(~shown[numeric].isin([float("inf"), float("-inf")]))
     # text cells and row names escaped for HTML: a SentencePiece control token such as <unk> in a cell would
@@ -127,12 +148,6 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missi
     for column in shown.columns:
         if column not in formats and pd.api.types.is_float_dtype(shown[column]):
             styler = styler.format(column_format(shown[column].tolist(), digits), subset=[column], na_rep=missing)
-    labels = dict(labels or {})
-    levels = [set(shown.columns.get_level_values(level)) for level in range(shown.columns.nlevels)]
-    unknown = [name for name in labels if not any(name in values for values in levels)]
-    if unknown:
-        raise KeyError(f"labels names column {unknown[0]!r}, which the table does not have; its columns: "
-                       f"{list(shown.columns)}.")
     bare = isinstance(shown.index, pd.RangeIndex) and shown.index.name is None
     if bare:
         styler = styler.hide(axis="index")
@@ -156,6 +171,18 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missi
             elif not floats and not integers:
                 styler = styler.format_index(escape="html", axis=axis, level=level)
     return styler
+
+
+def _check_words(table: pd.DataFrame, labels: dict) -> None:
+    """Refuse a header a reader would see as a code name (a word joined by ``_``, such as ``kl_floor``):
+    the columns' labels of every level and the names of the index and column levels. Why: a table is
+    read by people; ``labels`` maps the names code uses to words."""
+    names = [n for level in range(table.columns.nlevels) for n in table.columns.get_level_values(level)]
+    names += [n for n in (*table.index.names, *table.columns.names) if n is not None]
+    for name in names:
+        if isinstance(name, str) and "_" in name and name not in labels:
+            raise ValueError(f"the table has a header {name!r}, a code name: give the reader words, e.g. "
+                             f"present(..., labels={{{name!r}: {name.replace('_', ' ')!r}}}), or rename the column.")
 
 
 def _header(labels: dict, places: int | None, name) -> str:

@@ -188,7 +188,12 @@ def sufficient_statistics(x: jax.Array) -> jax.Array:
 def energy(model: IsingModel, x: jax.Array) -> jax.Array:
     """``E(x) = -(sum_{i<j} J_ij x_i x_j + sum_i h_i x_i)``, so ``p(x) ∝ exp(-E(x))``. (..., n) -> (...).
     ``x`` is checked (:func:`check_spins`) when it is a concrete array."""
-    x = jnp.asarray(check_spins(x, model.n), dtype=jnp.float64)
+    return _energy(model, check_spins(x, model.n))
+
+
+@jax.jit
+def _energy(model: IsingModel, x: jax.Array) -> jax.Array:
+    x = jnp.asarray(x, dtype=jnp.float64)
     return -(0.5 * jnp.einsum("...i,ij,...j->...", x, model.J, x) + x @ model.h)
 
 
@@ -341,10 +346,16 @@ def sample(model: IsingModel, key: jax.Array, num_samples: int) -> jax.Array:
     """Exact i.i.d. samples by inverse-CDF over all ``2^n`` states. Returns (num_samples, n) int8."""
     num_samples = checks.integer(num_samples, "num_samples", low=0)
     key = checks.key(key)
-    cdf = jnp.cumsum(probabilities(model))
+    check_exact_n(model.n)
+    return _sample(_finite(_probabilities(model), model, "sample: the model's law"), key, num_samples)
+
+
+@partial(jax.jit, static_argnums=2)
+def _sample(p: jax.Array, key: jax.Array, num_samples: int) -> jax.Array:
+    cdf = jnp.cumsum(p)
     u = jax.random.uniform(key, (num_samples,), dtype=jnp.float64) * cdf[-1]
     index = jnp.minimum(jnp.searchsorted(cdf, u, side="right"), cdf.shape[0] - 1)
-    return states_from_index(index, model.n)
+    return states_from_index(index, int(round(math.log2(p.shape[0]))))
 
 
 # --- Conditionals p(x_S | x_{-S}) -------------------------------------------------------------
@@ -487,12 +498,17 @@ def log_conditional(model: IsingModel, x: jax.Array, mask: jax.Array, max_size: 
         raise ValueError(f"mask must have shape ({model.n},) or {x.shape} (one row a state of x); got {mask.shape}.")
     mask = jnp.broadcast_to(mask, x.shape)
     m = resolve_max_size(mask, max_size)
+    out = _log_conditional(model, x, mask, m)
+    return out[0] if squeeze else out
+
+
+@partial(jax.jit, static_argnums=3)
+def _log_conditional(model: IsingModel, x: jax.Array, mask: jax.Array, m: int) -> jax.Array:
     idx = mask_to_indices(mask, m)
-    lw, lw_obs = _completion_log_weights(model, x, idx, enumerate_states(m))
+    lw, lw_obs = _completion_log_weights(model, x, idx, states_from_index(jnp.arange(2**m), m))
     k = jnp.sum(mask, axis=-1)
     out = lw_obs - jax.nn.logsumexp(lw, axis=-1) + (m - k) * jnp.log(2.0)
-    out = jnp.where(k > m, jnp.nan, out)
-    return out[0] if squeeze else out
+    return jnp.where(k > m, jnp.nan, out)
 
 
 # --- The clique-plus-independent model (Eq. 6) --------------------------------------------------
