@@ -422,3 +422,15 @@ def test_a_law_that_is_not_finite_is_refused_not_returned(J, h, named):
     for call in (ising.probabilities, ising.log_partition, ising.log_weights):
         with pytest.raises(ValueError, match=named):
             call(bad)
+
+
+def test_a_singular_hessian_and_a_nan_step_size_are_refused_not_returned():
+    """Nothing silent: the sandwich of a Hessian float64 cannot invert would be rounding noise, and a NaN
+    learning rate would make the tensorization ascent return -inf; both are refused with the cause."""
+    H = np.diag([1.0, 1e-17])
+    with pytest.raises(ValueError, match="numerically singular"):
+        fisher.sandwich(H, np.eye(2))
+    m, _, _ = _model(0, 4)
+    for bad in (float("nan"), 0.0, -1.0, float("inf")):
+        with pytest.raises(ValueError, match="learning_rate must be a finite number > 0"):
+            tensorization.lower_bound(jax.random.key(0), m, masks.uniform_k(4, 1), learning_rate=bad)

@@ -22,18 +22,31 @@ PAPER = ROOT.parent / "shared" / "paper"
     ("[Section 3.4, App. L.5, Tables 4-5]", ["Table 4", "Table 5"]),
     ("Theorem 2 in prose, no brackets", []),
     ("[Theorem (App. C.4)] has no number; [Figure 3]", ["Figure 3"]),
+    # the appendices' unnumbered results, named by their appendix; a numbered item's appendix is not one
+    ("[Lemma, Appendix A] [Lemma 1, Appendix J] [Theorem 2, Appendix B]", ["Lemma (App. A)", "Lemma 1", "Theorem 2"]),
+    ("[Propositions in Section 2.4.2, Apps. F-G; Corollary, App. H]",
+     ["Proposition (App. F)", "Proposition (App. G)", "Corollary (App. H)"]),
+    ("[Caputo & Parisi 2021; Prop. (App. C.3)] [Theorem 3, Appendix C.4; Lemma, Appendix C.2] [Assumptions 5-7]",
+     ["Proposition (App. C.3)", "Theorem 3", "Lemma (App. C.2)", "Assumption 5", "Assumption 6", "Assumption 7"]),
 ])
 def test_tags_are_parsed(text, want):
     assert labels.labels_in(text) == want
 
 
 def test_inventory_is_the_acceptance_list():
+    """Every numbered item, the seven assumptions (each stated in words with the chapters that rest on it)
+    and the appendices' unnumbered results; reconstructed numbers are listed with how."""
     want = ([f"Definition {i}" for i in range(1, 13)] + [f"Theorem {i}" for i in range(1, 6)]
             + [f"Lemma {i}" for i in range(1, 10)] + [f"Proposition {i}" for i in range(1, 5)]
-            + [f"Corollary {i}" for i in range(1, 3)] + [f"Figure {i}" for i in range(1, 4)]
+            + [f"Corollary {i}" for i in range(1, 3)] + [f"Assumption {i}" for i in range(1, 8)]
+            + list(labels.APPENDIX_RESULTS.values()) + [f"Figure {i}" for i in range(1, 4)]
             + [f"Table {i}" for i in range(1, 6)])
-    assert list(labels.PAPER_LABELS) == want
+    assert sorted(labels.PAPER_LABELS) == sorted(want)
     assert set(labels.NOT_TREATED) <= set(labels.PAPER_LABELS)
+    assert sorted(labels.ASSUMPTIONS) == [f"Assumption {i}" for i in range(1, 8)]
+    assert set(labels.RECONSTRUCTED) == {"Theorem 1", "Theorem 3"}
+    page = labels.page(ROOT)
+    assert "## Assumptions" in page and "Theorem 1 (number reconstructed: " in page
 
 
 @pytest.mark.skipif(not PAPER.is_dir(), reason="the paper's text is not beside the project")

@@ -127,6 +127,25 @@ def test_fit_repeats_shares_samples_across_k_and_is_deterministic():
     assert one.theta.shape == (2, ising.num_params(4)) and not bool(one.converged.any())
 
 
+def test_a_sample_count_within_the_capacity_fits_the_same_data_and_shares_the_program():
+    """[Definition 3; Figures 1-2] fit_repeats(N, capacity=C) holds C samples and weighs the first N: the
+    draws are those of N alone (counter-based random bits), so the fits equal the unpadded ones, k < n
+    and k = n; and a second N within the same capacity compiles nothing."""
+    from gmlm_lib.core import timing
+
+    m = ising.random_model(jax.random.key(0), 4, 0.4, 0.3)
+    for k in (2, 4):
+        alone = mple.fit_repeats(jax.random.key(5), m, 120, k, 3)
+        held = mple.fit_repeats(jax.random.key(5), m, 120, k, 3, capacity=400)
+        np.testing.assert_allclose(np.asarray(held.theta), np.asarray(alone.theta), atol=1e-9)
+        assert np.array_equal(np.asarray(held.converged), np.asarray(alone.converged))
+    start = timing.compile_clock()
+    mple.fit_repeats(jax.random.key(6), m, 300, 2, 3, capacity=400).theta.block_until_ready()
+    assert timing.compiles_since(start)["compilations"] == 0
+    with pytest.raises(ValueError, match="capacity must be at least num_samples = 300"):
+        mple.fit_repeats(jax.random.key(6), m, 300, 2, 3, capacity=200)
+
+
 def test_fit_repeats_compiles_once_for_models_of_one_size():
     """The chapters call fit_repeats for one model after another (every sample size, k and truth): a
     second model of the same size runs the program the first one compiled (nothing is compiled or read
@@ -309,3 +328,13 @@ def test_closed_form_pseudolikelihood_derivatives_equal_autodiff_on_masks_of_eve
         assert abs(float(value - loss(theta))) < 1e-12
         np.testing.assert_allclose(g, jax.grad(loss)(theta), atol=1e-12)
         np.testing.assert_allclose(H, jax.hessian(loss)(theta), atol=1e-12)
+
+
+def test_a_loss_of_no_sample_is_refused_not_nan():
+    """Nothing silent: the mean loss of an empty sample would be NaN; both losses refuse it by name."""
+    m = ising.random_model(jax.random.key(0), 3, 0.4, 0.3)
+    empty = jnp.zeros((0, 3), jnp.int8)
+    with pytest.raises(ValueError, match="x holds no sample"):
+        mple.negative_log_likelihood(m, empty)
+    with pytest.raises(ValueError, match="x holds no sample"):
+        mple.pseudolikelihood_loss(m, empty, jnp.zeros((0, 3), bool), max_size=1)

@@ -221,6 +221,13 @@ def test_parallel_decoder_training_logs_warms_up_and_times_as_documented(monkeyp
     assert [t for t, _ in one["losses"]] == [1] and seen[-1][2:] == (1, 2)
     with pytest.raises(ValueError, match="steps must be >= 1; got 0"):
         tr.train(model, batches, 0, progress=False)
+    for bad in (float("nan"), 0.0, float("inf")):  # a NaN step would train to a NaN loss, silently
+        with pytest.raises(ValueError, match="learning_rate must be a finite number > 0"):
+            tr.train(model, batches, 5, learning_rate=bad, progress=False)
+    built = tr.build(cfg, 0)  # built in one program: the same modules, initialised from the same seed
+    x = jnp.zeros((2, 3), jnp.int32)
+    np.testing.assert_allclose(np.asarray(tr.predict(built, x)), np.asarray(tr.ParallelDecoder(cfg, rngs=nnx.Rngs(0))(x)),
+                               atol=1e-5)
 
 
 def test_min_tv_to_a_product_of_the_perfectly_coupled_pair_is_sqrt2_minus_1():

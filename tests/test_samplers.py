@@ -518,3 +518,8 @@ def test_run_chains_compiles_once_for_every_model_of_a_structure():
     clock = timing.compile_clock()
     sweep(1.5)
     assert timing.compiles_since(clock)["compilations"] == 0
+
+
+def test_the_median_of_no_chains_is_refused():
+    with pytest.raises(ValueError, match="hitting_time holds no chain"):
+        samplers.median_hitting_time([])

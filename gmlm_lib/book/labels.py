@@ -25,8 +25,8 @@ from gmlm_lib.book import sources
 
 PAGE = Path("book") / "labels.md"
 
-KINDS = {"Definition": "Definitions", "Theorem": "Theorems", "Lemma": "Lemmas", "Proposition": "Propositions",
-         "Corollary": "Corollaries", "Figure": "Figures", "Table": "Tables"}
+KINDS = {"Definition": "Definitions", "Assumption": "Assumptions", "Theorem": "Theorems", "Lemma": "Lemmas",
+         "Proposition": "Propositions", "Corollary": "Corollaries", "Figure": "Figures", "Table": "Tables"}
 _ALIASES = {"Def.": "Definition", "Defs.": "Definition", "Prop.": "Proposition", "Props.": "Proposition",
             "Thm.": "Theorem", "Lem.": "Lemma", "Cor.": "Corollary"}
 for _kind, _plural in KINDS.items():
@@ -34,6 +34,9 @@ for _kind, _plural in KINDS.items():
 _WORD = "|".join(re.escape(w) for w in sorted(_ALIASES, key=len, reverse=True))
 _ITEM = re.compile(rf"(?<![\w.])({_WORD})\s+(\d+(?:\s*[-–]\s*\d+)?(?:\s*,\s*\d+(?:\s*[-–]\s*\d+)?)*)")
 _TAG = re.compile(r"\[([^\[\]]+)\]")
+#: an unnumbered result named by its appendix: "Lemma, Appendix A", "Prop. (App. C.3)", "Propositions ...; Apps. F-H"
+_UNNUMBERED = re.compile(r"(?<![\w.])(Lemmas?|Props?\.|Propositions?|Corollary|Corollaries)(?!\s*\d)")
+_APPENDIX = re.compile(r"\bApp(?:endix|endices|s?\.)\s+([A-K](?:\.\d)?)(?:\s*[-–]\s*([A-K]))?")
 
 PAPER_LABELS: dict[str, str] = {
     "Definition 1": "Maximum likelihood estimator (MLE)",
@@ -68,17 +71,69 @@ PAPER_LABELS: dict[str, str] = {
     "Proposition 4": "Transformer transitions are product distributions given the state (Section 2.4.1 formalized)",
     "Corollary 1": "Point-wise generalization bound, special case",
     "Corollary 2": "Uniform convergence generalization bound for learning conditional distributions",
+    "Assumption 1": "Finite gradient and Hessian",
+    "Assumption 2": "Realizability",
+    "Assumption 3": "Support margin",
+    "Assumption 4": "Covering bound and Lipschitzness",
+    "Assumption 5": "Strongly ferromagnetic Ising model",
+    "Assumption 6": "Strong interactions in Ising model",
+    "Assumption 7": "Large coordinate set per update",
+    "Lemma (App. A)": "Generalized information matrix equality",
+    "Lemma (App. C.2)": "Generalized information matrix equality, adaptive masking",
+    "Proposition (App. C.3)": "Dirichlet form for adaptive weighted block dynamics",
+    "Proposition (App. E)": "Modes of the strongly ferromagnetic Ising model",
+    "Proposition (App. F)": "k-Gibbs sampler can reach the mode fast",
+    "Proposition (App. G)": "Independent parallel sampling stuck in bad samples",
+    "Corollary (App. H)": "Separation between k-Gibbs sampler and independent parallel sampling",
+    "Proposition (App. K)": "Fitting an Ising model over the conditional distributions is convex",
     "Figure 1": "k-MPLE parameter error against k on a random Ising model (Section 3.1, App. L.6)",
     "Figure 2": "The same on a peaky two-mode ground truth (App. L.6)",
     "Figure 3": "k-Gibbs reaches the heavy mode, independent parallel is stuck (App. L.7)",
-    "Table 1": "BLEU of PaDIR against AR baselines, WMT14 DE-EN and EN-DE, WMT16 RO-EN and EN-RO, WMT17 ZH-EN and "
-               "EN-ZH (App. L.4)",
-    "Table 2": "BLEU of PaDIR against CMLM, DisCo and SUNDAE, the same six directions (App. L.4)",
-    "Table 3": "BLEURT of PaDIR against AR baselines, the same six directions (App. L.4)",
+    "Table 1": "BLEU of PaDIR against autoregressive baselines, on all three language pairs: WMT14 DE-EN and EN-DE, "
+               "WMT16 RO-EN and EN-RO, WMT17 ZH-EN and EN-ZH (App. L.4)",
+    "Table 2": "BLEU of PaDIR against the non-autoregressive CMLM (Mask-Predict), DisCo and SUNDAE, on the same three "
+               "language pairs (App. L.4)",
+    "Table 3": "BLEURT of PaDIR against autoregressive baselines, on the same three language pairs (App. L.4)",
     "Table 4": "Stutter against decoder self-attention of adjacent positions (Section 3.4, App. L.5)",
     "Table 5": "Stutter against cross-attention similarity of adjacent positions (Section 3.4, App. L.5)",
 }
-"""Every numbered label of the paper (Sections 2-3 and the appendices), with the paper's title."""
+"""Every numbered label of the paper (Sections 2-3 and the appendices), with the paper's title, and the results of
+the appendices the paper states without a number, keyed by their appendix."""
+
+APPENDIX_RESULTS = {"A": "Lemma (App. A)", "C.2": "Lemma (App. C.2)", "C.3": "Proposition (App. C.3)",
+                    "E": "Proposition (App. E)", "F": "Proposition (App. F)", "G": "Proposition (App. G)",
+                    "H": "Corollary (App. H)", "K": "Proposition (App. K)"}
+"""The appendix of each unnumbered result: a tag such as ``[Lemma, Appendix A]`` or ``[Propositions; Apps. F-H]``
+names the results of those appendices."""
+
+ASSUMPTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "Assumption 1": ("the gradient and the Hessian of the per-pair loss exist and are finite at every parameter",
+                     ("masking_more", "efficiency_is_mixing", "adaptive_masking")),
+    "Assumption 2": ("realizability: the data come from the model class, p* = p_θ* for some θ*",
+                     ("masking_more", "efficiency_is_mixing", "adaptive_masking")),
+    "Assumption 3": ("support margin: every conditional probability the learned model gives, where positive, is at "
+                     "least a constant", ("conditionals_to_joint",)),
+    "Assumption 4": ("covering bound and Lipschitzness: the log-conditionals are Lipschitz in θ and the parameter set "
+                     "has a finite cover at every scale", ("conditionals_to_joint",)),
+    "Assumption 5": ("on the clique-plus-independent model (Eq. 6), the two modes carry all but a small share of the "
+                     "mass and the heavy mode most of it", ("gmlm_ising_testbed", "kgibbs_vs_parallel")),
+    "Assumption 6": ("on the same model, the clique coupling J is strong against the field h and the clique size c",
+                     ("kgibbs_vs_parallel",)),
+    "Assumption 7": ("k-Gibbs updates a large set: k is large with respect to the clique size c",
+                     ("kgibbs_vs_parallel",)),
+}
+"""Each assumption in words, and the chapters whose results rest on it. The words are the book's: the formulas of
+the paper's assumptions did not survive the text the book was built from, so each states the condition's meaning,
+not its constants."""
+
+RECONSTRUCTED = {
+    "Theorem 1": "its number is the book's: the paper's text states this theorem without one (it is the first of its "
+                 "theorems, between Definition 6 and Definition 7)",
+    "Theorem 3": "its number is the book's: the paper's text states this theorem without one (the third of its "
+                 "theorems, the adaptive form of Theorem 1)",
+}
+"""Labels whose number the book reconstructed from the order of the paper's results, and how; the index and the
+chapters' boxes say so beside the number."""
 
 NOT_TREATED: dict[str, str] = {
     "Theorem 5": "The paper's text has no result of its own numbered Theorem 5; its one mention is Van der Vaart's "
@@ -164,6 +219,10 @@ def labels_in(text: str) -> list[str]:
             for part in re.split(r"\s*,\s*", numbers):
                 ends = re.split(r"\s*[-–]\s*", part)
                 found += [f"{kind} {n}" for n in range(int(ends[0]), int(ends[-1]) + 1)]
+        for part in tag.split(";"):  # results named by their appendix, in a part that names no number
+            for first, last in _APPENDIX.findall(part) if _UNNUMBERED.search(part) else ():
+                letters = [first] if not last else [chr(c) for c in range(ord(first), ord(last) + 1)]
+                found += [APPENDIX_RESULTS[a] for a in letters if a in APPENDIX_RESULTS]
     return list(dict.fromkeys(found))
 
 
@@ -252,8 +311,9 @@ def page(root: Path) -> str:
     lines = [
         "# The paper's results, label by label",
         "",
-        "Every numbered definition, theorem, lemma, proposition, corollary, figure and table of the paper, with",
-        "the library code that implements it, the tests that check it and the place in the book that states or",
+        "Every numbered definition, assumption, theorem, lemma, proposition, corollary, figure and table of the paper,",
+        "and the results its appendices state without a number (named by their appendix, such as *Lemma (App. A)*),",
+        "with the library code that implements each, the tests that check it and the place in the book that states or",
         "reproduces it. The page is generated from tags in the docstrings, the tests and the chapters",
         "(`gmlm_lib.book.labels`; `make check` fails when it is out of date), so a row cannot name code or a test",
         "that no longer exists. Titles quote the paper; where the book does not treat a label, the last column",
@@ -267,11 +327,20 @@ def page(root: Path) -> str:
         # two narrow views of one index (a five-column table is wider than the page's column):
         # where each result is in the book, then the code and the tests behind it
         lines += [f"## {plural}", "", "| Label | In the paper | In the book |", "| --- | --- | --- |"]
+        if kind == "Assumption":  # stated in words, with the chapters whose results rest on each
+            lines[-2:] = ["| Label | In the paper | In the book's words | Used by |", "| --- | --- | --- | --- |"]
+            for label in rows:
+                words, chapters = ASSUMPTIONS[label]
+                used = ", ".join(f"{{doc}}`../notebooks/{c}`" for c in chapters)
+                lines.append(f"| {label} | {PAPER_LABELS[label]} | {words} | {used} |")
+            lines.append("")
+            continue
         for label in rows:
             where = "<br>".join(dict.fromkeys(_where(*w) for w in book.get(label, [])))
             if label in NOT_TREATED:
                 where = (where + "<br>" if where else "") + f"not treated: {NOT_TREATED[label]}"
-            cells = [label, PAPER_LABELS[label], where or "—"]
+            name = f"{label} (number reconstructed: {RECONSTRUCTED[label]})" if label in RECONSTRUCTED else label
+            cells = [name, PAPER_LABELS[label], where or "—"]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         lines += ["", f"Code and tests of the {plural.lower()}:", ""]
         for label in rows:
@@ -306,7 +375,14 @@ def problems(root: Path) -> list[str]:
     for found, what in ((lib, "docstring"), (tests, "test"), (book, "chapter")):
         for label in sorted(set(found) - set(PAPER_LABELS)):
             out.append(f"labels: a {what} tags {label}, which the paper does not have ({found[label][0]}).")
-    for label in PAPER_LABELS:
+    chapters = set(sources.toc_notebooks(root))
+    for label, (_, used) in ASSUMPTIONS.items():
+        out += [f"labels: {label} names the chapter {c!r}, which the book does not have (ASSUMPTIONS)."
+                for c in used if c not in chapters]
+    for label in (k for k in PAPER_LABELS if k.startswith("Assumption ")):
+        if label not in ASSUMPTIONS:
+            out.append(f"labels: {label} is not stated in ASSUMPTIONS; say it in words and name the chapters using it.")
+    for label in (k for k in PAPER_LABELS if not k.startswith("Assumption ")):
         treated = label in lib or label in book
         if not treated and label not in NOT_TREATED:
             only_tests = " (only a test tags it)" if label in tests else ""

@@ -113,9 +113,17 @@ def all_masks_score_covariance(model: IsingModel, dist: MaskDistribution) -> jax
 
 
 def sandwich(H: jax.Array, Sigma: jax.Array) -> jax.Array:
-    """``H^-1 Sigma H^-1`` [Lemma 1], symmetrised. (p, p)."""
+    """``H^-1 Sigma H^-1`` [Lemma 1], symmetrised. (p, p). A Hessian that float64 cannot invert (its
+    condition number above ``1 / eps``, as at very strong couplings, where the conditionals are nearly
+    deterministic) is refused with its condition number, not turned into a covariance of rounding errors."""
     H = ising.check_matrix(H, "H")
     Sigma = ising.check_matrix(Sigma, "Sigma", H.shape[0])
+    if not isinstance(H, jax.core.Tracer):
+        cond = float(np.linalg.cond(np.asarray(H)))
+        if not cond < 1.0 / np.finfo(np.float64).eps:
+            raise ValueError(f"H is numerically singular (condition number {cond:.3g}, float64 resolves up to "
+                             f"{1 / np.finfo(np.float64).eps:.3g}): the asymptotic covariance is not computable at this "
+                             "model; weaken its couplings (the strongest make the conditionals deterministic).")
     Hinv = jnp.linalg.inv(H)
     G = Hinv @ Sigma @ Hinv
     return 0.5 * (G + G.T)

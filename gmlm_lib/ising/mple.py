@@ -23,10 +23,17 @@ def negative_log_likelihood(params: IsingModel, x: jax.Array, masks: jax.Array |
     """Mean negative log-likelihood ``-(1/N) sum_i log p_theta(x^(i))`` [Definition 1]. Returns ().
 
     ``masks`` is accepted and ignored, so the MLE plugs in wherever a masked loss does
-    (it is the ``k = n`` pseudolikelihood, :func:`pseudolikelihood_loss` with full masks).
+    (it is the ``k = n`` pseudolikelihood, :func:`pseudolikelihood_loss` with full masks). An empty
+    sample has no mean: refused.
     """
     x = ising.check_spins(x, params.n)
+    _check_not_empty(x)
     return jnp.mean(ising.energy(params, x)) + ising.log_partition(params)
+
+
+def _check_not_empty(x: jax.Array) -> None:
+    if x.ndim == 2 and x.shape[0] == 0:
+        raise ValueError("x holds no sample (shape (0, n)): a loss is a mean over samples; pass at least one.")
 
 
 def pseudolikelihood_loss(params: IsingModel, x: jax.Array, masks: jax.Array, max_size: int | None = None) -> jax.Array:
@@ -35,8 +42,9 @@ def pseudolikelihood_loss(params: IsingModel, x: jax.Array, masks: jax.Array, ma
     this is the k-pseudolikelihood loss [Definition 3]. Returns ().
 
     x (N, n) in {-1,+1}; masks (N, n) bool. ``max_size`` (static) bounds ``|S|``; see
-    :func:`gmlm_lib.ising.model.log_conditional`.
+    :func:`gmlm_lib.ising.model.log_conditional`. An empty sample has no mean: refused.
     """
+    _check_not_empty(jnp.asarray(x))
     return -jnp.mean(ising.log_conditional(params, x, masks, max_size=max_size))
 
 
@@ -146,7 +154,7 @@ def _newton_direction(g: jax.Array, H: jax.Array):
     return g, d, definite
 
 
-def pseudolikelihood_derivatives(x: jax.Array, masks: jax.Array, max_size: int):
+def pseudolikelihood_derivatives(x: jax.Array, masks: jax.Array, max_size: int, weights: jax.Array | None = None):
     """:func:`pseudolikelihood_loss` with its gradient and Hessian in ``theta`` in closed form, as a
     function ``theta (p,) -> (loss (), g (p,), H (p, p))`` [Definition 2; Appendix K].
 
@@ -157,8 +165,10 @@ def pseudolikelihood_derivatives(x: jax.Array, masks: jax.Array, max_size: int):
     compile in a fraction of the time autodiff's Hessian of the gathers takes, and run faster.
     x (N, n) spins, masks (N, n) bool with at most ``max_size`` (static) sites each; a padded slot
     repeats every completion ``2^(max_size - |S|)`` times, which the loss corrects as
-    :func:`gmlm_lib.ising.model.log_conditional` does and the derivatives do not see."""
+    :func:`gmlm_lib.ising.model.log_conditional` does and the derivatives do not see. ``weights`` (N,),
+    summing to one, replace the mean (0 for the padding rows of a data set held in a larger array)."""
     N, n = x.shape
+    w = jnp.full(N, 1.0 / N) if weights is None else weights
     idx = ising.mask_to_indices(masks, max_size)  # (N, m), padded with n
     patterns = ising.enumerate_states(max_size).astype(jnp.float64)  # (P, m)
     P = patterns.shape[0]
@@ -175,11 +185,45 @@ def pseudolikelihood_derivatives(x: jax.Array, masks: jax.Array, max_size: int):
         lse = jax.nn.logsumexp(logits, axis=-1)
         s = jnp.exp(logits - lse[:, None])  # (N, P)
         mean = jnp.einsum("np,npa->na", s, Tc)
-        g = jnp.mean(mean - Tobs, axis=0)
-        H = jnp.einsum("np,npa,npb->ab", s, Tc, Tc) / N - mean.T @ mean / N
-        return jnp.mean(lse - Tobs @ theta - repeats), g, 0.5 * (H + H.T)
+        g = w @ (mean - Tobs)
+        H = jnp.einsum("n,np,npa,npb->ab", w, s, Tc, Tc) - (w[:, None] * mean).T @ mean
+        return w @ (lse - Tobs @ theta - repeats), g, 0.5 * (H + H.T)
 
     return value_and_derivatives
+
+
+def likelihood_derivatives(x: jax.Array, weights: jax.Array | None = None):
+    """:func:`negative_log_likelihood` with its gradient and Hessian in closed form, as a function
+    ``theta (p,) -> (loss (), g (p,), H (p, p))`` [Definition 1]: ``log Z(theta) - <theta, mean T>``,
+    ``g = E_theta T - mean T``, ``H = Cov_theta(T)``, by enumeration of the ``2^n`` states. x (N, n);
+    ``weights`` (N,) summing to one replace the mean, as in :func:`pseudolikelihood_derivatives`."""
+    N, n = x.shape
+    w = jnp.full(N, 1.0 / N) if weights is None else weights
+    table = ising.sufficient_statistics(ising.states_from_index(jnp.arange(2**n), n))  # (2^n, p)
+    data = w @ ising.sufficient_statistics(x)
+
+    def value_and_derivatives(theta):
+        logits = table @ theta
+        lse = jax.nn.logsumexp(logits)
+        prob = jnp.exp(logits - lse)
+        mean = prob @ table
+        H = table.T @ (prob[:, None] * table) - jnp.outer(mean, mean)
+        return lse - data @ theta, mean - data, 0.5 * (H + H.T)
+
+    return value_and_derivatives
+
+
+def _fit_closed_form(terms, theta0, l2, tol, max_iter) -> FitResult:
+    """Newton's method (:func:`minimize_convex`) on a loss given as ``terms(theta) -> (value, g, H)``."""
+
+    def objective(theta):
+        return terms(theta)[0] + 0.5 * l2 * jnp.sum(theta**2)
+
+    def derivatives(theta):
+        _, g, H = terms(theta)
+        return g + l2 * theta, H + l2 * jnp.eye(theta.shape[0])
+
+    return minimize_convex(objective, theta0, tol=tol, max_iter=max_iter, derivatives=derivatives)
 
 
 def _check_samples(x: jax.Array) -> None:
@@ -208,29 +252,13 @@ def _initial_theta(theta0, n: int) -> jax.Array:
 
 
 @partial(jax.jit, static_argnames=("max_size", "tol", "max_iter"))
-def _fit_pl(x, masks, theta0, l2, *, max_size, tol, max_iter):
-    n = x.shape[-1]
-
-    terms = pseudolikelihood_derivatives(x, masks, max_size)
-
-    def objective(theta):
-        return terms(theta)[0] + 0.5 * l2 * jnp.sum(theta**2)
-
-    def derivatives(theta):
-        _, g, H = terms(theta)
-        return g + l2 * theta, H + l2 * jnp.eye(theta.shape[0])
-
-    return minimize_convex(objective, theta0, tol=tol, max_iter=max_iter, derivatives=derivatives)
+def _fit_pl(x, masks, theta0, l2, *, max_size, tol, max_iter, weights=None):
+    return _fit_closed_form(pseudolikelihood_derivatives(x, masks, max_size, weights), theta0, l2, tol, max_iter)
 
 
 @partial(jax.jit, static_argnames=("tol", "max_iter"))
-def _fit_ml(x, theta0, l2, *, tol, max_iter):
-    n = x.shape[-1]
-
-    def objective(theta):
-        return negative_log_likelihood(ising.from_theta(theta, n), x) + 0.5 * l2 * jnp.sum(theta**2)
-
-    return minimize_convex(objective, theta0, tol=tol, max_iter=max_iter)
+def _fit_ml(x, theta0, l2, *, tol, max_iter, weights=None):
+    return _fit_closed_form(likelihood_derivatives(x, weights), theta0, l2, tol, max_iter)
 
 
 def fit_pseudolikelihood(
@@ -282,7 +310,8 @@ def fit_likelihood(
     return _fit_ml(x, _initial_theta(theta0, n), l2, tol=float(tol), max_iter=int(max_iter))
 
 
-def fit_repeats(key: jax.Array, model: IsingModel, num_samples: int, k: int, repeats: int, *, tol: float = 1e-8, max_iter: int = 50) -> FitResult:
+def fit_repeats(key: jax.Array, model: IsingModel, num_samples: int, k: int, repeats: int, *,
+                capacity: int | None = None, tol: float = 1e-8, max_iter: int = 50) -> FitResult:
     """k-MPLE [Definition 3; Figures 1-2] on ``repeats`` independent training sets, in one compiled program.
 
     Repeat ``r`` draws ``num_samples`` exact i.i.d. samples from ``model`` with a key that
@@ -291,33 +320,43 @@ def fit_repeats(key: jax.Array, model: IsingModel, num_samples: int, k: int, rep
     ``k = n`` the mask is all of ``[n]`` and the estimator is the MLE, fitted through the
     exact likelihood (the same minimiser; see the tests). Returns a :class:`FitResult`
     whose fields have a leading axis of length ``repeats``.
+
+    ``capacity`` (at least ``num_samples``; default ``num_samples``): the samples the compiled program
+    holds. The sample count is an operand, so a sweep over ``N`` that passes its largest ``N`` as
+    ``capacity`` compiles one program per ``k``, not one per ``(N, k)``; the first ``num_samples``
+    draws of a larger capacity are the draws of ``num_samples`` alone (JAX's counter-based random
+    bits), and the rows past them get weight 0, so the fits are those of the smaller data sets.
     """
     n = model.n
     k = masks_lib.check_k(k, n)
     if int(repeats) < 1 or int(num_samples) < 1:
         raise ValueError(f"repeats and num_samples must be >= 1; got {repeats} and {num_samples}.")
+    capacity = int(num_samples) if capacity is None else int(capacity)
+    if capacity < int(num_samples):
+        raise ValueError(f"capacity must be at least num_samples = {num_samples} (the samples the program holds); "
+                         f"got {capacity}.")
     _check_fit_args(0.0, tol, max_iter)
+    return _fit_repeats(jax.random.split(key, int(repeats)), model, jnp.asarray(int(num_samples)), capacity=capacity,
+                        k=k, tol=float(tol), max_iter=int(max_iter))
 
-    return _fit_repeats(jax.random.split(key, int(repeats)), model, num_samples=int(num_samples), k=k,
-                        tol=float(tol), max_iter=int(max_iter))
 
-
-@partial(jax.jit, static_argnames=("num_samples", "k", "tol", "max_iter"))
-def _fit_repeats(keys, model, *, num_samples, k, tol, max_iter):
-    """:func:`fit_repeats`'s fits, one per key of ``keys`` (R,). One jitted function at module level,
-    with the model an argument rather than a constant baked into the program, so that every model of
-    the same size (with the same sample count, k, repeats and settings) reuses one compiled program: a
-    function jitted inside ``fit_repeats`` would be traced and compiled again at every call."""
+@partial(jax.jit, static_argnames=("capacity", "k", "tol", "max_iter"))
+def _fit_repeats(keys, model, count, *, capacity, k, tol, max_iter):
+    """:func:`fit_repeats`'s fits, one per key of ``keys`` (R,), on the first ``count`` of ``capacity``
+    samples. One jitted function at module level, with the model and the sample count operands, so
+    that every model of the same size (with the same capacity, k, repeats and settings) reuses one
+    compiled program."""
     n = model.n
+    weights = (jnp.arange(capacity) < count) / count
 
     def one(rkey, model):
         data_key, mask_key = jax.random.split(rkey)
-        x = ising.sample(model, data_key, num_samples)
+        x = ising.sample(model, data_key, capacity)
         theta0 = jnp.zeros(ising.num_params(n), dtype=model.J.dtype)
         if k == n:
-            return _fit_ml(x, theta0, 0.0, tol=tol, max_iter=max_iter)
-        m = masks_lib.uniform_k_subsets(jax.random.fold_in(mask_key, k), num_samples, n, k)
-        return _fit_pl(x, m, theta0, 0.0, max_size=k, tol=tol, max_iter=max_iter)
+            return _fit_ml(x, theta0, 0.0, tol=tol, max_iter=max_iter, weights=weights)
+        m = masks_lib.uniform_k_subsets(jax.random.fold_in(mask_key, k), capacity, n, k)
+        return _fit_pl(x, m, theta0, 0.0, max_size=k, tol=tol, max_iter=max_iter, weights=weights)
 
     # one fit after another (lax.map), not vmap: a vmapped Newton loop runs every fit until the slowest
     # converges and compiles a larger program; the sequential one compiles in about half the time

@@ -651,7 +651,9 @@ def run_chains(
 
 def median_hitting_time(hitting_time) -> float:
     """Median of hitting times [Figure 3] where ``-1`` means "not within the budget": ``inf`` when fewer than
-    half of the chains hit (the median is censored), else the exact median."""
+    half of the chains hit (the median is censored), else the exact median. No chains: refused."""
     t = np.asarray(hitting_time, dtype=np.float64)
+    if t.size == 0:
+        raise ValueError("hitting_time holds no chain: a median of no hitting times is undefined; run at least one chain.")
     t = np.where(t < 0, np.inf, t)
     return float(np.median(t))

@@ -112,6 +112,9 @@ def lower_bound(key: jax.Array, model: IsingModel, dist: MaskDistribution, *, re
     _check(model, dist)
     if restarts < 1 or steps < 0:
         raise ValueError(f"restarts must be >= 1 and steps >= 0; got restarts={restarts}, steps={steps}.")
+    for name, value in (("learning_rate", learning_rate), ("spread", spread)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise ValueError(f"{name} must be a finite number > 0; got {value!r}.")
     p = ising.probabilities(model)
     table = blocks.mask_table(dist, model.n)
     values, qs = _ascend(p, table, key, ising.log_weights(model), jnp.float64(learning_rate), jnp.float64(spread),

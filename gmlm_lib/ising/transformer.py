@@ -116,6 +116,10 @@ def train(model: ParallelDecoder, batches: Iterator[tuple[np.ndarray, np.ndarray
     with AdamW, linear warm-up (``warmup`` steps, at most a tenth of the run) and cosine decay. Returns {"losses": [(step, loss)], "wall_s"}."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1; got {steps}.")
+    for name, value in (("learning_rate", learning_rate), ("weight_decay", weight_decay)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf") \
+                or (name == "learning_rate" and value == 0):
+            raise ValueError(f"{name} must be a finite number{' > 0' if name == 'learning_rate' else ' >= 0'}; got {value!r}.")
     warm = max(1, min(warmup, steps // 10))  # the warm-up never takes more than a tenth of the run
     schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warm, max(steps, warm + 1))
     opt = nnx.Optimizer(model, optax.adamw(schedule, weight_decay=weight_decay), wrt=nnx.Param)
