@@ -516,8 +516,8 @@ def test_each_pass_of_the_entropy_bound_and_of_ours_on_the_exact_graph_errs_at_m
 
 def test_a_swept_rule_parameter_and_model_reuse_one_compiled_decoder():
     """Compile once: the exact law and the sampler take a rule's real parameter and the model as
-    operands, so a sweep over ``tau``, ``T`` or ``B`` (or a second model of the same size) compiles
-    nothing new."""
+    operands, so a sweep over ``tau``, ``T`` or ``B``, another rule, or a second model of the same size
+    compiles nothing new."""
     from gmlm_lib.core import timing
 
     first = ising.random_model(jax.random.key(0), 5, 1.0, 0.5)
@@ -526,7 +526,8 @@ def test_a_swept_rule_parameter_and_model_reuse_one_compiled_decoder():
         um.exact_law(first, um.make_rule(name, 5, value))
         um.sample(jax.random.key(2), first, um.make_rule(name, 5, value), 64)
     clock = timing.compile_clock()
-    for name, value in (("threshold", 0.9), ("entropy", 0.05), ("top_k", 4), ("dilated", 4)):
+    for name, value in (("threshold", 0.9), ("entropy", 0.05), ("top_k", 4), ("dilated", 4), ("factor", 1.0),
+                        ("random", 3)):  # and rule kinds not run before: one program serves every rule
         um.exact_law(second, um.make_rule(name, 5, value))
         um.sample(jax.random.key(3), second, um.make_rule(name, 5, value), 64)
     assert timing.compiles_since(clock)["compilations"] == 0

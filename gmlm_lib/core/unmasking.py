@@ -198,16 +198,42 @@ def select_with(name: str) -> Callable:
 
 
 def selection(rule: Rule) -> tuple[Callable, tuple]:
-    """``(fn, args)`` with ``rule.select(...) == fn(*args, ...)``: for the rules with a real parameter
-    (``threshold``, ``factor``, ``entropy``) the shared selection of :func:`select_with` and the
-    parameter as a float64 array, so that a jitted caller taking ``fn`` as a static argument and
-    ``args`` as operands compiles once for every value of a swept parameter; for a rule built elsewhere the
-    rule's own ``select`` and no arguments. The schedules (``random``, ``top_k``, ``dilated``) and
-    ``dependency``'s pairs are operands too, in shapes that depend on ``n`` only."""
+    """``(fn, args)`` with ``rule.select(...) == fn(*args, ...)``, for a jitted caller that takes ``fn`` as
+    a static argument and ``args`` as operands. For every rule of this module ``fn`` is one function,
+    :func:`any_select`, and ``args`` say which rule and hold its settings (the parameter, the schedule
+    or the dilation's passes, the dependent pairs) in shapes that depend on ``n`` only: one compiled
+    decoder serves every rule and every setting. A rule built elsewhere gives its own ``select`` and no
+    arguments."""
     sel = rule.select
-    if isinstance(sel, functools.partial) and sel.func in _SELECTIONS and not sel.keywords:
-        return sel.func, tuple(jnp.asarray(a, dtype=jnp.float64) if isinstance(a, float) else a for a in sel.args)
-    return sel, ()
+    if not (isinstance(sel, functools.partial) and sel.func in _SELECTIONS and not sel.keywords):
+        return sel, ()
+    n = rule.n
+    param, table, strong = jnp.zeros((), jnp.float64), jnp.zeros(n + 1, jnp.int32), jnp.zeros((n, n), bool)
+    if sel.func in (_random_select, _top_k_select):
+        table = sel.args[0]
+    elif sel.func is _dilated_select:
+        table = jnp.concatenate([sel.args[0].astype(jnp.int32), jnp.zeros(1, jnp.int32)])
+    elif sel.func is _dependency_rule_select:
+        strong, param = sel.args[0], jnp.asarray(sel.args[1], jnp.float64)
+    else:
+        param = jnp.asarray(sel.args[0], jnp.float64)
+    return any_select, (jnp.int32(_SELECTIONS.index(sel.func)), param, table, strong)
+
+
+def any_select(which, param, table, strong, conf, ent, masked, t, key):
+    """The selection of this module's rule number ``which`` (:func:`selection` builds the arguments): one
+    ``lax.switch`` over the rules, each reading its own settings. conf, ent (n,), masked (n,) bool -> (n,) bool."""
+    n = masked.shape[0]
+    branches = [
+        lambda: _random_select(table, conf, ent, masked, t, key),
+        lambda: _top_k_select(table, conf, ent, masked, t, key),
+        lambda: _threshold_select(param, conf, ent, masked, t, key),
+        lambda: _factor_select(param, conf, ent, masked, t, key),
+        lambda: _entropy_select(param, conf, ent, masked, t, key),
+        lambda: _dilated_select(table[:n], conf, ent, masked, t, key),
+        lambda: _dependency_rule_select(strong, param, conf, ent, masked, t, key),
+    ]
+    return jax.lax.switch(which, branches)
 
 
 def dilated_passes(n: int, B: int) -> np.ndarray:

@@ -31,8 +31,14 @@ def _n_of(rows: jax.Array) -> int:
 def site_marginals(rows: jax.Array) -> jax.Array:
     """``P(y_i = +1 | x)`` for every site. rows (..., 2^n) -> (..., n)."""
     rows = jnp.asarray(rows, dtype=jnp.float64)
-    plus = (ising.enumerate_states(_n_of(rows)) > 0).astype(jnp.float64)  # (2^n, n)
-    return rows @ plus
+    _n_of(rows)
+    return _site_marginals(rows)
+
+
+@jax.jit
+def _site_marginals(rows):
+    n = _n_of(rows)
+    return rows @ (ising.states_from_index(jnp.arange(2**n), n) > 0).astype(jnp.float64)  # (2^n, n) of +1 sites
 
 
 def product_law(marginals: jax.Array) -> jax.Array:
@@ -45,7 +51,14 @@ def product_law(marginals: jax.Array) -> jax.Array:
             raise ValueError(f"marginals must be probabilities P(y_i = +1) in [0, 1]; got values from "
                              f"{np.nanmin(values):.6g} to {np.nanmax(values):.6g}"
                              f"{' and NaN' if np.isnan(values).any() else ''}.")
-    plus = ising.enumerate_states(m.shape[-1]) > 0  # (2^n, n)
+    ising.check_exact_n(m.shape[-1])
+    return _product_law(m)
+
+
+@jax.jit
+def _product_law(m):
+    n = m.shape[-1]
+    plus = ising.states_from_index(jnp.arange(2**n), n) > 0  # (2^n, n)
     per_site = jnp.where(plus, m[..., None, :], 1.0 - m[..., None, :])  # (..., 2^n, n)
     return jnp.prod(per_site, axis=-1)
 
@@ -60,7 +73,13 @@ def kl_floor(rows: jax.Array) -> jax.Array:
     """``min_Q KL(P(.|x) || Q(.|x))`` over product ``Q``, row by row (the total correlation): how far
     a transition is from any one parallel step [Proposition 4]. (...,)."""
     rows = jnp.asarray(rows, dtype=jnp.float64)
-    return kl(rows, closest_product(rows))
+    _n_of(rows)
+    return kl(rows, _closest(rows))  # kl checks that the rows are laws
+
+
+@jax.jit
+def _closest(rows):
+    return _product_law(_site_marginals(rows))
 
 
 def min_tv_pair(joint: np.ndarray, grid: int = 801) -> tuple[float, float, float]:
