@@ -160,7 +160,6 @@ def provenance_page(root: Path, runs: dict | None = None) -> str:
     ]
     details, used, compiled = [], [], []
     chapter_s, artifact_s, made = 0.0, {}, {}
-    programs_total, compile_total, compiled_wall = 0, 0.0, 0.0
     found = {name: _executed_notebook(root, name, runs) for name in sources.toc_notebooks(root)}
     metas = {name: nbformat.read(path, as_version=4).metadata.get("gmlm", {})
              for name, path in found.items() if path.is_file()}
@@ -191,20 +190,8 @@ def provenance_page(root: Path, runs: dict | None = None) -> str:
         params = rec.get("parameters", {})
         details += [f"**{name}**: " + (", ".join(f"`{k} = {v!r}`" for k, v in params.items()) or "no parameters"), ""]
         if rec.get("compilations") is not None and wall_s:
-            spent = float(rec.get("compile_wall_s", rec.get("compile_s", 0.0)))
-            compiled.append(f"| {{doc}}`../notebooks/{name}` | {rec.get('backend', '')} | {int(rec['compilations']):,} | "
-                            f"{spent:.1f} | {100 * spent / float(wall_s):.0f}% |")
-            programs_total, compile_total, compiled_wall = (programs_total + int(rec["compilations"]),
-                                                            compile_total + spent, compiled_wall + float(wall_s))
-    if compiled:
-        lines += ["", "## Compilation", "",
-                  "The XLA programs each chapter's run compiled, and the wall time in which one was compiling, as a",
-                  "share of the chapter's wall time: what a reader rerunning the chapter waits for before the",
-                  "computation itself.", "",
-                  "| Chapter | Backend | XLA programs | Compiling (s) | Share of the wall time |",
-                  "| --- | --- | --- | --- | --- |", *compiled, "",
-                  f"Together: {programs_total:,} programs, {compile_total:,.0f} s of compiling in {compiled_wall:,.0f} s of "
-                  f"wall time ({100 * compile_total / compiled_wall:.0f}%)."]
+            compiled.append((name, rec, float(wall_s)))
+    lines += _compilation(compiled)
     if used:
         lines += ["", "## Trained models and other artifacts the runs used", "",
                   "The trained models and the distilled corpus behind a chapter's numbers, with what they cost",
@@ -229,6 +216,28 @@ def provenance_page(root: Path, runs: dict | None = None) -> str:
     lines += ["", "## The translation chapters' runs", "", *translation_runs(root, runs)]
     lines += ["", "## Parameters of each run", "", *details]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _compilation(runs: list[tuple[str, dict, float]]) -> list[str]:
+    """The provenance page's section on compilation: per chapter ``(name, provenance record, wall s)`` its
+    backend, XLA programs, wall time spent compiling and that time's share of its wall time; then the
+    totals. No section when no run recorded its compilations."""
+    if not runs:
+        return []
+    rows, programs, spent_total, wall_total = [], 0, 0.0, 0.0
+    for name, rec, wall in runs:
+        spent = float(rec.get("compile_wall_s", rec.get("compile_s", 0.0)))
+        rows.append(f"| {{doc}}`../notebooks/{name}` | {rec.get('backend', '')} | {int(rec['compilations']):,} | "
+                    f"{spent:.1f} | {100 * spent / wall:.0f}% |")
+        programs, spent_total, wall_total = programs + int(rec["compilations"]), spent_total + spent, wall_total + wall
+    return ["", "## Compilation", "",
+            "The XLA programs each chapter's run compiled, and the wall time in which one was compiling, as a",
+            "share of the chapter's wall time: what a reader rerunning the chapter waits for before the",
+            "computation itself.", "",
+            "| Chapter | Backend | XLA programs | Compiling (s) | Share of the wall time |",
+            "| --- | --- | --- | --- | --- |", *rows, "",
+            f"Together: {programs:,} programs, {spent_total:,.0f} s of compiling in {wall_total:,.0f} s of "
+            f"wall time ({100 * spent_total / wall_total:.0f}%)."]
 
 
 def translation_runs(root: Path, runs: dict | None = None) -> list[str]:

@@ -118,16 +118,7 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missi
             shown[column] = values.astype(float)
     labels = dict(labels or {})
     levels = [set(shown.columns.get_level_values(level)) for level in range(shown.columns.nlevels)]
-    axis_names = {n for n in (*shown.index.names, *shown.columns.names) if n is not None}
-    unknown = [name for name in labels if not any(name in values for values in levels) and name not in axis_names]
-    if unknown:
-        raise KeyError(f"labels names column {unknown[0]!r}, which the table does not have; its columns: "
-                       f"{list(shown.columns)}.")
-    _check_words(shown, labels)
-    # the names of the index and column levels in the reader's words too (a pivot's "k", a row name's "truth");
-    # set_names makes new indexes: the caller's table keeps its own
-    shown.index = shown.index.set_names([labels.get(n, n) for n in shown.index.names])
-    shown.columns = shown.columns.set_names([labels.get(n, n) for n in shown.columns.names])
+    _name_axes(shown, labels, levels)
     numeric = shown.select_dtypes("number").columns
     shown[numeric] = shown[numeric].where(~shown[numeric].isin([float("inf"), float("-inf")]))
     # text cells and row names escaped for HTML: a SentencePiece control token such as <unk> in a cell would
@@ -171,6 +162,20 @@ def present(table: pd.DataFrame | pd.Series, *, digits: int | None = None, missi
             elif not floats and not integers:
                 styler = styler.format_index(escape="html", axis=axis, level=level)
     return styler
+
+
+def _name_axes(shown: pd.DataFrame, labels: dict, levels: list[set]) -> None:
+    """Check ``labels`` against the table's columns and axis names, refuse a code name as a header
+    (:func:`_check_words`), and give the index and column levels the reader's words (a pivot's "k", a row
+    name's "truth"); ``set_names`` makes new indexes, so the caller's table keeps its own."""
+    axis_names = {n for n in (*shown.index.names, *shown.columns.names) if n is not None}
+    unknown = [name for name in labels if not any(name in values for values in levels) and name not in axis_names]
+    if unknown:
+        raise KeyError(f"labels names column {unknown[0]!r}, which the table does not have; its columns: "
+                       f"{list(shown.columns)}.")
+    _check_words(shown, labels)
+    shown.index = shown.index.set_names([labels.get(n, n) for n in shown.index.names])
+    shown.columns = shown.columns.set_names([labels.get(n, n) for n in shown.columns.names])
 
 
 def _check_words(table: pd.DataFrame, labels: dict) -> None:

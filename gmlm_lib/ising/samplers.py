@@ -385,6 +385,15 @@ def dependency_partitions(model: IsingModel) -> list[tuple[float, list[tuple[int
     return out
 
 
+def _check_groups(groups, n: int) -> list[tuple[int, ...]]:
+    """``groups`` as tuples of ints when they split the sites ``0 .. n-1`` into non-empty groups."""
+    groups = [tuple(int(i) for i in g) for g in groups]
+    if sorted(i for g in groups for i in g) != list(range(n)) or any(len(g) == 0 for g in groups):
+        raise ValueError(f"groups must split the sites 0..{n - 1} into non-empty groups, each site in exactly one; "
+                         f"got {groups}.")
+    return groups
+
+
 def dependency_aware(model: IsingModel, threshold: float | None = None, *, groups=None,
                      dtype=jnp.float64) -> Sampler:
     """The dependency-aware parallel sampler (this book's, beyond the paper): sites that depend
@@ -407,13 +416,7 @@ def dependency_aware(model: IsingModel, threshold: float | None = None, *, group
     n = model.n
     if (threshold is None) == (groups is None):
         raise ValueError("dependency_aware: pass threshold (groups from the couplings) or groups, exactly one.")
-    if groups is None:
-        groups = dependency_groups(model, threshold)
-    groups = [tuple(int(i) for i in g) for g in groups]
-    flat = sorted(i for g in groups for i in g)
-    if flat != list(range(n)) or any(len(g) == 0 for g in groups):
-        raise ValueError(f"groups must split the sites 0..{n - 1} into non-empty groups, each site in exactly one; "
-                         f"got {groups}.")
+    groups = _check_groups(dependency_groups(model, threshold) if groups is None else groups, n)
     L = max(len(g) for g in groups)
     if L > MAX_JOINT_K:
         raise ValueError(f"a group has {L} sites: its conditionals sum over up to 2^{L - 1} patterns; use groups of at "
