@@ -26,7 +26,10 @@ def _model(n=3):
     (lambda: ising.ising_model(np.zeros((0, 0)), np.zeros(0)), ValueError, ["at least one site"]),
     (lambda: ising.random_model(KEY, 0, 1.0, 1.0), ValueError, ["n must be an integer >= 1"]),
     (lambda: ising.random_model(KEY, 3.5, 1.0, 1.0), TypeError, ["n must be an integer", "never rounded"]),
-    (lambda: ising.random_model(KEY, 3, -1.0, 1.0), ValueError, ["scales must be >= 0"]),
+    (lambda: ising.random_model(KEY, 3, -1.0, 1.0), ValueError, ["coupling_scale", ">= 0"]),
+    (lambda: ising.random_model(KEY, 3, float("nan"), 1.0), ValueError, ["coupling_scale"]),  # named, not "J and h"
+    (lambda: ising.random_model(KEY, 3, 1.0, float("inf")), ValueError, ["field_scale"]),
+    (lambda: ising.random_model(KEY, 3, "0.5", 1.0), TypeError, ["coupling_scale must be a number"]),
     (lambda: ising.sample(_model(), KEY, -1), ValueError, ["num_samples must be an integer >= 0"]),
     (lambda: ising.log_prob(_model(), np.array([[1, 0, 1]])), ValueError, ["-1", "+1"]),
     (lambda: ising.log_prob(_model(), np.array([[1, 1]])), ValueError, ["3"]),

@@ -500,3 +500,23 @@ def test_all_finite_finds_a_nan_or_inf_in_any_float_array_host_or_device():
         tree[name] = tree[name].at[0].set(bad) if name == "b" else tree[name].at[1, 2].set(bad)
         assert not runfolder.all_finite(tree), (name, bad)
         assert not runfolder.all_finite(jax.device_get(tree)), (name, bad)
+
+
+def test_a_folder_from_before_digests_gets_them_on_its_first_read(tmp_path):
+    """A run folder whose checkpoints have no digests (written before digests were, or the digest file
+    lost) resumes with a warning that equality with an uninterrupted run cannot be checked, and records
+    the digest of the checkpoint it read: the next read verifies it, and a changed checkpoint no longer
+    passes unseen."""
+    folder = tmp_path / "run"
+    training.train(_cfg(), _batcher(), folder, progress=False)
+    (folder / "checkpoint_digests.json").unlink()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        training.train(_cfg(), _batcher(), folder, progress=False)
+    said = [str(w.message) for w in caught if "has no recorded digest" in str(w.message)]
+    assert len(said) == 1 and "cannot be checked" in said[0] and "recorded now" in said[0], said
+    assert "6" in json.loads((folder / "checkpoint_digests.json").read_text())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        training.train(_cfg(), _batcher(), folder, progress=False)
+    assert not [w for w in caught if "has no recorded digest" in str(w.message)]

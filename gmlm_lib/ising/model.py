@@ -146,8 +146,9 @@ def random_model(key: jax.Array, n: int, coupling_scale: float, field_scale: flo
     require_x64("gmlm_lib.ising.model.random_model")
     key = checks.key(key)
     n = checks.integer(n, "n", low=1, fix="n is the number of sites.")
-    if coupling_scale < 0 or field_scale < 0:
-        raise ValueError(f"scales must be >= 0; got coupling_scale={coupling_scale}, field_scale={field_scale}.")
+    coupling_scale = checks.real(coupling_scale, "coupling_scale", low=0.0,
+                                 fix="It is the standard deviation of the couplings J_ij.")
+    field_scale = checks.real(field_scale, "field_scale", low=0.0, fix="It is the standard deviation of the fields h_i.")
     kj, kh = jax.random.split(key)
     iu, ju = np.triu_indices(n, k=1)
     upper = coupling_scale * jax.random.normal(kj, (len(iu),), dtype=jnp.float64)

@@ -263,8 +263,9 @@ def restore(make_manager: Callable[[], ocp.CheckpointManager], run_dir: pathlib.
                 why = ("the run stopped after writing it and before recording its digest" if digests
                        else "a run folder from before digests were written")
                 warnings.warn(f"{run_dir}: the checkpoint of step {step} has no recorded digest ({why}): only its "
-                              "finite numbers could be checked; its config and data were checked against "
-                              "config.json and data.json.", stacklevel=3)
+                              "finite numbers could be checked, so equality with an uninterrupted run cannot be "
+                              "checked; its config and data were checked against config.json and data.json. "
+                              + _record_digest(run_dir, digests, step, state), stacklevel=3)
             return step, state, manager
         manager.close()
         where = f" It was moved to {move_aside(run_dir, step)} (kept, not deleted)." if move_damaged else ""
@@ -274,6 +275,16 @@ def restore(make_manager: Callable[[], ocp.CheckpointManager], run_dir: pathlib.
                       + (f"Falling back to step {max(older)}." if older else "No older checkpoint: training restarts "
                          "from step 0."), stacklevel=3)
         manager = make_manager()
+
+
+def _record_digest(run_dir: pathlib.Path, digests: dict, step: int, state) -> str:
+    """Record the digest of checkpoint ``step``, read without one, so that every later read verifies it;
+    returns the sentence for the warning. A folder that cannot be written keeps working unverified."""
+    try:
+        records.write_record(run_dir / "checkpoint_digests.json", {**digests, str(step): digest(jax.device_get(state))})
+    except OSError as err:
+        return f"Its digest could not be recorded ({type(err).__name__}: {err}); later reads stay unverified."
+    return "Its digest is recorded now: later reads verify it."
 
 
 def _read_verified(manager: ocp.CheckpointManager, step: int, target: dict, want: str | None) -> tuple:
