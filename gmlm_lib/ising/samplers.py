@@ -193,8 +193,8 @@ def k_gibbs(model: IsingModel, k: int, dtype=jnp.float64) -> Sampler:
     if k > MAX_JOINT_K:
         raise ValueError(f"k = {k} needs 2^k = {2**k:,} completions per step; use k <= {MAX_JOINT_K}.")
     patterns, log_probs = _joint_update(model, k)
-    core = _k_gibbs_core(n, k, jnp.dtype(_cast(model, dtype).J.dtype))
-    params = ising.padded(_cast(model, dtype))
+    fast = _cast(model, dtype)
+    core, params = _k_gibbs_core(n, k, fast.J.dtype), ising.padded(fast)
 
     def step(key, state):
         return core(params, key, state)
