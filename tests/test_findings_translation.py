@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from gmlm_lib.book import findings
-from gmlm_lib.book.findings import ablations, dependency_decoding, reuse, stutter
+from gmlm_lib.book.findings import ablations, dependency_decoding, padir, reuse, stutter
 
 
 # --- the one significance rule ------------------------------------------------------------------------
@@ -255,3 +255,14 @@ def test_the_models_origin_refuses_what_cannot_be():
         reuse.origin("runs/padir/en-de", 1)
     with pytest.raises(TypeError, match="padir_run must be a string"):
         reuse.origin(None, False)
+
+
+def test_the_host_output_reads_as_the_way_taken_and_both_times():
+    text = padir.host_output_text(dict(choice="pinned", ms=dict(copy=0.5, pinned=0.25), error=None))
+    assert text.startswith("written into pinned host memory") and "0.250 ms" in text and "0.500 ms" in text
+    text = padir.host_output_text(dict(choice="copy", ms=dict(copy=0.5), error="the device has no 'pinned_host' memory"))
+    assert text == "copied back: pinned host memory was not used (the device has no 'pinned_host' memory)"
+    for bad in (None, dict(choice="disk", ms=dict(copy=1.0)), dict(choice="pinned", ms=dict(copy=1.0)),
+                dict(choice="copy", ms=dict(copy=float("nan")))):
+        with pytest.raises(ValueError, match="choice must be what decode_costs.choose_host_output returned"):
+            padir.host_output_text(bad)

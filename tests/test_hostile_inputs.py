@@ -147,7 +147,7 @@ def translator(vocab):
      ["warm_calls(passes=True) compiles the pass count of a StrategyOptions strategy"]),
 
     # a PaDIR method on this AR model, asked of each public entry that decodes by itself
-    (lambda t: t.device_ids(jnp.zeros((1, 16), jnp.int32), jnp.ones((1, 16), bool), translate.Method("padir")),
+    (lambda t: t.device_ids(jnp.zeros((1, 16), jnp.int32), translate.Method("padir")),
      ValueError, ["does not fit this model (AR)"]),
     (lambda t: t.passes(["a dog"], translate.Method("padir", padir=decoding.StrategyOptions("threshold"))),
      ValueError, ["does not fit this model (AR)"]),

@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ import pytest
 from flax import nnx
 
 from gmlm_lib.book import provenance
-from gmlm_lib.core import timing
+from gmlm_lib.core import devtrace, timing
 from gmlm_lib.mt import batching, decode_costs, decoding, objectives, pipeline, reductions, seq2seq, training, translate
 from gmlm_lib.mt import vocab as V
 
@@ -475,6 +476,101 @@ def test_unrolled_passes_decode_as_the_loop_does_with_no_loop_in_the_program():
         decoding.PadirOptions(unroll=1)
     with pytest.raises(TypeError, match="PadirOptions.early_stop must be True or False"):
         decoding.PadirOptions(early_stop="no")
+
+
+def _padir_translator(seed=7, **kw):
+    """A Translator of an untrained PaDIR model (logits spread so that outputs differ by sentence) with
+    buckets 8, 16 and 32, and sentences of 1 to 11 words of its vocabulary."""
+    words = "a small dog runs on the grass in park near two men with red hats".split()
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(words, size=rng.integers(1, 12))) for _ in range(40)]
+    v = V.train(texts + [" ".join(words)] * 5, 60)
+    cfg = seq2seq.ModelConfig(vocab=v.size, causal=False, d_model=32, heads=4, enc_layers=1, dec_layers=1,
+                              d_ff=64, max_len=32)
+    return translate.Translator(spread(seq2seq.build(cfg, seed)), v, buckets=(8, 16, 32), seed=3, **kw), texts
+
+
+def test_the_unrolled_translation_decoder_holds_no_loop_and_no_branch():
+    """PadirOptions(unroll=True) in padir_ids: one straight-line program over the widest hypothesis width,
+    with the translations of the looped decoder over every width. Lowered for a GPU (no GPU needed) it
+    holds no while, case or if: nothing in it reads a condition back to the host; the looped one holds
+    its loop. Compiled for this CPU, every loop left is the counter hash's rolled rounds, a known trip
+    count. The mask computed in the program (src_mask None) gives the mask's own results."""
+    tr, texts = _padir_translator()
+    looped = translate.Method("padir", padir=decoding.PadirOptions(steps=3, hyps=2))
+    unrolled = translate.Method("padir", padir=decoding.PadirOptions(steps=3, hyps=2, unroll=True))
+    batched = tr.translate(texts, looped, batch_size=16)
+    assert len(set(batched)) > 10
+    assert tr.translate(texts, unrolled, batch_size=16) == batched
+    assert [tr.translate_one(t, unrolled) for t in texts[:8]] == batched[:8]
+    src, mask = batching.pad(tr.vocab.encode(texts[:4]), 16)
+    for method in (looped, unrolled):
+        given = decoding.padir_ids(tr.graphdef, tr.flat, src, mask, tr.key, options=method.padir, widths=tr.widths)
+        computed = decoding.padir_ids(tr.graphdef, tr.flat, src, None, tr.key, options=method.padir, widths=tr.widths)
+        np.testing.assert_array_equal(given, computed)
+    text = {}
+    for name, method in (("looped", looped), ("unrolled", unrolled)):
+        structure, numbers = decoding._dynamic(method.padir)
+        widths = tr.widths[-1:] if method.padir.unroll else tr.widths
+        fn = decoding.jitted(decoding._padir_ids, tr.graphdef, options=structure, widths=widths)._for(tr.flat.treedef)
+        traced = fn.trace(tr.flat.leaves, src[:1], None, tr.key, numbers)
+        text[name] = traced.lower(lowering_platforms=("cuda",)).as_text()
+        compiled = traced.lower().compile().as_text()
+        loops = [line for line in compiled.splitlines() if re.search(r"= \S+ while\(", line.split("metadata=")[0])]
+        if name == "unrolled":
+            assert all('"known_trip_count"' in line for line in loops), loops
+    assert all(text["unrolled"].count(op) == 0 for op in ("stablehlo.while", "stablehlo.case", "stablehlo.if"))
+    assert text["looped"].count("stablehlo.while") >= 1 and text["looped"].count("stablehlo.case") == 1
+
+
+@pytest.mark.slow  # reads the runtime's event names in a profile: in the main suite, not the newest-versions job
+@pytest.mark.parametrize("way", ["copy", "pinned"])
+def test_a_translation_runs_one_program_with_one_copy_in_and_at_most_one_back(way):
+    """A batch-1 translation copies its source to the device (its mask is computed there), runs one compiled
+    program and copies its output back once ("copy") or reads it from the host memory the program wrote
+    it to ("pinned"): no other transfer (none implicit from the device), the same translations either way,
+    batched or alone."""
+    tr, texts = _padir_translator()
+    ar_cfg = dataclasses.replace(tr.cfg, causal=True)
+    ar = translate.Translator(seq2seq.build(ar_cfg, 2), tr.vocab, buckets=(8, 16, 32))
+    systems = [(tr, translate.Method("padir", padir=decoding.PadirOptions(steps=3, hyps=1, unroll=True))),
+               (tr, translate.Method("padir", padir=decoding.PadirOptions(steps=3, hyps=2))),
+               (ar, translate.Method("greedy"))]
+    expected = [t.translate(texts[:12], m, batch_size=4) for t, m in systems]
+    for t, _ in systems:
+        t.host_output = way
+    assert tr.host_output == way and tr.to_host == (way == "pinned")
+    for (t, method), want in zip(systems, expected):
+        assert t.translate(texts[:12], method, batch_size=4) == want
+        with jax.transfer_guard_device_to_host("disallow"), jax.transfer_guard_device_to_device("disallow"):
+            assert [t.translate_one(x, method) for x in texts[:3]] == want[:3]
+        counts = devtrace.count_dispatches(lambda t=t, m=method: t.translate_one(texts[0], m))
+        assert counts == {"programs": 1, "to_device": 1, "to_host": int(way == "copy")}, (method.label, counts)
+
+
+def test_the_host_output_is_chosen_by_its_time_and_set_on_every_translator(monkeypatch):
+    """decode_costs.choose_host_output times both ways on the decoder and sets the faster on every
+    translator; a placement the device refuses leaves the copy, saying why; a bad way is refused by name."""
+    tr, texts = _padir_translator()
+    other, _ = _padir_translator(seed=8)
+    method = translate.Method("padir", padir=decoding.PadirOptions(steps=2, hyps=1, unroll=True))
+    got = decode_costs.choose_host_output(tr, method, texts[0], others=[other], min_time=0.03)
+    assert set(got["ms"]) == {"copy", "pinned"} and got["error"] is None
+    assert got["choice"] == min(got["ms"], key=got["ms"].get) == tr.host_output == other.host_output
+    monkeypatch.setattr(timing, "best_times", lambda fns, _: {name: (0.0 if name == "copy" else 1.0) for name in fns})
+    assert decode_costs.choose_host_output(tr, method, texts[0])["choice"] == "copy" == tr.host_output
+    monkeypatch.setattr(decoding, "has_host_memory", lambda device=None: False)
+    got = decode_costs.choose_host_output(tr, method, texts[0], others=(other,))
+    assert got["choice"] == "copy" and "no 'pinned_host' memory" in got["error"] and other.host_output == "copy"
+    with pytest.raises(ValueError, match="offers no 'pinned_host' memory"):
+        tr.host_output = "pinned"
+    assert tr.host_output == "copy"  # "auto" where there is none
+    tr.host_output = "auto"
+    assert tr.host_output == "copy"
+    with pytest.raises(ValueError, match=r"host_output must be one of \('auto', 'pinned', 'copy'\); got 'disk'"):
+        translate.Translator(seq2seq.build(tr.cfg), tr.vocab, host_output="disk")
+    with pytest.raises(ValueError, match="does not fit this model"):
+        decode_costs.choose_host_output(tr, translate.Method("greedy"), texts[0])
 
 
 def _refine_by_definition(model, enc, enc_mask, lengths, key, opts, width):
@@ -1208,7 +1304,7 @@ def test_a_run_sized_to_a_budget_trains_with_the_program_its_timing_compiled(tmp
     minute a model). In a fresh process, as a chapter runs."""
     script = f"""
 import json, pathlib, numpy as np
-from gmlm_lib.core import timing
+from gmlm_lib.core import devtrace, timing
 from gmlm_lib.mt import batching, seq2seq, sizing, training
 rng = np.random.default_rng(0)
 src = [list(rng.integers(6, 40, rng.integers(2, 7))) for _ in range(64)]
@@ -1500,7 +1596,7 @@ def test_call_parts_time_a_translation_its_program_and_an_empty_call_with_the_sa
         monkeypatch.setattr(decode_costs, "_EMPTY", lambda *a: given.append(len(a)) or empty(*a))
         calls["empty_ms"]()
         monkeypatch.setattr(decode_costs, "_EMPTY", empty)
-        assert given == [5 if method.kind == "padir" else 3], method.label  # leaves, src, mask (+ key, settings)
+        assert given == [4 if method.kind == "padir" else 2], method.label  # leaves, src (+ key, settings)
         # fresh: the source handed over from the host each call, as translate_one does (new device buffers);
         # program: the same device buffers every call
         decoder = {"greedy": "ar_greedy", "beam": "ar_beam"}.get(method.kind, "padir_ids")
@@ -1548,7 +1644,7 @@ def test_translator_rejects_a_mismatched_method_and_long_sources():
     greedy = translate.Method("greedy", drop_repeats=True)
     rows = []
     for chunk, src, mask, key in tr.batches(texts, 4):
-        rows += decoding.strip(tr.decode_ids(src, mask, greedy, key)[: len(chunk)])
+        rows += decoding.strip(tr.decode_ids(src, greedy, key)[: len(chunk)])
     assert any(a == b for r in rows for a, b in zip(r, r[1:]))  # the test's power: the model repeats
     by_chunk = [i for chunk, *_ in tr.batches(texts, 4) for i in chunk]
     got = tr.translate(texts, greedy, batch_size=4)
@@ -2078,7 +2174,7 @@ def test_a_sweep_over_T_and_thresholds_compiles_one_decoder():
     for steps in (1, 2, 5):
         decoding.padir_ids(g, p, src, sm, jax.random.key(0), options=decoding.PadirOptions(steps=steps, hyps=1),
                            widths=(8, 16))
-    compiled = [f for (_, fn, _), f in decoding._COMPILED.items() if fn is decoding._padir_ids]
+    compiled = [f for (_, fn, *_), f in decoding._COMPILED.items() if fn is decoding._padir_ids]
     assert len(compiled) == 2 and all(f._cache_size() == 1 for f in compiled)  # one threshold, one plain program
     # the settings still differ: one pass commits everything at once; a high threshold commits by the quota alone
     assert len({tuple(v) for v in got.values()}) == 3
@@ -2154,7 +2250,7 @@ def test_translator_counts_each_sentences_passes():
 
 @pytest.mark.slow  # compile counting: in the main suite, not in the newest-versions job
 def test_batched_translation_compiles_its_buckets_side_by_side_and_gives_the_same_outputs(monkeypatch):
-    from gmlm_lib.core import timing
+    from gmlm_lib.core import devtrace, timing
 
     texts = ["a small dog runs on the grass", "ein kleiner Hund rennt auf dem Gras", "a dog", "ein Hund im Park"] * 10
     v = V.train(texts, 60)
@@ -2176,7 +2272,7 @@ def test_batched_translation_compiles_its_buckets_side_by_side_and_gives_the_sam
         decoding.clear_compiled()
         serial = [None] * len(texts)
         for chunk, src, mask, key in tr.batches(texts, 3):
-            for i, t in zip(chunk, v.decode(tr._strip(tr.decode_ids(src, mask, method, key), method))):
+            for i, t in zip(chunk, v.decode(tr._strip(tr.decode_ids(src, method, key), method))):
                 serial[i] = t
         assert seen == [len(shapes)] and parallel == serial
         out[causal] = parallel

@@ -25,7 +25,7 @@ import time
 import jax
 import numpy as np
 
-__all__ = ["TraceSummary", "trace_calls", "summarize", "busy_ns", "device_events"]
+__all__ = ["TraceSummary", "trace_calls", "summarize", "busy_ns", "device_events", "count_dispatches"]
 
 _DEVICE_PLANE = "/device:"  # "/device:GPU:0", "/device:TPU:0"; XLA's CPU client runs on "/host:CPU" threads
 _CONTAINERS = ("while", "conditional", "call")  # XLA control flow: on a CPU an event around the ops inside
@@ -106,6 +106,44 @@ def device_events(profile) -> tuple[str, list[tuple[str, float, float]]]:
     events = [(e.name, e.start_ns, e.end_ns) for plane in planes if plane.name.startswith("/host:")
               for line in plane.lines for e in line.events if any(k == "hlo_op" for k, _ in e.stats)]
     return "host (XLA CPU client)", events
+
+
+#: the host events of XLA's PjRt client (as this JAX names them) that mark, per call: a compiled program
+#: run, an array copied from the host to a device, a copy of a device array to the host started
+DISPATCH_EVENTS = {"programs": ("CommonPjRtLoadedExecutable::ExecuteHelperOnSingleDevice",
+                                "PjRtStreamExecutorLoadedExecutable::ExecuteHelper"),
+                   "to_device": ("DevicePut",), "to_host": ("ArrayImpl.copy_to_host_async",)}
+
+
+def count_dispatches(fn, *, calls: int = 3) -> dict[str, float]:
+    """What one call of ``fn()`` asks of the runtime, read from a profile of ``calls`` calls (after one
+    untraced warm-up call): ``{"programs": compiled programs run, "to_device": host arrays copied to a
+    device, "to_host": device arrays copied back}``, each per call (:data:`DISPATCH_EVENTS`). Why: at batch
+    1 on an accelerator each program launch, input copy and copy back is a fixed cost of the order of a
+    short decode, so a translation should make one of each at most; this counts them. An output that a
+    program writes into host memory (a ``pinned_host`` memory kind) is not a copy back. ``RuntimeError``
+    when the profile holds no program run at all (a JAX whose client names its events otherwise)."""
+    if not (isinstance(calls, int) and calls >= 1):
+        raise ValueError(f"count_dispatches: calls must be a positive int; got {calls!r}.")
+    jax.block_until_ready(fn())
+    folder = tempfile.mkdtemp(prefix="gmlm-trace-")
+    try:
+        with jax.profiler.trace(folder):
+            for _ in range(calls):
+                jax.block_until_ready(fn())
+        files = glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)
+        if not files:
+            raise RuntimeError(f"count_dispatches: jax.profiler.trace wrote no .xplane.pb under {folder}.")
+        profile = jax.profiler.ProfileData.from_file(max(files, key=os.path.getmtime))
+        names = [e.name for plane in profile.planes if plane.name.startswith("/host:")
+                 for line in plane.lines for e in line.events]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    counts = {kind: sum(names.count(n) for n in events) / calls for kind, events in DISPATCH_EVENTS.items()}
+    if not counts["programs"]:
+        raise RuntimeError("count_dispatches: the profile shows no program run (none of "
+                           f"{DISPATCH_EVENTS['programs']}); this JAX's runtime names its events otherwise.")
+    return counts
 
 
 def _mean_wall(fn, calls: int) -> float:

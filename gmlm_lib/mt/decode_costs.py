@@ -86,14 +86,14 @@ def call_parts(translator, method, text: str, *, min_time: float = 0.3) -> dict:
     """Where a batch-1 translation of ``text`` spends its time around the device's own work, in ms,
     each the fastest of calls interleaved over ``min_time`` seconds (:func:`gmlm_lib.core.timing.best_times`,
     as :func:`unit_costs` times the units): ``translate_ms`` the whole call
-    (:meth:`gmlm_lib.mt.translate.Translator.translate_one`: tokenising, padding, the copies of the
-    source to the device, the compiled decoder, the copy of its output back, detokenising);
+    (:meth:`gmlm_lib.mt.translate.Translator.translate_one`: tokenising, padding, the copy of the
+    source to the device, the compiled decoder, its output brought to the host, detokenising);
     ``fresh_ms`` the compiled decoder (:meth:`~gmlm_lib.mt.translate.Translator.device_ids`) given the
-    padded source as NumPy arrays, as ``translate_one`` gives it, so each call copies it into new device
-    buffers, waited for with ``block_until_ready``;
-    ``program_ms`` the same on inputs already on the device, the same buffers every call; ``empty_ms`` a
-    compiled program that takes the same arguments (every parameter array, the source and its mask,
-    PaDIR's key and numeric settings) and only reads one entry of the source: what a call costs before the
+    padded source as a NumPy array, as ``translate_one`` gives it, so each call copies it into a new
+    device buffer, waited for with ``block_until_ready``;
+    ``program_ms`` the same on the source already on the device, the same buffer every call; ``empty_ms`` a
+    compiled program that takes the same arguments (every parameter array, the source, PaDIR's key and
+    numeric settings) and only reads one entry of the source: what a call costs before the
     decoder's kernels run. ``translate_ms - fresh_ms`` is the host's side of a translation;
     ``fresh_ms - program_ms`` what new input buffers cost (their copy, and on a GPU whatever XLA redoes for
     buffers that moved, such as re-recording the CUDA graphs it runs kernels in); ``program_ms`` less
@@ -108,17 +108,55 @@ def call_parts(translator, method, text: str, *, min_time: float = 0.3) -> dict:
     tr = translator
     tr._check(method)
     row = tr.vocab.encode([text])[0]
-    host = tuple(np.asarray(a, dtype) for a, dtype in zip(batching.pad([row], tr.bucket(len(row))), (np.int32, bool)))
-    src, mask = (jax.device_put(a) for a in host)
+    host = np.asarray(batching.pad([row], tr.bucket(len(row)))[0], np.int32)
+    src = jax.device_put(host)
     # PaDIR's empty call also takes the decoder's key and numeric settings
     extra = (tr.key, decoding._dynamic(method.padir)[1]) if method.kind == "padir" else ()
     fns = dict(translate_ms=lambda: tr.translate_one(text, method),
-               fresh_ms=lambda: tr.device_ids(*host, method), program_ms=lambda: tr.device_ids(src, mask, method),
-               empty_ms=lambda: _EMPTY(tr.flat.leaves, src, mask, *extra))
+               fresh_ms=lambda: tr.device_ids(host, method), program_ms=lambda: tr.device_ids(src, method),
+               empty_ms=lambda: _EMPTY(tr.flat.leaves, src, *extra))
     waited = {name: (lambda fn=fn: jax.block_until_ready(fn())) for name, fn in fns.items()}
     for fn in waited.values():  # compiled and warm before anything is timed
         fn()
     return {name: 1e3 * s for name, s in timing.best_times(waited, 3 * min_time).items()}
+
+
+def choose_host_output(translator, method, text: str, *, others=(), min_time: float = 0.3) -> dict:
+    """Which way of bringing a batch-1 translation's output to the host is faster here, measured on the
+    decoder itself: ``text`` translated by ``translator`` with ``method`` (as
+    :meth:`~gmlm_lib.mt.translate.Translator.translate_one`), its output written by the program into the
+    device's pinned host memory or left on the device and copied back
+    (:data:`gmlm_lib.mt.translate.HOST_OUTPUTS`), each way's fastest call over ``min_time`` seconds in
+    interleaved rounds; then ``translator`` and every translator of ``others`` is set to the faster way.
+    Returns ``{"choice": "pinned" or "copy", "ms": {way: fastest ms}, "error": str or None}``; a device
+    without pinned host memory, or a compiler that refuses the placement (``error`` says what it said),
+    keeps the copy. The outputs are the same either way; only the fixed cost of a call differs, which on
+    a GPU can be as large as a short decode (JAX issue 36651)."""
+    tr = translator
+    tr._check(method)
+    translators = [tr, *others]
+
+    def way(name):
+        def call():
+            tr.host_output = name
+            return tr.translate_one(text, method)
+        return call
+
+    way("copy")()  # compiled and warm before anything is timed; a bad text is refused here, by name
+    ways, error = ["copy"], None
+    if decoding.has_host_memory():
+        try:
+            way("pinned")()  # compiled and run once: a placement the compiler refuses shows here
+            ways.append("pinned")
+        except Exception as err:  # noqa: BLE001 - reported in the result; the copy is kept
+            error = f"{type(err).__name__}: {str(err)[:300]}"
+    else:
+        error = f"the device has no {decoding.HOST_MEMORY!r} memory"
+    best = timing.best_times({name: way(name) for name in ways}, min_time)
+    choice = min(ways, key=best.get)
+    for t in translators:
+        t.host_output = choice
+    return dict(choice=choice, ms={name: 1e3 * best[name] for name in ways}, error=error)
 
 
 def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), min_time: float = 0.5) -> list[dict]:

@@ -114,9 +114,11 @@ class _Decoder:
     one jitted function per structure, found by the identity of the structure object the
     ``FlatParams`` holds)."""
 
-    def __init__(self, fn, graphdef, static: dict):
+    def __init__(self, fn, graphdef, static: dict, to_host: bool = False):
         self._bound = functools.partial(fn, graphdef, **static)
-        self._plain = jax.jit(self._bound)
+        # to_host: every output written by the program into the host memory of the default device
+        self._jit = functools.partial(jax.jit, out_shardings=host_sharding()) if to_host else jax.jit
+        self._plain = self._jit(self._bound)
         self._flat: dict[int, tuple] = {}  # id(treedef) -> (treedef, jitted); the treedef kept alive
         self._name = fn.__name__
 
@@ -134,7 +136,7 @@ class _Decoder:
                             return bound(jax.tree.unflatten(treedef, leaves), *args)
 
                         flat.__name__ = flat.__qualname__ = self._name  # the decoder's name in logs and caches
-                        same = jax.jit(flat)
+                        same = self._jit(flat)
                     hit = self._flat[id(treedef)] = (treedef, same)
         return hit[1]
 
@@ -149,24 +151,51 @@ class _Decoder:
         return self._plain._cache_size() + sum(f._cache_size() for f in flat.values())
 
 
-def jitted(fn, graphdef, **static):
+def jitted(fn, graphdef, *, to_host: bool = False, **static):
     """``jax.jit(fn)`` with ``graphdef`` and the ``static`` settings bound, one per (equal graphdef,
-    ``fn``, settings): models of the same structure share their compilations, and a call costs
-    a dictionary lookup by ``id(graphdef)`` instead of hashing the graphdef. Its first argument is
-    the parameters, an nnx ``State`` or :class:`FlatParams`. Thread-safe: threads asking for the
-    same decoder at once get the same jitted function (so its compilations are shared)."""
+    ``fn``, settings, ``to_host``): models of the same structure share their compilations, and a call
+    costs a dictionary lookup by ``id(graphdef)`` instead of hashing the graphdef. Its first argument
+    is the parameters, an nnx ``State`` or :class:`FlatParams`. With ``to_host`` the program writes its
+    outputs into the default device's pinned host memory (:func:`host_sharding`). Thread-safe: threads
+    asking for the same decoder at once get the same jitted function (so its compilations are shared)."""
     hit = _GRAPHDEFS.get(id(graphdef))
     if hit is None or hit[0] is not graphdef:
         with _LOCK:
             hit = _GRAPHDEFS[id(graphdef)] = (graphdef, _DISTINCT.setdefault(graphdef, len(_DISTINCT)))
-    key = (hit[1], fn, tuple(sorted(static.items())))
+    key = (hit[1], fn, tuple(sorted(static.items())), bool(to_host))
     f = _COMPILED.get(key)
     if f is None:
         with _LOCK:
             f = _COMPILED.get(key)
             if f is None:
-                f = _COMPILED[key] = _Decoder(fn, graphdef, static)
+                f = _COMPILED[key] = _Decoder(fn, graphdef, static, bool(to_host))
     return f
+
+
+HOST_MEMORY = "pinned_host"
+"""The JAX memory kind a decoder called with ``to_host=True`` writes its output into."""
+
+
+def has_host_memory(device=None) -> bool:
+    """Whether ``device`` (default: the first of ``jax.devices()``) offers :data:`HOST_MEMORY`, memory
+    on the host that its programs can write their outputs into."""
+    device = jax.devices()[0] if device is None else device
+    return HOST_MEMORY in [m.kind for m in device.addressable_memories()]
+
+
+def host_sharding():
+    """The sharding of an output left in the pinned host memory of the default device (the first of
+    ``jax.devices()``). Why: a batch-1 translation's output is a few hundred bytes, and bringing a
+    device array back with ``jax.device_get`` goes through a staging buffer and a host callback on a GPU
+    (JAX issue 36651), a fixed cost that can take as long as the decoder itself; an output the program
+    writes into host memory is read there (JAX's memory kinds, PR 22114). ``ValueError`` where the
+    device has no such memory."""
+    device = jax.devices()[0]
+    if not has_host_memory(device):
+        raise ValueError(f"the device {device} offers no {HOST_MEMORY!r} memory (it has "
+                         f"{[m.kind for m in device.addressable_memories()]}); decode with to_host=False "
+                         "(Translator(host_output='copy')).")
+    return jax.sharding.SingleDeviceSharding(device, memory_kind=HOST_MEMORY)
 
 
 def clear_compiled() -> int:
@@ -186,15 +215,23 @@ def clear_compiled() -> int:
     return held
 
 
+def _source_mask(src, src_mask):
+    """``src_mask`` as given, or where it is ``None`` the mask of real tokens computed in the program,
+    ``src != PAD`` (what :func:`gmlm_lib.mt.batching.pad` makes on the host): a call then copies one
+    input to the device, the source, not two."""
+    return src != V.PAD if src_mask is None else src_mask
+
+
 def _length_penalty(length, alpha):
     """GNMT length penalty ``((5 + |y|) / 6) ** alpha``."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def ar_greedy(graphdef, params, src, src_mask, *, max_len: int):
+def ar_greedy(graphdef, params, src, src_mask, *, max_len: int, to_host: bool = False):
     """Greedy AR decoding with the KV cache. (B, S) -> ids (B, max_len), PAD after EOS; stops
-    early once every row has emitted EOS."""
-    return jitted(_ar_greedy, graphdef, max_len=max_len)(params, src, src_mask)
+    early once every row has emitted EOS. ``src_mask`` ``None``: ``src != PAD``, computed in the
+    program; ``to_host``: the ids written into pinned host memory (:func:`host_sharding`)."""
+    return jitted(_ar_greedy, graphdef, max_len=max_len, to_host=to_host)(params, src, src_mask)
 
 
 def _check_max_len(model, max_len):
@@ -209,7 +246,7 @@ def _ar_greedy(graphdef, params, src, src_mask, *, max_len: int):
     model = nnx.merge(graphdef, params)
     _check_max_len(model, max_len)
     b = src.shape[0]
-    enc, enc_mask = model.encode(src, src_mask)
+    enc, enc_mask = model.encode(src, _source_mask(src, src_mask))
     cross = model.cross_kv(enc)
     out = jnp.full((b, max_len), V.PAD, jnp.int32)
 
@@ -229,21 +266,22 @@ def _ar_greedy(graphdef, params, src, src_mask, *, max_len: int):
     return jax.lax.while_loop(cond, body, init)[-1]
 
 
-def ar_beam(graphdef, params, src, src_mask, *, max_len: int, beam: int = 4, alpha: float = 0.6):
+def ar_beam(graphdef, params, src, src_mask, *, max_len: int, beam: int = 4, alpha: float = 0.6,
+            to_host: bool = False):
     """Beam search with the GNMT length penalty. (B, S) -> (ids (B, max_len), scores (B,)): the best
     finished hypothesis by ``log p / ((5 + |y|) / 6) ** alpha`` (``|y|`` counts EOS). A row stops once it
     has ``beam`` finished hypotheses (fairseq's rule) or none of its alive beams can win: from then on its
     finished hypotheses are kept as they are while other rows of the batch go on, so a sentence's output
-    does not depend on the sentences decoded beside it."""
+    does not depend on the sentences decoded beside it. ``src_mask`` and ``to_host``: as :func:`ar_greedy`."""
     checks.integer(beam, "beam", low=1, fix="A beam search keeps at least one hypothesis (beam = 1 is greedy).")
-    return jitted(_ar_beam, graphdef, max_len=max_len, beam=beam)(params, src, src_mask, alpha)
+    return jitted(_ar_beam, graphdef, max_len=max_len, beam=beam, to_host=to_host)(params, src, src_mask, alpha)
 
 
 def _ar_beam(graphdef, params, src, src_mask, alpha, *, max_len: int, beam: int):
     model = nnx.merge(graphdef, params)
     _check_max_len(model, max_len)
     b, k = src.shape[0], beam
-    enc, enc_mask = model.encode(src, src_mask)
+    enc, enc_mask = model.encode(src, _source_mask(src, src_mask))
     enc, enc_mask = jnp.repeat(enc, k, 0), jnp.repeat(enc_mask, k, 0)
     cross = model.cross_kv(enc)
     neg = jnp.float32(-1e9)
@@ -308,11 +346,16 @@ class PadirOptions:
     stop when the prediction stops changing.
 
     ``unroll``: compile the T passes as straight-line code instead of a device loop whose number of
-    iterations depends on the data (the early stop). The outputs are the same: after an early stop the
-    remaining passes are computed and their results discarded. Why: on a GPU, XLA can run such a loop
-    from the host, reading its condition back after every iteration (unless it captures the loop in a
-    CUDA graph), while a fixed sequence of passes is launched at once; the price is the discarded passes
-    and one program per T (T is then a constant of the program, not an argument)."""
+    iterations depends on the data (the early stop), and (in :func:`padir_ids`, the translation
+    decoder) over one hypothesis width, the widest, instead of a branch per width chosen on the
+    device: a program with no loop and no branch, of which nothing waits on the host. The outputs are
+    the same: after an early stop the remaining passes are computed and their results discarded, and
+    a hypothesis' padding positions are attended by none of its real ones. Why: on a GPU, XLA can run
+    such a loop from the host, reading its condition back after every iteration (unless it captures
+    the loop in a CUDA graph), and a branch reads its index back the same way, while a fixed sequence
+    of passes is launched at once; the price is the discarded passes, passes over the widest width
+    (at batch 1 on an accelerator a pass costs about the same at any width), and one program per T
+    (T is then a constant of the program, not an argument)."""
 
     steps: int = 4
     hyps: int = 3
@@ -660,7 +703,7 @@ def padir_encode(graphdef, params, src, src_mask, *, hyps: int):
 
 
 def _padir_encode(graphdef, params, src, src_mask, *, hyps: int):
-    return _encode_lengths(nnx.merge(graphdef, params), src, src_mask, hyps)
+    return _encode_lengths(nnx.merge(graphdef, params), src, _source_mask(src, src_mask), hyps)
 
 
 def _encode_lengths(model, src, src_mask, hyps: int):
@@ -770,7 +813,7 @@ def hypothesis_widths(buckets, max_len: int) -> tuple[int, ...]:
 
 
 def padir_ids(graphdef, params, src, src_mask, key, *, options: PadirOptions | StrategyOptions,
-              widths: tuple[int, ...]):
+              widths: tuple[int, ...], to_host: bool = False):
     """Both PaDIR phases in one compiled program, for translation: (B, S) sources -> ids
     (B, max(widths)), PAD beyond each chosen hypothesis' length; the same ids as
     ``padir(...)["ids"]`` with ``buckets = widths``. The hypothesis width (the smallest of
@@ -779,10 +822,15 @@ def padir_ids(graphdef, params, src, src_mask, key, *, options: PadirOptions | S
     round trip between encoding and refining, and keeps no per-pass records. ``widths``:
     :func:`hypothesis_widths`. Each sentence's initial hypotheses come from ``key`` and its own ids
     (:func:`source_keys`). With :class:`StrategyOptions` the passes are that strategy's
-    (``key`` unused: its hypotheses start from ``[MASK]``)."""
+    (``key`` unused: its hypotheses start from ``[MASK]``). With ``PadirOptions(unroll=True)`` only the
+    widest of ``widths`` is used (no branch in the program). ``src_mask`` and ``to_host``: as
+    :func:`ar_greedy`."""
     widths = _checked_widths(widths)
+    if getattr(options, "unroll", False):
+        widths = widths[-1:]  # one straight-line program: no branch over widths
     structure, numbers = _dynamic(options)
-    return jitted(_padir_ids, graphdef, options=structure, widths=widths)(params, src, src_mask, key, numbers)
+    return jitted(_padir_ids, graphdef, options=structure, widths=widths, to_host=to_host)(
+        params, src, src_mask, key, numbers)
 
 
 def _checked_widths(widths) -> tuple[int, ...]:
@@ -811,6 +859,7 @@ def _width_index(widths: tuple[int, ...], lengths):
 def _padir_ids(graphdef, params, src, src_mask, key, numbers, *, options, widths: tuple[int, ...]):
     model = nnx.merge(graphdef, params)
     _check_fits(model, widths)
+    src_mask = _source_mask(src, src_mask)
     enc, enc_mask, lengths = _encode_lengths(model, src, src_mask, options.hyps)
 
     def branch(width):
@@ -841,7 +890,7 @@ def strategy_passes(graphdef, params, src, src_mask, *, options: StrategyOptions
 def _strategy_passes(graphdef, params, src, src_mask, numbers, *, options, widths: tuple[int, ...]):
     model = nnx.merge(graphdef, params)
     _check_fits(model, widths)
-    enc, enc_mask, lengths = _encode_lengths(model, src, src_mask, options.hyps)
+    enc, enc_mask, lengths = _encode_lengths(model, src, _source_mask(src, src_mask), options.hyps)
     branches = [lambda _, w=w: _strategy_refine(model, enc, enc_mask, lengths, options, w, numbers)["passes"]
                 for w in widths]
     return jax.lax.switch(_width_index(widths, lengths), branches, None)

@@ -61,13 +61,25 @@ class Method:
         return f"PaDIR T={self.padir.steps}, #hyp={self.padir.hyps}" + (", unrolled" if self.padir.unroll else "")
 
 
+HOST_OUTPUTS = ("auto", "pinned", "copy")
+"""How a :class:`Translator` brings a decoder's output to the host: ``"pinned"``, the program writes it
+into the device's pinned host memory (:func:`gmlm_lib.mt.decoding.host_sharding`); ``"copy"``, it is
+left on the device and copied back with ``jax.device_get``; ``"auto"``, pinned where the device offers
+that memory, else the copy."""
+
+
 class Translator:
     """``model`` (a trained :class:`gmlm_lib.mt.seq2seq.Seq2Seq`) with its ``vocab``. Sources are
     padded to the smallest of ``buckets`` (increasing lengths) that holds them; buckets above the
     model's ``max_len`` are not used (it cannot encode longer sources), and a list with none at or
-    below it is refused."""
+    below it is refused. ``host_output``: one of :data:`HOST_OUTPUTS`, the way each decode's output
+    comes back (the same ids every way).
 
-    def __init__(self, model, vocab: V.Vocab, *, buckets=(16, 32, 64), seed: int = 0):
+    A decode copies one array to the device (the padded source: its mask is computed in the program),
+    runs one compiled program and brings one array back: at batch 1 on an accelerator each further
+    copy, program or host round trip is a fixed cost of the order of the decoder's own work."""
+
+    def __init__(self, model, vocab: V.Vocab, *, buckets=(16, 32, 64), seed: int = 0, host_output: str = "copy"):
         if vocab.size != model.cfg.vocab:
             raise ValueError(f"Translator: the vocabulary has {vocab.size:,} pieces but the model was built for "
                              f"{model.cfg.vocab:,} (ModelConfig.vocab); use the SentencePiece model of the run folder "
@@ -84,6 +96,21 @@ class Translator:
                              f"{self.cfg.max_len}; pass buckets up to {self.cfg.max_len}, e.g. ({self.cfg.max_len},).")
         self.key = jax.random.key(seed)
         self.widths = decoding.hypothesis_widths(self.buckets, self.cfg.max_len)  # PaDIR's hypothesis widths
+        self.host_output = host_output
+
+    @property
+    def host_output(self) -> str:
+        """``"pinned"`` or ``"copy"``: how decodes bring their output to the host (settable, as
+        ``Translator(host_output=...)``; ``"auto"`` resolves to one of the two)."""
+        return "pinned" if self.to_host else "copy"
+
+    @host_output.setter
+    def host_output(self, value: str):
+        if value not in HOST_OUTPUTS:
+            raise ValueError(f"Translator: host_output must be one of {HOST_OUTPUTS}; got {value!r}.")
+        if value == "pinned" and not decoding.has_host_memory():
+            decoding.host_sharding()  # raises, naming the device's memories and the fix
+        self.to_host = value == "pinned" or (value == "auto" and decoding.has_host_memory())
 
     def _check(self, method: Method):
         if (method.kind == "padir") == self.cfg.causal:
@@ -97,25 +124,29 @@ class Translator:
         raise ValueError(f"a source of {n} tokens exceeds the largest bucket ({self.buckets[-1]} = "
                          "ModelConfig.max_len at most); nothing is clipped: shorten the input or raise max_len.")
 
-    def decode_ids(self, src: np.ndarray, src_mask: np.ndarray, method: Method, key=None) -> np.ndarray:
-        """Padded sources (B, S) -> output ids (B, width) as a NumPy array."""
-        # NumPy in: the compiled decoder takes them on its C++ path (jnp.asarray first costs a dispatch each)
-        out = self.device_ids(np.asarray(src, np.int32), np.asarray(src_mask, bool), method, key)
-        return np.asarray(jax.device_get(out))
+    def decode_ids(self, src: np.ndarray, method: Method, key=None) -> np.ndarray:
+        """Padded sources (B, S), PAD beyond each source (as :func:`gmlm_lib.mt.batching.pad` makes
+        them) -> output ids (B, width) as a NumPy array: one copy to the device, one program, one copy
+        back (none where the program wrote its output into host memory, ``host_output``)."""
+        # NumPy in: the compiled decoder takes it on its C++ path (a device_put first costs a dispatch)
+        out = self.device_ids(np.asarray(src, np.int32), method, key)
+        return np.asarray(out) if self.to_host else jax.device_get(out)
 
-    def device_ids(self, src, src_mask, method: Method, key=None) -> jax.Array:
-        """The compiled decoder of ``method`` on ``src``/``src_mask`` as given (int32 and bool, on the host
-        or already on the device): output ids (B, width), left on the device and not waited for. What
+    def device_ids(self, src, method: Method, key=None) -> jax.Array:
+        """The compiled decoder of ``method`` on ``src`` as given (int32, PAD beyond each source, on the
+        host or already on the device; the mask of real tokens is computed in the program): output ids
+        (B, width), not waited for, on the device or in its host memory (``host_output``). What
         :meth:`decode_ids` runs, for timing the decoder alone
         (:func:`gmlm_lib.mt.decode_costs.call_parts`)."""
         self._check(method)
         if method.kind == "greedy":
-            return decoding.ar_greedy(self.graphdef, self.flat, src, src_mask, max_len=self.cfg.max_len)
+            return decoding.ar_greedy(self.graphdef, self.flat, src, None, max_len=self.cfg.max_len,
+                                      to_host=self.to_host)
         if method.kind == "beam":
-            return decoding.ar_beam(self.graphdef, self.flat, src, src_mask, max_len=self.cfg.max_len,
-                                    beam=method.beam, alpha=method.alpha)[0]
-        return decoding.padir_ids(self.graphdef, self.flat, src, src_mask, self.key if key is None else key,
-                                  options=method.padir, widths=self.widths)
+            return decoding.ar_beam(self.graphdef, self.flat, src, None, max_len=self.cfg.max_len,
+                                    beam=method.beam, alpha=method.alpha, to_host=self.to_host)[0]
+        return decoding.padir_ids(self.graphdef, self.flat, src, None, self.key if key is None else key,
+                                  options=method.padir, widths=self.widths, to_host=self.to_host)
 
     def _strip(self, ids, method: Method):
         return decoding.strip(ids, drop_repeats=method.kind == "padir" and method.drop_repeats)
@@ -185,7 +216,7 @@ class Translator:
         self._check(method)
         texts = self._check_texts(texts, batch_size)
         out: list[str | None] = [None] * len(texts)
-        for chunk, res in self._each_batch(texts, batch_size, lambda s, m, k: self.decode_ids(s, m, method, k)):
+        for chunk, res in self._each_batch(texts, batch_size, lambda s, _, k: self.decode_ids(s, method, k)):
             for i, text in zip(chunk, self.vocab.decode(self._strip(res, method))):
                 out[i] = text
             if progress is not None:
@@ -248,8 +279,8 @@ class Translator:
                             "for a list.")
         self._check_texts([text])
         row = self.vocab.encode([text])[0]
-        src, mask = batching.pad([row], self.bucket(len(row)))
-        return self.vocab.decode(self._strip(self.decode_ids(src, mask, method), method))[0]
+        src, _ = batching.pad([row], self.bucket(len(row)))
+        return self.vocab.decode(self._strip(self.decode_ids(src, method), method))[0]
 
     def warm_calls(self, method: Method, batch_sizes=(1,), *, passes: bool = False) -> list:
         """One call (no arguments) per (bucket, batch size) of ``method``, each decoding a dummy
@@ -268,7 +299,7 @@ class Translator:
                                                    np.asarray(src, np.int32), np.asarray(mask, bool),
                                                    options=method.padir, widths=self.widths))
                 else:
-                    calls.append(functools.partial(self.decode_ids, src, mask, method))
+                    calls.append(functools.partial(self.decode_ids, src, method))
         return calls
 
     def warm_up(self, method: Method, batch_sizes=(1,)):

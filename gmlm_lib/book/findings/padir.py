@@ -165,6 +165,21 @@ def split_table(splits: dict) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
+def host_output_text(choice: dict) -> str:
+    """The way outputs came back to the host, in words, from
+    :func:`gmlm_lib.mt.decode_costs.choose_host_output`'s result: the way taken and each way's fastest
+    batch-1 translation, or why pinned host memory was not tried."""
+    ms = choice.get("ms") if isinstance(choice, dict) else None
+    if not (isinstance(ms, dict) and choice.get("choice") in ms and "copy" in ms and set(ms) <= {"pinned", "copy"}
+            and finite(list(ms.values()))):
+        raise ValueError(f"host_output_text: choice must be what decode_costs.choose_host_output returned; got {choice!r}.")
+    way = "written into pinned host memory" if choice["choice"] == "pinned" else "copied back"
+    if "pinned" not in ms:
+        return f"{way}: pinned host memory was not used ({choice.get('error') or 'not offered'})"
+    return (f"{way}: a translation took {ms['pinned']:.3f} ms with its output in pinned host memory and "
+            f"{ms['copy']:.3f} ms copied back, each its fastest call")
+
+
 def speed_word(speedup: float) -> str:
     """How a batch-1 speed-up reads in a sentence: "faster than", "slower than" or "at parity with"
     (within :data:`PARITY` of 1, both ends included). The speed-up is read as the chapter shows it, to
