@@ -416,9 +416,13 @@ def test_exact_quantities_compile_once_per_shape_not_per_model_or_mask_law():
     (np.array([[0.0, 1e308, 0.0], [1e308, 0.0, 0.0], [0.0, 0.0, 0.0]]), np.zeros(3), "too large"),
 ])
 def test_a_law_that_is_not_finite_is_refused_not_returned(J, h, named):
-    """Nothing silent: a model built without ising_model's checks (the constructor itself validates
-    nothing) whose law is NaN or inf gets an error naming the cause, not an array of NaN."""
-    bad = ising.IsingModel(J=jnp.asarray(J), h=jnp.asarray(h))
+    """Nothing silent: a model whose law is NaN or inf is refused by the constructor where its entries are
+    not finite, and one that reaches the exact numerics without the constructor's checks (as a fit's
+    parameters do, through from_theta) gets an error naming the cause, not an array of NaN."""
+    if named != "too large":
+        with pytest.raises(ValueError, match=f"IsingModel: {named} must be finite"):
+            ising.IsingModel(J=jnp.asarray(J), h=jnp.asarray(h))
+    bad = ising.IsingModel.unchecked(jnp.asarray(J), jnp.asarray(h))
     for call in (ising.probabilities, ising.log_partition, ising.log_weights):
         with pytest.raises(ValueError, match=named):
             call(bad)

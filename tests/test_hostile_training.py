@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import os
 import pathlib
 import re
 import shutil
@@ -323,6 +324,27 @@ def test_the_token_rate_leaves_out_the_seconds_spent_compiling(tmp_path):
     for bad in (dict(wall_s=1.0, compile_s=2.0), dict(wall_s=float("nan")), dict(wall_s=1.0, compile_s=float("inf"))):
         with pytest.raises(ValueError, match=r"update_seconds: segment 1 has wall_s"):
             runfolder.update_seconds([dict(wall_s=1.0), bad])
+
+
+def test_a_run_folder_that_cannot_be_written_is_refused_naming_it_and_the_fix(tmp_path, monkeypatch):
+    """A read-only file system (the operating system's EROFS on opening the lock file) gets the library's
+    error naming the folder, the lock file and the fix, the operating system's chained; nothing is made."""
+    import errno
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    monkeypatch.setattr(runfolder, "open", read_only, raising=False)
+    with pytest.raises(runfolder.RunFolderError, match=r"cannot lock the run folder .*run for training: Read-only file "
+                                                      r"system \(.*\.lock\); train in a folder this process can write"
+                       ) as info:
+        with runfolder.exclusive(folder):
+            pass
+    assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.EROFS
+    assert list(folder.iterdir()) == []
 
 
 def _hold_lock(folder, ready, release):

@@ -317,3 +317,56 @@ def test_mask_to_indices_numpy_path_equals_the_traced_one(n, size, seed):
     eager = np.asarray(ising.mask_to_indices(mask, size))
     traced = np.asarray(jax.jit(lambda m: ising.mask_to_indices(m, size))(jnp.asarray(mask)))
     np.testing.assert_array_equal(eager, traced)
+
+
+@pytest.mark.parametrize("J, h, error, words", [
+    (np.ones((3, 3)) - np.eye(3) + np.eye(3) * 0.5, np.zeros(3), ValueError, "J must have a zero diagonal"),
+    (np.triu(np.ones((3, 3)), 1), np.zeros(3), ValueError, "J must be symmetric"),
+    (np.zeros((3, 3)), np.zeros(2), ValueError, "h must have shape (3,) to match J"),
+    (np.zeros((3, 2)), np.zeros(3), ValueError, "J must be a square (n, n) matrix"),
+    (np.where(np.eye(2, dtype=bool), 0.0, np.inf), np.zeros(2), ValueError, "J must be finite"),
+    (np.zeros((2, 2)), np.array([0.0, np.nan]), ValueError, "h must be finite"),
+    (np.array([["0", "1"], ["1", "0"]]), np.zeros(2), TypeError, "J must hold numbers"),
+])
+def test_the_model_constructor_refuses_what_is_not_a_model(J, h, error, words):
+    """IsingModel(J, h) checks what ising_model checks of a model's form (not the exact numerics' range),
+    naming the field and the fix, on concrete arrays and on batches of models alike."""
+    with pytest.raises(error, match=__import__("re").escape(words)):
+        ising.IsingModel(J=J, h=h)
+    with pytest.raises(error, match=__import__("re").escape(words).replace(r"\(3,\)", r"\(2,\ 3\)")):
+        ising.IsingModel(J=np.stack([np.asarray(J)] * 2), h=np.stack([np.asarray(h)] * 2))
+
+
+def test_the_model_constructor_keeps_models_and_checks_only_shapes_under_a_transformation():
+    """A model built directly is the factory's; under jit/vmap only shapes are checked (the values are
+    traced), JAX rebuilds models and mask laws from their leaves unchecked, and a vmap specification
+    built with the constructor (axis numbers, None) is taken as it is."""
+    m = ising.curie_weiss(3, 0.5, 0.1)
+    direct = ising.IsingModel(J=m.J, h=m.h)
+    assert np.array_equal(direct.J, m.J) and type(jax.jit(lambda x: x)(direct)) is ising.IsingModel
+    batch = jax.vmap(lambda J, h: ising.IsingModel(J, h))(jnp.stack([m.J] * 2), jnp.stack([m.h] * 2))
+    assert batch.J.shape == (2, 3, 3)
+    with pytest.raises(ValueError, match=r"h must have shape \(3,\)"):
+        jax.jit(lambda J: ising.IsingModel(J, jnp.zeros(2)))(m.J)
+    spec = ising.IsingModel(J=0, h=None)
+    assert jax.vmap(lambda mod, h: mod.J.sum() + h.sum(), in_axes=(spec, None))(batch, m.h).shape == (2,)
+    law = masks.uniform_k(3, 2)
+    assert type(jax.jit(lambda d: d)(law)) is masks.MaskDistribution
+    assert type(ising.IsingModel.unchecked(np.ones((2, 2)), np.zeros(2))) is ising.IsingModel  # factories' path
+
+
+@pytest.mark.parametrize("subsets, weights, words", [
+    (np.ones((2, 3), bool), np.array([0.5, 0.6]), "must sum to one"),
+    (np.ones((2, 3), bool), np.array([1.5, -0.5]), "must be finite and non-negative"),
+    (np.ones((2, 3), bool), np.ones(3) / 3, "weights must have shape (2,) (one per subset) or (8, 2)"),
+    (np.ones((1, 2), bool), np.ones((3, 1)), "adaptive weights must have 2^n = 4 rows; got 3"),
+    (np.array([[2, 0]]), np.ones(1), "subsets must be boolean masks (or 0/1)"),
+    (np.zeros((0, 2), bool), np.ones(0), "the mask distribution is empty"),
+])
+def test_the_mask_law_constructor_refuses_what_is_not_a_law(subsets, weights, words):
+    """MaskDistribution(subsets, weights) checks what from_weights and adaptive check (a law whose weights
+    do not sum to one would give a negative Hessian trace downstream, silently)."""
+    with pytest.raises(ValueError, match=__import__("re").escape(words)):
+        masks.MaskDistribution(subsets, weights)
+    ok = masks.MaskDistribution(np.ones((2, 3), bool), np.array([0.25, 0.75]))
+    assert ok.n == 3 and not ok.is_adaptive

@@ -408,3 +408,16 @@ def test_a_vocabulary_refuses_a_nul_byte_and_ids_it_does_not_have():
     with pytest.raises(ValueError, match="row 0 holds the id -1"):
         v.decode([[-1]])
     assert v.decode([v.encode(["a dog"])[0]]) == ["a dog"]
+    for bad in ("x", 7.0, True, None):
+        with pytest.raises(TypeError, match=r"row 0 holds .*, not an integer id"):
+            v.decode([[V.FIRST_PIECE, bad]])
+    assert v.decode([np.array([V.FIRST_PIECE], np.int32)]) == v.decode([[V.FIRST_PIECE]])
+
+
+def test_a_vocabulary_too_small_for_the_characters_is_refused_in_the_librarys_words():
+    """SentencePiece's INTERNAL error (its source file and line) becomes a ValueError naming size, the
+    characters it must hold and the fix, with SentencePiece's own message chained."""
+    with pytest.raises(ValueError, match=r"size = 8 pieces cannot hold the 7 distinct characters .* raise size "
+                                         r"\(at least 14\)") as info:
+        vocab.train(["a b c d e f g"] * 50, 8)
+    assert isinstance(info.value.__cause__, RuntimeError)

@@ -46,17 +46,46 @@ def all_k_subsets(n: int, k: int) -> jax.Array:
     return jnp.asarray(out)
 
 
-class MaskDistribution(NamedTuple):
+class _MaskFields(NamedTuple):
+    subsets: jax.Array
+    weights: jax.Array
+
+
+class MaskDistribution(_MaskFields):
     """A distribution ``w`` over masks [Definitions 2, 3, 7].
 
     ``subsets`` (M, n) bool lists the masks ``S`` with positive probability. ``weights`` is
     (M,) for a fixed ``w(S)``, or (2^n, M) for an adaptive ``w(S | x)`` whose row ``b`` is the
     law of ``S`` given state number ``b`` (:func:`gmlm_lib.ising.model.enumerate_states` order).
-    Build it with :func:`uniform_k`, :func:`from_weights` or :func:`adaptive`, which validate.
+    :func:`uniform_k`, :func:`from_weights` and :func:`adaptive` build one; the constructor checks the
+    same on concrete arrays (masks of 0/1, one weight per mask or a row per state, each row finite,
+    non-negative and summing to one: ``ValueError`` naming the field and the fix). Under a
+    transformation (traced arrays) it checks nothing, and JAX rebuilds a distribution from its leaves
+    without checks.
     """
 
-    subsets: jax.Array
-    weights: jax.Array
+    __slots__ = ()
+
+    def __new__(cls, subsets, weights):
+        if not any(isinstance(v, jax.core.Tracer) or v is None or isinstance(v, (int, float))
+                   for v in (subsets, weights)):
+            s = _check_subsets(subsets)
+            w = np.asarray(weights)
+            if w.dtype.kind not in "biuf":
+                raise TypeError(f"MaskDistribution: weights must hold numbers; got dtype {w.dtype}.")
+            n, m = s.shape[1], s.shape[0]
+            if w.shape != (m,) and w.shape != (2**n, m):
+                if w.ndim == 2 and w.shape[1] == m:
+                    raise ValueError(f"adaptive weights must have 2^n = {2**n} rows; got {w.shape[0]}.")
+                raise ValueError(f"MaskDistribution: weights must have shape ({m},) (one per subset) or "
+                                 f"({2**n}, {m}) (a row per state, adaptive); got {w.shape}.")
+            _check_probability_rows(w.astype(np.float64), "MaskDistribution weights (each row)")
+        return super().__new__(cls, subsets, weights)
+
+    @classmethod
+    def unchecked(cls, subsets, weights) -> "MaskDistribution":
+        """A distribution from fields a validating factory has checked, without the constructor's checks."""
+        return tuple.__new__(cls, (subsets, weights))
 
     @property
     def n(self) -> int:
@@ -89,6 +118,15 @@ def _check_probability_rows(w: np.ndarray, what: str, atol: float = 1e-9) -> Non
         raise ValueError(f"{what} must sum to one (max |sum - 1| = {bad:.3g}); divide by their sum.")
 
 
+# JAX rebuilds a distribution from its leaves (outputs of jit, vmap, scan...) without the constructor's checks
+jax.tree_util.register_pytree_with_keys(
+    MaskDistribution,
+    lambda d: (((jax.tree_util.GetAttrKey("subsets"), d.subsets), (jax.tree_util.GetAttrKey("weights"), d.weights)),
+               None),
+    lambda _, leaves: MaskDistribution.unchecked(*leaves),
+    flatten_func=lambda d: ((d.subsets, d.weights), None))
+
+
 def from_weights(subsets, weights) -> MaskDistribution:
     """A fixed distribution: mask ``subsets[m]`` has probability ``weights[m]``."""
     s = _check_subsets(subsets)
@@ -96,13 +134,13 @@ def from_weights(subsets, weights) -> MaskDistribution:
     if w.shape != (s.shape[0],):
         raise ValueError(f"weights must have shape ({s.shape[0]},), one per subset; got {w.shape}.")
     _check_probability_rows(w, "weights")
-    return MaskDistribution(jnp.asarray(s), jnp.asarray(w))
+    return MaskDistribution.unchecked(jnp.asarray(s), jnp.asarray(w))
 
 
 def uniform_k(n: int, k: int) -> MaskDistribution:
     """``w`` uniform over the ``C(n, k)`` subsets of size ``k`` [Definition 3]."""
     s = all_k_subsets(n, k)
-    return MaskDistribution(s, jnp.full(s.shape[0], 1.0 / s.shape[0], dtype=jnp.float64))
+    return MaskDistribution.unchecked(s, jnp.full(s.shape[0], 1.0 / s.shape[0], dtype=jnp.float64))
 
 
 def adaptive(subsets, rule) -> MaskDistribution:
@@ -119,7 +157,7 @@ def adaptive(subsets, rule) -> MaskDistribution:
     if w.shape != (2**n, s.shape[0]):
         raise ValueError(f"rule must return shape (2^n, M) = ({2**n}, {s.shape[0]}); got {w.shape}.")
     _check_probability_rows(w, "each row of rule(states)")
-    return MaskDistribution(jnp.asarray(s), jnp.asarray(w))
+    return MaskDistribution.unchecked(jnp.asarray(s), jnp.asarray(w))
 
 
 def check_distribution(dist: MaskDistribution, n: int) -> None:

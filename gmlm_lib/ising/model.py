@@ -75,19 +75,88 @@ MAX_ENERGY = 1e6
 log-weights keep about 1e-10 absolute accuracy, the book's exactness; far above it they do not."""
 
 
-class IsingModel(NamedTuple):
-    """Parameters of an Ising model: ``J`` (n, n) symmetric, zero diagonal; ``h`` (n,).
-
-    A pytree, so it passes through ``jit``/``vmap``/``grad``. Build it with
-    :func:`ising_model`, which validates; the constructor itself does not.
-    """
-
+class _IsingFields(NamedTuple):
     J: jax.Array
     h: jax.Array
+
+
+def _concrete_arrays(*values) -> list | None:
+    """``values`` as NumPy arrays when each is concrete data (an array, a list), else ``None``: JAX's
+    tracers, and the axis numbers or ``None`` of a ``vmap`` specification built with the constructor,
+    are not checked by value."""
+    if any(isinstance(v, jax.core.Tracer) or v is None or isinstance(v, (int, float)) for v in values):
+        return None
+    return [np.asarray(v) for v in values]
+
+
+class IsingModel(_IsingFields):
+    """Parameters of an Ising model: ``J`` (..., n, n) symmetric, zero diagonal; ``h`` (..., n)
+    (leading axes: a batch of models).
+
+    A pytree, so it passes through ``jit``/``vmap``/``grad``. :func:`ising_model` builds one in float64
+    with every check (also the range the exact numerics can represent); the constructor checks what
+    makes a model one at all, on concrete arrays: shapes that fit, finite entries, a symmetric ``J``
+    with a zero diagonal (``ValueError`` naming the field and the fix). Under a transformation (traced
+    arrays) only the shapes are checked, and JAX rebuilds models from their leaves without checks.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, J, h):
+        arrays = _concrete_arrays(J, h)
+        if arrays is not None:
+            _check_fields(*arrays)
+        elif hasattr(J, "shape") and hasattr(h, "shape"):
+            _check_shapes(J.shape, h.shape)
+        return super().__new__(cls, J, h)
+
+    @classmethod
+    def unchecked(cls, J, h) -> "IsingModel":
+        """A model from fields already known to be one (a validating factory's, a cast of a model's,
+        :func:`from_theta`'s symmetric fill), without the constructor's checks."""
+        return tuple.__new__(cls, (J, h))
 
     @property
     def n(self) -> int:
         return self.h.shape[-1]
+
+
+def _check_shapes(j_shape, h_shape) -> None:
+    if len(j_shape) < 2 or j_shape[-1] != j_shape[-2]:
+        raise ValueError(f"IsingModel: J must be a square (n, n) matrix (or a batch of them); got shape "
+                         f"{tuple(j_shape)}.")
+    if tuple(h_shape) != tuple(j_shape[:-1]):
+        raise ValueError(f"IsingModel: h must have shape {tuple(j_shape[:-1])} to match J of shape {tuple(j_shape)}; "
+                         f"got {tuple(h_shape)}.")
+
+
+def _check_fields(J: np.ndarray, h: np.ndarray, atol: float = 1e-12) -> None:
+    for name, value in (("J", J), ("h", h)):
+        if value.dtype.kind not in "biuf":
+            raise TypeError(f"IsingModel: {name} must hold numbers; got dtype {value.dtype} (build models with "
+                            "ising_model(J, h), which converts and checks them).")
+    _check_shapes(J.shape, h.shape)
+    for name, value in (("J", J), ("h", h)):
+        if not np.all(np.isfinite(value)):
+            raise ValueError(f"IsingModel: {name} must be finite (no NaN or inf entries).")
+    if J.size:
+        asym = float(np.max(np.abs(J - np.swapaxes(J, -1, -2))))
+        if asym > atol:
+            raise ValueError(f"IsingModel: J must be symmetric: max |J - J^T| = {asym:.3g}; pass (J + J.T) / 2 if "
+                             "you meant the symmetric part.")
+        diag = float(np.max(np.abs(np.diagonal(J, axis1=-2, axis2=-1))))
+        if diag > atol:
+            raise ValueError(f"IsingModel: J must have a zero diagonal: max |J_ii| = {diag:.3g}; set it to 0 "
+                             "(self-couplings are constant on {-1,+1}^n).")
+
+
+# JAX rebuilds a model from its leaves (outputs of jit, vmap, scan...) without the constructor's checks:
+# the leaves may be tracers, abstract values or placeholders there
+jax.tree_util.register_pytree_with_keys(
+    IsingModel,
+    lambda m: (((jax.tree_util.GetAttrKey("J"), m.J), (jax.tree_util.GetAttrKey("h"), m.h)), None),
+    lambda _, leaves: IsingModel.unchecked(*leaves),
+    flatten_func=lambda m: ((m.J, m.h), None))
 
 
 def _is_concrete(*arrays) -> bool:
@@ -138,7 +207,7 @@ def ising_model(J, h, *, atol: float = 1e-12) -> IsingModel:
                 f"J must have a zero diagonal: max |J_ii| = {diag:.3g}. "
                 "Self-couplings are constant on {-1,+1}^n; set the diagonal to 0."
             )
-    return IsingModel(J=J, h=h)
+    return IsingModel.unchecked(J, h)
 
 
 def random_model(key: jax.Array, n: int, coupling_scale: float, field_scale: float) -> IsingModel:
@@ -176,7 +245,7 @@ def from_theta(theta: jax.Array, n: int) -> IsingModel:
     m = len(iu)
     J = jnp.zeros(theta.shape[:-1] + (n, n), dtype=theta.dtype)
     J = J.at[..., iu, ju].set(theta[..., :m]).at[..., ju, iu].set(theta[..., :m])
-    return IsingModel(J=J, h=theta[..., m:])
+    return IsingModel.unchecked(J, theta[..., m:])  # symmetric by construction; traceable
 
 
 def sufficient_statistics(x: jax.Array) -> jax.Array:

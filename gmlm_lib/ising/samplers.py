@@ -112,7 +112,7 @@ def _cast(model: IsingModel, dtype) -> IsingModel:
     dtype = jnp.dtype(dtype)
     if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
         raise ValueError(f"dtype must be float32 or float64; got {dtype}.")
-    return IsingModel(model.J.astype(dtype), model.h.astype(dtype))
+    return IsingModel.unchecked(model.J.astype(dtype), model.h.astype(dtype))
 
 
 def _joint_update(model: IsingModel, m: int, dtype=jnp.float64):

@@ -180,7 +180,12 @@ def exclusive(run_dir: pathlib.Path):
     import fcntl
 
     path = run_dir / ".lock"
-    with open(path, "a+") as f:
+    try:
+        f = open(path, "a+")
+    except OSError as err:  # a read-only file system, a folder without write permission, ...
+        raise RunFolderError(f"cannot lock the run folder {run_dir} for training: {err.strerror} ({path}); train in a "
+                             "folder this process can write (run_root or the run folder argument).") from err
+    with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -12,6 +12,7 @@ import os
 import pathlib
 from typing import Iterable, Sequence
 
+import numpy as np
 import sentencepiece as spm
 
 from gmlm_lib.core import checks
@@ -69,7 +70,14 @@ class Vocab:
     def decode(self, ids: Iterable[Sequence[int]]) -> list[str]:
         """The text of each row of ``ids``, the special ids below ``FIRST_PIECE`` (but UNK) left out; an id
         at or past ``size`` is a ``ValueError`` naming the row and the id (ids of another vocabulary)."""
-        rows = [[int(i) for i in row] for row in ids]
+        rows = [list(row) for row in ids]
+        for r, row in enumerate(rows):
+            bad = next((j for j, i in enumerate(row) if not isinstance(i, (int, np.integer)) or isinstance(i, bool)),
+                       None)
+            if bad is not None:
+                raise TypeError(f"Vocab.decode: row {r} holds {row[bad]!r}, not an integer id; pass rows of token ids "
+                                "(e.g. decoding.strip of a decoder's output).")
+        rows = [[int(i) for i in row] for row in rows]
         for r, row in enumerate(rows):
             bad = next((i for i in row if i < 0 or i >= self.size), None)
             if bad is not None:
@@ -112,9 +120,18 @@ def train(texts: Iterable[str], size: int = 8000, *, model_type: str = "unigram"
     size = checks.integer(size, "vocab.train: size", low=FIRST_PIECE + 2)
     seed_sentencepiece_size = checks.integer(seed_sentencepiece_size, "vocab.train: seed_sentencepiece_size", low=1)
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts), model_writer=model, vocab_size=size, model_type=model_type,
-        character_coverage=character_coverage, pad_id=PAD, eos_id=EOS, bos_id=BOS, unk_id=UNK,
-        user_defined_symbols=list(SPECIALS), hard_vocab_limit=False, num_threads=1,
-        seed_sentencepiece_size=seed_sentencepiece_size, minloglevel=2)
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(texts), model_writer=model, vocab_size=size, model_type=model_type,
+            character_coverage=character_coverage, pad_id=PAD, eos_id=EOS, bos_id=BOS, unk_id=UNK,
+            user_defined_symbols=list(SPECIALS), hard_vocab_limit=False, num_threads=1,
+            seed_sentencepiece_size=seed_sentencepiece_size, minloglevel=2)
+    except RuntimeError as err:  # SentencePiece's own words, e.g. "INTERNAL: ... trainer_interface.cc(638) ..."
+        distinct = len(set("".join(texts)) - {" "})
+        if "smaller than required_chars" in str(err):
+            raise ValueError(f"vocab.train: size = {size} pieces cannot hold the {distinct} distinct characters of "
+                             f"texts and the {FIRST_PIECE} special pieces; raise size (at least "
+                             f"{distinct + FIRST_PIECE + 1}) or lower character_coverage.") from err
+        raise ValueError(f"vocab.train: SentencePiece could not train a vocabulary of {size} pieces "
+                         f"({model_type}) on {len(texts)} sentences: {err}") from err
     return Vocab(model.getvalue())
