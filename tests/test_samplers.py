@@ -523,3 +523,20 @@ def test_run_chains_compiles_once_for_every_model_of_a_structure():
 def test_the_median_of_no_chains_is_refused():
     with pytest.raises(ValueError, match="hitting_time holds no chain"):
         samplers.median_hitting_time([])
+
+
+@pytest.mark.parametrize("build", [samplers.independent_parallel, lambda m: samplers.k_gibbs(m, 2),
+                                   lambda m: samplers.dependency_aware(m, groups=[(0, 1), (2,), (3,)])])
+def test_transition_matrices_of_one_structure_share_one_program_and_are_each_models_own(build):
+    """transition_matrix takes the model as an operand (Sampler.kernel_core): models of one structure
+    compile the matrix once, and each matrix is its own model's, row for row its kernel."""
+    models = [ising.random_model(jax.random.key(s), 4, 0.8, 0.4) for s in range(3)]
+    built = [build(m) for m in models]
+    assert len({s.kernel_core for s in built}) == 1
+    P = [np.asarray(samplers.transition_matrix(s)) for s in built]
+    assert samplers._matrix_program(built[0].kernel_core)._cache_size() == 1
+    assert len({p.tobytes() for p in P}) == 3
+    states = ising.enumerate_states(4)
+    for s, p in zip(built, P):
+        np.testing.assert_allclose(p[5], np.asarray(s.kernel(states[5])), atol=1e-14)
+        np.testing.assert_allclose(p.sum(1), 1.0, atol=1e-12)

@@ -48,11 +48,20 @@ def _pair(q, p) -> tuple[jax.Array, jax.Array]:
 
 def kl(q: jax.Array, p: jax.Array) -> jax.Array:
     """``KL(q || p) = sum q log(q / p)`` with ``0 log 0 = 0``. (..., S) -> (...)."""
-    q, p = _pair(q, p)
-    return jnp.sum(jnp.where(q == 0, 0.0, q * (jnp.log(jnp.where(q == 0, 1.0, q)) - jnp.log(p))), axis=-1)
+    return _kl(*_pair(q, p))
 
 
 def tv(q: jax.Array, p: jax.Array) -> jax.Array:
     """Total variation ``sum |q - p| / 2``. (..., S) -> (...)."""
-    q, p = _pair(q, p)
+    return _tv(*_pair(q, p))
+
+
+# each one program per shape (run op by op, every operation would be a program of its own)
+@jax.jit
+def _kl(q, p):
+    return jnp.sum(jnp.where(q == 0, 0.0, q * (jnp.log(jnp.where(q == 0, 1.0, q)) - jnp.log(p))), axis=-1)
+
+
+@jax.jit
+def _tv(q, p):
     return 0.5 * jnp.sum(jnp.abs(q - p), axis=-1)

@@ -218,11 +218,18 @@ def random_model(key: jax.Array, n: int, coupling_scale: float, field_scale: flo
     coupling_scale = checks.real(coupling_scale, "coupling_scale", low=0.0,
                                  fix="It is the standard deviation of the couplings J_ij.")
     field_scale = checks.real(field_scale, "field_scale", low=0.0, fix="It is the standard deviation of the fields h_i.")
+    J, h = _random_fields(key, n, coupling_scale, field_scale)
+    return ising_model(J, h)
+
+
+@partial(jax.jit, static_argnums=1)
+def _random_fields(key, n: int, coupling_scale, field_scale):
+    """:func:`random_model`'s draw as one program per ``n`` (the scales are operands)."""
     kj, kh = jax.random.split(key)
     iu, ju = np.triu_indices(n, k=1)
     upper = coupling_scale * jax.random.normal(kj, (len(iu),), dtype=jnp.float64)
     J = jnp.zeros((n, n), dtype=jnp.float64).at[iu, ju].set(upper).at[ju, iu].set(upper)
-    return ising_model(J, field_scale * jax.random.normal(kh, (n,), dtype=jnp.float64))
+    return J, field_scale * jax.random.normal(kh, (n,), dtype=jnp.float64)
 
 
 def num_params(n: int) -> int:
@@ -307,9 +314,12 @@ def index_from_states(x: jax.Array) -> jax.Array:
 
 
 def enumerate_states(n: int) -> jax.Array:
-    """All ``2^n`` states. Returns (2^n, n) int8; at most :data:`MAX_EXACT_N` sites."""
+    """All ``2^n`` states. Returns (2^n, n) int8; at most :data:`MAX_EXACT_N` sites. Made on the host
+    (NumPy) and copied once: the same values as :func:`states_from_index` of every state number, without
+    running its operations one by one as programs of their own (and a constant inside a trace)."""
     check_exact_n(n)
-    return states_from_index(jnp.arange(2**n), n)
+    bits = (np.arange(2**n, dtype=np.int64)[:, None] >> np.arange(n - 1, -1, -1, dtype=np.int64)) & 1
+    return jnp.asarray((2 * bits - 1).astype(np.int8))
 
 
 @jax.jit

@@ -78,6 +78,12 @@ class Sampler(NamedTuple):
     model of that structure. ``None`` where the step is a closure over its model."""
     params: object = None
     """The operand ``core`` takes: the model's arrays (a pytree)."""
+    kernel_core: Callable | None = None
+    """``kernel_core(exact, x)``, ``kernel`` with the model's float64 arrays ``exact`` as an operand, one
+    function per structure: :func:`transition_matrix` compiles it once for every model of that
+    structure. ``None`` where the kernel is a closure over its model."""
+    exact: object = None
+    """The operand ``kernel_core`` takes: the model's arrays in float64."""
 
 
 def _check_model(model: IsingModel) -> IsingModel:
@@ -192,19 +198,36 @@ def k_gibbs(model: IsingModel, k: int, dtype=jnp.float64) -> Sampler:
     k = check_k(k, n)
     if k > MAX_JOINT_K:
         raise ValueError(f"k = {k} needs 2^k = {2**k:,} completions per step; use k <= {MAX_JOINT_K}.")
-    patterns, log_probs = _joint_update(model, k)
     fast = _cast(model, dtype)
     core, params = _k_gibbs_core(n, k, fast.J.dtype), ising.padded(fast)
 
     def step(key, state):
         return core(params, key, state)
 
-    def build_kernel():
-        blocks = np.nonzero(np.asarray(all_k_subsets(n, k)))[1].reshape(-1, k)
-        lw = np.full(blocks.shape[0], -math.log(blocks.shape[0]))
-        return _kernel_from_blocks(n, patterns, jnp.asarray(blocks), lambda x: lw, lambda x, idx, j: log_probs(x, idx))
+    exact = ising.padded(_cast(model, jnp.float64))
+    kernel_core = _exact_kernel(n, lambda: _k_gibbs_kernel(n, k))
+    return Sampler(f"{k}-Gibbs", n, _init(n), step, partial(kernel_core, exact), passes=k, core=core, params=params,
+                   kernel_core=kernel_core, exact=exact)
 
-    return Sampler(f"{k}-Gibbs", n, _init(n), step, _exact_kernel(n, build_kernel), passes=k, core=core, params=params)
+
+@lru_cache(maxsize=None)
+def _k_gibbs_kernel(n: int, k: int) -> Callable:
+    """k-Gibbs's exact next-state law as ``kernel((Jpad, hpad), x) -> (2^n,)`` (float64 padded arrays),
+    one function per ``(n, k)``: block dynamics over the uniform k-subsets [Definition 6]."""
+    patterns = ising.enumerate_states(k)
+    blocks = jnp.asarray(np.nonzero(np.asarray(all_k_subsets(n, k)))[1].reshape(-1, k))
+    lw = np.full(blocks.shape[0], -math.log(blocks.shape[0]))
+
+    def kernel(exact, x):
+        Jpad, hpad = exact
+
+        def log_probs(x, idx, j):
+            w, _ = ising.completion_log_weights(Jpad, hpad, x[None], idx[None], patterns)
+            return jax.nn.log_softmax(w[0])
+
+        return _kernel_from_blocks(n, patterns, blocks, lambda x: lw, log_probs)(x)
+
+    return kernel
 
 
 @lru_cache(maxsize=None)
@@ -289,7 +312,7 @@ def _exact_kernel(n: int, build: Callable) -> Callable:
     if n <= MAX_KERNEL_N:
         return build()
 
-    def too_big(x):
+    def too_big(*_):  # x, or (exact, x) as a kernel_core
         raise ValueError(f"exact transition matrices need n <= {MAX_KERNEL_N} (2^n x 2^n); got n = {n}.")
 
     return too_big
@@ -325,11 +348,17 @@ def independent_parallel(model: IsingModel, dtype=jnp.float64) -> Sampler:
     def step(key, state):
         return core(fast, key, state)
 
-    def kernel(x):
-        lp = site_log_probs(model, jnp.asarray(x, dtype=jnp.int8))  # (n, 2)
-        return product.product_law(jnp.exp(lp[:, 1]))
+    exact = _cast(model, jnp.float64)
+    kernel_core = _exact_kernel(n, lambda: _parallel_kernel)
+    return Sampler("independent parallel", n, _init(n), step, partial(kernel_core, exact), core=core, params=fast,
+                   kernel_core=kernel_core, exact=exact)
 
-    return Sampler("independent parallel", n, _init(n), step, _exact_kernel(n, lambda: kernel), core=core, params=fast)
+
+def _parallel_kernel(model: IsingModel, x) -> jax.Array:
+    """Independent parallel's exact next-state law from ``x``: the product of the site conditionals
+    [Eq. 4]. (n,) -> (2^n,)."""
+    lp = site_log_probs(model, jnp.asarray(x, dtype=jnp.int8))  # (n, 2)
+    return product.product_law(jnp.exp(lp[:, 1]))
 
 
 @lru_cache(maxsize=None)
@@ -421,8 +450,36 @@ def dependency_aware(model: IsingModel, threshold: float | None = None, *, group
     if L > MAX_JOINT_K:
         raise ValueError(f"a group has {L} sites: its conditionals sum over up to 2^{L - 1} patterns; use groups of at "
                          f"most {MAX_JOINT_K} sites (raise threshold, or split the group).")
+    core, sweep_matrix = _dependency_program(n, tuple(groups))
+    fast, exact = _cast(model, dtype), _cast(model, jnp.float64)
+
+    def step(key, state):
+        return core(fast, key, state)
+
+    kernel_core = _exact_kernel(n, lambda: _sweep_kernel(sweep_matrix))
+    label = f"dependency-aware ({len(groups)} groups, {L} passes)"
+    return Sampler(label, n, _init(n), step, partial(kernel_core, exact), passes=L, core=core, params=fast,
+                   kernel_core=kernel_core, exact=exact)
+
+
+@lru_cache(maxsize=None)
+def _sweep_kernel(sweep_matrix: Callable) -> Callable:
+    """The sweep's exact next-state law from ``x`` as ``kernel(exact, x)``: row ``x`` of its matrix."""
+    def kernel(exact, x):
+        return sweep_matrix(exact)[ising.index_from_states(jnp.asarray(x, dtype=jnp.int8))]
+
+    return kernel
+
+
+@lru_cache(maxsize=None)
+def _dependency_program(n: int, groups: tuple[tuple[int, ...], ...]) -> tuple[Callable, Callable]:
+    """The dependency-aware sampler's step as ``core(model, key, state)`` and its sweep's exact matrix as
+    ``sweep_matrix(exact) -> (2^n, 2^n)`` (jitted), one pair per ``(n, groups)``: the model is an operand,
+    so every model split into the same groups shares their programs."""
+    L = max(len(g) for g in groups)
     slots = np.asarray([list(g) + [n] * (L - len(g)) for g in groups], dtype=np.int32)  # (m, L) padded with n
     patterns = ising.enumerate_states(L)  # (2^L, L)
+    active = [slots[:, t] < n for t in range(L)]  # the groups that draw in pass t (NumPy: fixed by the groups)
 
     def pass_up_probs(m: IsingModel, x, t: int):
         """P(x_{g_t} = +1 | ...) for every group (m,), in ``m``'s dtype; slots before t are fixed."""
@@ -432,50 +489,51 @@ def dependency_aware(model: IsingModel, threshold: float | None = None, *, group
         up = patterns[:, t] > 0
         return jnp.exp(jax.nn.logsumexp(jnp.where(up[None], lw, -jnp.inf), -1) - jax.nn.logsumexp(lw, -1))
 
-    fast = _cast(model, dtype)
-    active = [slots[:, t] < n for t in range(L)]  # the groups that draw in pass t (NumPy: fixed by the groups)
-
-    def step(key, state):
+    def core(model, key, state):
         x = state.x
         bits = jax.random.bits(key, (L, slots.shape[0]), dtype=jnp.uint32)
         for t in range(L):
-            p_up = pass_up_probs(fast, x, t)
+            p_up = pass_up_probs(model, x, t)
             new = jnp.where(_uniform01(bits[t], p_up.dtype) < p_up, 1, -1).astype(x.dtype)
             x = x.at[jnp.where(active[t], slots[:, t], n)].set(new, mode="drop")
         return ChainState(x), StepInfo(jnp.ones(n, dtype=bool))
 
-    def build_kernel():
-        # the sweep's matrix as one compiled program: run op by op, each pass's few dozen operations
-        # would compile as programs of their own (hundreds for a handful of samplers), and on an
-        # accelerator compiling a program costs far more than running it
-        @jax.jit
-        def sweep_matrix(exact: IsingModel):
-            states = ising.enumerate_states(n)
-            M = jnp.eye(2**n, dtype=exact.J.dtype)
-            for t in range(L):
-                sites = slots[:, t][active[t]]  # the sites drawn in pass t
-                pats = ising.enumerate_states(int(sites.shape[0]))
+    # the sweep's matrix as one compiled program: run op by op, each pass's few dozen operations would
+    # compile as programs of their own, and on an accelerator compiling a program costs far more than running it
+    @jax.jit
+    def sweep_matrix(exact: IsingModel):
+        states = ising.enumerate_states(n)
+        M = jnp.eye(2**n, dtype=exact.J.dtype)
+        for t in range(L):
+            sites = slots[:, t][active[t]]  # the sites drawn in pass t
+            pats = ising.enumerate_states(int(sites.shape[0]))
 
-                def row(x, t=t, sites=sites, pats=pats):
-                    p_up = pass_up_probs(exact, x, t)[active[t]]
-                    probs = jnp.prod(jnp.where(pats > 0, p_up[None], 1 - p_up[None]), axis=-1)  # (2^k,)
-                    to = ising.index_from_states(jax.vmap(lambda c: _write(x, sites, c))(pats))
-                    return jnp.zeros(2**n, dtype=probs.dtype).at[to].add(probs)
+            def row(x, t=t, sites=sites, pats=pats):
+                p_up = pass_up_probs(exact, x, t)[active[t]]
+                probs = jnp.prod(jnp.where(pats > 0, p_up[None], 1 - p_up[None]), axis=-1)  # (2^k,)
+                to = ising.index_from_states(jax.vmap(lambda c: _write(x, sites, c))(pats))
+                return jnp.zeros(2**n, dtype=probs.dtype).at[to].add(probs)
 
-                M = M @ jax.vmap(row)(states)
-            return M
+            M = M @ jax.vmap(row)(states)
+        return M
 
-        M = sweep_matrix(_cast(model, jnp.float64))
-        return lambda x: M[ising.index_from_states(jnp.asarray(x, dtype=jnp.int8))]
-
-    label = f"dependency-aware ({len(groups)} groups, {L} passes)"
-    return Sampler(label, n, _init(n), step, _exact_kernel(n, build_kernel), passes=L)
+    return core, sweep_matrix
 
 
 def transition_matrix(sampler: Sampler) -> jax.Array:
     """The exact transition matrix ``P[a, b] = P(X_1 = state b | X_0 = state a)``, states in
-    :func:`gmlm_lib.ising.model.enumerate_states` order. (2^n, 2^n); n <= :data:`MAX_KERNEL_N`."""
-    return jax.jit(jax.vmap(sampler.kernel))(ising.enumerate_states(sampler.n))
+    :func:`gmlm_lib.ising.model.enumerate_states` order. (2^n, 2^n); n <= :data:`MAX_KERNEL_N`.
+    A sampler with a ``kernel_core`` compiles one program per structure, its model an operand."""
+    states = ising.enumerate_states(sampler.n)
+    if sampler.kernel_core is not None:
+        return _matrix_program(sampler.kernel_core)(sampler.exact, states)
+    return jax.jit(jax.vmap(sampler.kernel))(states)
+
+
+@lru_cache(maxsize=None)
+def _matrix_program(kernel_core: Callable) -> Callable:
+    """``kernel_core`` over every state, jitted once per kernel function (so per structure)."""
+    return jax.jit(jax.vmap(kernel_core, in_axes=(None, 0)))
 
 
 def stationary_law(P: jax.Array) -> jax.Array:
