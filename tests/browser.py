@@ -14,8 +14,9 @@ reports what a reader would see as broken:
   with :data:`UNGROUPED_DIGITS` or more digits not grouped by thousands (``12728``: a reader counts
   them; four digits may be a year);
 - a figure a reader cannot read: a raster image (PNG, JPEG) with fewer than :data:`MIN_DENSITY`
-  image pixels per displayed pixel, or an SVG figure whose smallest text renders under
-  :data:`MIN_TEXT_PT` points at its displayed size (from its font sizes and its scale);
+  image pixels per displayed pixel, or a figure whose smallest text renders under :data:`MIN_TEXT_PT`
+  points at its displayed size (an SVG's from its font sizes and its scale; a PNG's from the size its
+  notebook recorded in it, :func:`png_text_pt`, where it did);
 - a cross-reference without its number ("Proposition " where "Proposition 3" was meant: a
   reference to a box that has no number needs its own text);
 - a "What this run found" box taller than one 1400 x 900 screen;
@@ -57,7 +58,7 @@ UNGROUPED_DIGITS = 5
 MIN_DENSITY = 2.0
 """The fewest image pixels per displayed (CSS) pixel of a raster figure: sharp on a high-density screen."""
 MIN_TEXT_PT = 9.0
-"""The smallest text size, in points (1 pt = 4/3 CSS px), of an SVG figure at its displayed size."""
+"""The smallest text size, in points (1 pt = 4/3 CSS px), of a figure at its displayed size."""
 FIGURE_WIDTH = 768
 """The widest a chapter's figure is shown on the ``WINDOW`` screen, in CSS px (the theme's cell output box;
 the browser test measures it): a figure drawn wider is scaled down to it, its text with it."""
@@ -136,7 +137,8 @@ _PAGE_SCRIPT = _AFTER_MATHJAX + _FORMULAS + r"""  const article = document.query
   const figures = "figure img, .cell_output img, .output img";  // figures, not badges or icons in the text
   const rasters = Array.from(article.querySelectorAll(figures))
     .filter(i => i.complete && i.naturalWidth > 0 && !/\.svg(\?|#|$)|^data:image\/svg/i.test(i.currentSrc || i.src))
-    .map(i => ({src: (i.getAttribute("src") || "").slice(0, 80), density: i.naturalWidth / Math.max(1, i.getBoundingClientRect().width)}));
+    .map(i => ({src: (i.getAttribute("src") || "").slice(0, 80), density: i.naturalWidth / Math.max(1, i.getBoundingClientRect().width),
+                path: i.getAttribute("src") || "", shown: i.getBoundingClientRect().width}));
   const svgImages = Array.from(article.querySelectorAll(figures))
     .filter(i => i.complete && /\.svg(\?|#|$)/i.test(i.currentSrc || i.src))
     .map(i => ({src: i.getAttribute("src"), shown: i.getBoundingClientRect().width}));
@@ -313,6 +315,10 @@ def check_page(drv, path: Path, html_root: Path, screenshots: Path | None = None
           for t in seen["ungrouped"]]
     p += [f"raster figure with {r['density']:.2f} image pixels per displayed pixel (at least {MIN_DENSITY:g}): "
           f"{r['src']}" for r in seen["rasters"] if r["density"] < MIN_DENSITY]
+    for img in seen["rasters"]:
+        smallest = png_text_pt(_local(path, img["path"]), img["shown"])
+        if smallest is not None and smallest < MIN_TEXT_PT:
+            p.append(f"figure text renders at {smallest:.1f} pt (at least {MIN_TEXT_PT:g}): {img['src']}")
     for img in seen["svgImages"]:
         smallest = svg_text_pt(_local(path, img["src"]), img["shown"])
         if smallest is not None and smallest < MIN_TEXT_PT:
@@ -395,6 +401,38 @@ def _local(page: Path, src: str) -> Path | None:
     if not src or "://" in src or src.startswith("data:"):
         return None
     return (page.parent / src.split("#")[0].split("?")[0]).resolve()
+
+
+def png_text_pt(png: Path | None, shown_px: float) -> float | None:
+    """The smallest text of the PNG figure ``png``, in points, when it is displayed ``shown_px`` CSS pixels
+    wide: the size in image pixels its notebook recorded in the PNG (``gmlm_lib.core.plotting.TEXT_SIZE_KEY``,
+    a ``tEXt`` chunk) times the displayed width over the image's width, in points (0.75 pt a CSS pixel).
+    ``None`` when the file cannot be read, is not a PNG or records no text size (a figure made elsewhere)."""
+    import struct
+    import zlib
+
+    if png is None or not png.is_file() or shown_px <= 0:
+        return None
+    data = png.read_bytes()
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        return None
+    width, pos, text_px = None, 8, None
+    while pos + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[pos: pos + 8])
+        body = data[pos + 8: pos + 8 + length]
+        if kind == b"IHDR":
+            width = struct.unpack(">I", body[:4])[0]
+        elif kind in (b"tEXt", b"zTXt", b"iTXt"):
+            key, _, rest = body.partition(b"\0")
+            if key.decode("latin-1") == "gmlm:smallest-text-px":
+                value = zlib.decompress(rest[1:]) if kind == b"zTXt" else rest.split(b"\0")[-1] if kind == b"iTXt" else rest
+                text_px = float(value.decode("latin-1"))
+        elif kind == b"IEND":
+            break
+        pos += 12 + length
+    if not width or text_px is None:
+        return None
+    return text_px * shown_px / width * 0.75
 
 
 def svg_text_pt(svg: Path | None, shown_px: float) -> float | None:

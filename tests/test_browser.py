@@ -323,6 +323,40 @@ def test_svg_figure_text_is_measured_at_its_displayed_size(tmp_path):
     assert browser.svg_text_pt(tmp_path / "h.svg", 50) is None and browser.svg_text_pt(None, 50) is None
 
 
+def test_png_figure_text_is_read_from_what_the_notebook_recorded(tmp_path):
+    """A notebook's retina PNG records its smallest text in image pixels (plotting.retina_png); at half the
+    image's width (the retina display) 6 pt ticks of a 110 dpi figure read 6 x 110 / 96 pt, at a quarter
+    half that. A PNG without the record, a file that is no PNG, or a figure not shown is not judged."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gmlm_lib.core import plotting
+
+    fig, ax = plt.subplots(figsize=(4, 3), dpi=110)
+    ax.plot([0, 1])
+    ax.tick_params(labelsize=6)
+    ax.set_title("title", fontsize=14)
+    hidden = fig.add_axes([0.1, 0.1, 0.1, 0.1])
+    hidden.set_title("tiny", fontsize=2)
+    hidden.set_visible(False)  # a hidden axes' text is not read
+    assert plotting.smallest_text_pt(fig) == 6
+    png, meta = plotting.retina_png(fig)
+    plain = tmp_path / "plain.png"
+    fig.savefig(plain)
+    plt.close(fig)
+    (tmp_path / "f.png").write_bytes(png)
+    assert browser.png_text_pt(tmp_path / "f.png", meta["width"]) == pytest.approx(6 * 110 / 96, rel=5e-3)
+    assert browser.png_text_pt(tmp_path / "f.png", meta["width"] / 2) == pytest.approx(3 * 110 / 96, rel=5e-3)
+    assert browser.png_text_pt(plain, 100) is None and browser.png_text_pt(tmp_path / "f.png", 0) is None
+    (tmp_path / "no.png").write_text("not a png")
+    assert browser.png_text_pt(tmp_path / "no.png", 100) is None and browser.png_text_pt(None, 100) is None
+    empty = plt.figure()
+    assert plotting.smallest_text_pt(empty) is None
+    plt.close(empty)
+
+
 def test_the_book_pages_are_the_readers_pages(tmp_path):
     """Sphinx's index and search pages and the build's own folders (``_static``, ``_sources``) are no
     reader's page, wherever they sit; every other ``.html`` is one."""

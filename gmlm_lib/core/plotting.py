@@ -26,15 +26,48 @@ def set_style() -> None:
     _retina_inline()
 
 
+TEXT_SIZE_KEY = "gmlm:smallest-text-px"
+"""The PNG text chunk in which a figure shown in a notebook records its smallest text, in image pixels
+(the font size in points times the image's dots per inch over 72): the book's browser check divides it
+by the image's width and multiplies by the width the page shows it at, so it reads the text size a reader
+sees (``tests/browser.py``, ``MIN_TEXT_PT``)."""
+
+
+def smallest_text_pt(fig) -> float | None:
+    """The smallest font size, in points, of the visible non-empty text of ``fig`` (titles, labels, tick
+    labels, legends, annotations); ``None`` when it holds no text."""
+    from matplotlib.text import Text
+
+    fig.draw_without_rendering()  # tick labels and legends get their text when the figure is drawn
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()
+             and (t.axes is None or t.axes.get_visible())]
+    return min(sizes) if sizes else None
+
+
+def retina_png(fig, base64: bool = False):
+    """``fig`` as IPython's retina PNG (drawn at twice ``fig.dpi``, shown at half its pixel size), with its
+    smallest text recorded in the PNG (:data:`TEXT_SIZE_KEY`): ``(png, {"width", "height"})`` as
+    IPython's ``retina_figure`` returns it, ``None`` for an empty figure."""
+    from IPython.core.pylabtools import retina_figure
+
+    smallest = smallest_text_pt(fig)
+    metadata = {} if smallest is None else {TEXT_SIZE_KEY: f"{smallest * 2 * fig.dpi / 72:.3f}"}
+    return retina_figure(fig, base64=base64, metadata=metadata)
+
+
 def _retina_inline() -> None:
-    """Ask IPython's inline backend for retina PNGs, when this runs in IPython (a notebook); elsewhere nothing."""
+    """Ask IPython's inline backend for retina PNGs that record their smallest text (:func:`retina_png`),
+    when this runs in IPython (a notebook); elsewhere nothing."""
     try:
         from IPython import get_ipython
+        from matplotlib.figure import Figure
         from matplotlib_inline.backend_inline import set_matplotlib_formats
     except ImportError:
         return
-    if get_ipython() is not None:
+    shell = get_ipython()
+    if shell is not None:
         set_matplotlib_formats("retina")
+        shell.display_formatter.formatters["image/png"].for_type(Figure, lambda fig: retina_png(fig, base64=True))
 
 
 def colors(k: int) -> list:
