@@ -21,7 +21,8 @@ from flax import nnx
 
 from gmlm_lib.book import provenance
 from gmlm_lib.core import devtrace, timing
-from gmlm_lib.mt import batching, decode_costs, decoding, objectives, pipeline, reductions, seq2seq, training, translate
+from gmlm_lib.mt import (batching, decode_costs, decoding, objectives, pipeline, programs, reductions, seq2seq,
+                        training, translate)
 from gmlm_lib.mt import vocab as V
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -950,7 +951,7 @@ def test_clear_compiled_drops_the_decoders_and_they_compile_again_to_the_same_re
         lambda event, d, **_: compiles.append(event)
         if listening[0] and event == "/jax/core/compile/backend_compile_duration" else None)
     assert decoding.clear_compiled() >= 1
-    assert decoding._COMPILED == {} and decoding._SPLITS == {} and decoding.clear_compiled() == 0
+    assert len(decoding._COMPILED) == 0 and decoding._SPLITS == {} and decoding.clear_compiled() == 0
     listening[0] = True
     try:
         np.testing.assert_array_equal(f(p, src, sm), first)  # a decoder held elsewhere lost its executable too
@@ -1413,8 +1414,7 @@ def test_the_shared_programs_are_the_most_recently_used_ones(monkeypatch):
     """make_step/make_eval keep at most training._PROGRAMS_KEPT jitted functions, the least recently used
     forgotten first: a process that trains many variants (the ablations) does not keep every program it
     has compiled, and a program in use stays."""
-    monkeypatch.setattr(training, "_PROGRAMS", collections.OrderedDict())
-    monkeypatch.setattr(training, "_PROGRAMS_KEPT", 3)
+    monkeypatch.setattr(training, "_PROGRAMS", programs.Programs(kept=3))
     cfg, built = _cfg("padir"), []
 
     def get(graphdef):
@@ -1425,7 +1425,8 @@ def test_the_shared_programs_are_the_most_recently_used_ones(monkeypatch):
     get("d")  # a fourth: "b", the least recently used, is forgotten
     assert len(training._PROGRAMS) == 3 and get("a") is first[0] and get("c") is first[2]
     assert get("b") is not first[1] and built == ["a", "b", "c", "d", "b"]
-    assert [key[1] for key in training._PROGRAMS] == ["a", "c", "b"]  # "d" went when "b" came back
+    order = [key[1] for key in training._PROGRAMS.keys()]
+    assert order == [programs.graph_key(g) for g in "acb"]  # "d" went when "b" came back
 
 
 def test_training_reduces_the_loss(tmp_path):

@@ -12,6 +12,7 @@ One topic a module, imported on first use (``from gmlm_lib.mt import training``)
 - :mod:`~gmlm_lib.mt.runfolder`: a run's folder: lock, checkpoints and digests, metrics, provenance record.
 - :mod:`~gmlm_lib.mt.sizing`: a run's updates fitted to a wall-time budget on the device at hand.
 - :mod:`~gmlm_lib.mt.decoding`: greedy, beam and PaDIR refinement; :mod:`~gmlm_lib.mt.reductions`.
+- :mod:`~gmlm_lib.mt.programs`: the compiled decoders and updates, kept by model structure.
 - :mod:`~gmlm_lib.mt.translate`: translation of text, latency and throughput.
 - :mod:`~gmlm_lib.mt.metrics`: SacreBLEU, chrF, stutter (the one stutter rule), paired bootstrap.
 - :mod:`~gmlm_lib.mt.experiment`: run folders of a PaDIR experiment, distillation, smoke stand-ins.
@@ -26,5 +27,5 @@ float32 whatever else the program imported.
 from gmlm_lib.core.lazy import attach as _attach
 
 __all__ = ["config", "corpus", "vocab", "batching", "seq2seq", "training", "objectives", "runfolder", "sizing", "decoding",
-           "reductions", "translate", "metrics", "experiment", "pipeline", "stutter_analysis", "decode_costs"]
+           "programs", "reductions", "translate", "metrics", "experiment", "pipeline", "stutter_analysis", "decode_costs"]
 __getattr__, __dir__ = _attach(__name__, tuple(__all__))

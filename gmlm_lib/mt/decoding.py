@@ -1,23 +1,22 @@
 """Decoding: AR greedy and beam search with a KV cache; PaDIR iterative refinement [App. L.1.1].
 
 Each decoder is a pure jitted function of ``(graphdef, params, src, src_mask, ...)`` (from
-``nnx.split(model)``), compiled once per model structure, static setting and input shape. Outputs
-are fixed-size arrays; :func:`strip` turns them into id lists (up to EOS, repeats dropped for
-PaDIR if asked).
+``nnx.split(model)``), compiled once per model structure, static setting and input shape
+(:mod:`gmlm_lib.mt.programs` keeps them). Outputs are fixed-size arrays; :func:`strip` turns them
+into id lists (up to EOS, repeats dropped for PaDIR if asked).
 
 The graphdef is closed over rather than passed to ``jax.jit`` as a static argument: a static
 argument is hashed and compared on every call, and hashing an nnx graphdef costs on the order of
-a millisecond, a sizeable part of a batch-1 translation on a CPU. :func:`jitted` hashes each
-graphdef object once. For the same reason a caller that decodes many times with one model passes
-its parameters as :class:`FlatParams` (made once): an nnx ``State`` is flattened in Python at every
-call, a list of its arrays on JAX's C++ path.
+a millisecond, a sizeable part of a batch-1 translation on a CPU. :func:`jitted` looks each
+graphdef up by identity (:func:`gmlm_lib.mt.programs.graph_key`). For the same reason a caller that
+decodes many times with one model passes its parameters as :class:`FlatParams` (made once): an nnx
+``State`` is flattened in Python at every call, a list of its arrays on JAX's C++ path.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +24,7 @@ import numpy as np
 from flax import nnx
 
 from gmlm_lib.core import checks, unmasking
-from gmlm_lib.mt import reductions
+from gmlm_lib.mt import programs, reductions
 from gmlm_lib.mt import vocab as V
 
 #: ids a PaDIR position may never take (they mean padding or control, not text)
@@ -45,12 +44,8 @@ def ar_next_token(logits):
     return reductions.argmax(_forbid(logits, _AR_FORBIDDEN))
 
 
-#: id(graphdef) -> (graphdef, its number among the distinct graphdefs seen); the graphdef is kept
-#: alive, so an id is never reused while it is a key
-_GRAPHDEFS: dict[int, tuple] = {}
-_DISTINCT: dict = {}
-_COMPILED: dict[tuple, object] = {}
-_LOCK = threading.Lock()  # decoders are compiled from several threads at once (Translator.warm_up)
+_COMPILED = programs.Programs()
+"""The decoders compiled in this process, one per (graphdef, decoder, static settings, output memory)."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -111,44 +106,26 @@ def for_inference(model):
 class _Decoder:
     """A decoder ``fn`` with its graphdef and static settings bound, jitted: called with an nnx
     ``State`` as its first argument, or with :class:`FlatParams` (then jitted on the list of arrays,
-    one jitted function per structure, found by the identity of the structure object the
-    ``FlatParams`` holds)."""
+    :class:`gmlm_lib.mt.programs.FlatJit`)."""
 
     def __init__(self, fn, graphdef, static: dict, to_host: bool = False):
-        self._bound = functools.partial(fn, graphdef, **static)
+        bound = functools.partial(fn, graphdef, **static)
         # to_host: every output written by the program into the host memory of the default device
-        self._jit = functools.partial(jax.jit, out_shardings=host_sharding()) if to_host else jax.jit
-        self._plain = self._jit(self._bound)
-        self._flat: dict[int, tuple] = {}  # id(treedef) -> (treedef, jitted); the treedef kept alive
-        self._name = fn.__name__
+        kwargs = dict(out_shardings=host_sharding()) if to_host else {}
+        self._plain = jax.jit(bound, **kwargs)
+        self._flat = programs.FlatJit(bound, name=fn.__name__, **kwargs)  # the decoder's name in logs and caches
 
     def _for(self, treedef):
-        hit = self._flat.get(id(treedef))
-        if hit is None or hit[0] is not treedef:
-            with _LOCK:
-                hit = self._flat.get(id(treedef))
-                if hit is None or hit[0] is not treedef:
-                    same = next((f for t, f in self._flat.values() if t == treedef), None)  # an equal structure
-                    if same is None:
-                        bound = self._bound
-
-                        def flat(leaves, *args):
-                            return bound(jax.tree.unflatten(treedef, leaves), *args)
-
-                        flat.__name__ = flat.__qualname__ = self._name  # the decoder's name in logs and caches
-                        same = self._jit(flat)
-                    hit = self._flat[id(treedef)] = (treedef, same)
-        return hit[1]
+        return self._flat.for_tree(treedef)
 
     def __call__(self, params, *args):
         if isinstance(params, FlatParams):
-            return self._for(params.treedef)(params.leaves, *args)
+            return self._flat.for_tree(params.treedef)(params.leaves, *args)
         return self._plain(params, *args)
 
     def _cache_size(self) -> int:
         """Programs compiled, over both calling forms."""
-        flat = {id(f): f for _, f in self._flat.values()}  # equal structures share one jitted function
-        return self._plain._cache_size() + sum(f._cache_size() for f in flat.values())
+        return self._plain._cache_size() + self._flat._cache_size()
 
 
 def jitted(fn, graphdef, *, to_host: bool = False, **static):
@@ -158,18 +135,8 @@ def jitted(fn, graphdef, *, to_host: bool = False, **static):
     is the parameters, an nnx ``State`` or :class:`FlatParams`. With ``to_host`` the program writes its
     outputs into the default device's pinned host memory (:func:`host_sharding`). Thread-safe: threads
     asking for the same decoder at once get the same jitted function (so its compilations are shared)."""
-    hit = _GRAPHDEFS.get(id(graphdef))
-    if hit is None or hit[0] is not graphdef:
-        with _LOCK:
-            hit = _GRAPHDEFS[id(graphdef)] = (graphdef, _DISTINCT.setdefault(graphdef, len(_DISTINCT)))
-    key = (hit[1], fn, tuple(sorted(static.items())), bool(to_host))
-    f = _COMPILED.get(key)
-    if f is None:
-        with _LOCK:
-            f = _COMPILED.get(key)
-            if f is None:
-                f = _COMPILED[key] = _Decoder(fn, graphdef, static, bool(to_host))
-    return f
+    key = (programs.graph_key(graphdef), fn, tuple(sorted(static.items())), bool(to_host))
+    return _COMPILED.get(key, lambda: _Decoder(fn, graphdef, static, bool(to_host)))
 
 
 HOST_MEMORY = "pinned_host"
@@ -208,8 +175,7 @@ def clear_compiled() -> int:
     kernel's limit on mappings per process (``vm.max_map_count``, 65,530 by default), where LLVM
     fails with "Cannot allocate memory" and the process dies. Clearing between the phases of such a
     sweep keeps only one phase's programs alive; the next call of a setting compiles it again."""
-    held = len(_COMPILED)
-    _COMPILED.clear()
+    held = _COMPILED.clear()
     _SPLITS.clear()
     jax.clear_caches()
     return held

@@ -12,12 +12,10 @@ the time since the last checkpoint, as it loses the steps.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import math
 import pathlib
-import threading
 import time
 from typing import Callable
 
@@ -32,7 +30,7 @@ from jax.sharding import PartitionSpec as P
 
 from gmlm_lib.core import checks, records, timing
 from gmlm_lib.core.progress import bar as progress_bar
-from gmlm_lib.mt import batching, objectives, runfolder, seq2seq
+from gmlm_lib.mt import batching, objectives, programs, runfolder, seq2seq
 from gmlm_lib.mt.runfolder import DAMAGED, RunFolderBusy, RunFolderError
 
 __all__ = ["TrainConfig", "TRACED", "PROGRAM_FREE", "Program", "FlatUpdate", "clear_programs", "schedule",
@@ -242,7 +240,8 @@ class Program:
 
 class FlatUpdate:
     """An update ``step(params, opt_state, batch, key, numbers)`` jitted on the flat list of the
-    leaves of ``(params, opt_state)``, one jitted function per state structure (``treedef``).
+    leaves of ``(params, opt_state)`` (:class:`gmlm_lib.mt.programs.FlatJit`), one jitted function per
+    state structure (``treedef``), the leaves in donated.
 
     Why: an nnx ``State`` is a pytree whose nodes JAX flattens and rebuilds in Python; a jitted
     call that takes and returns the parameters and the optimiser state as ``State`` pytrees spends
@@ -254,45 +253,27 @@ class FlatUpdate:
 
     def __init__(self, step: Callable):
         self.step = step
-        self._by_tree: dict = {}
-        self._lock = threading.Lock()
+
+        def update(state, batch, key, numbers):
+            params, opt_state, loss, parts = step(*state, batch, key, numbers)
+            return (params, opt_state), loss, parts
+
+        # named as the update is in logs and the compilation cache; a state of another structure is refused
+        self._flat = programs.FlatJit(update, name="step", flat_out=True, donate_argnums=(0,))
 
     def for_tree(self, treedef):
         """The jitted ``(leaves, batch, key, numbers) -> (leaves, loss, parts)`` for ``treedef``.
         Thread-safe: threads compiling the buckets' updates at once (:func:`compile_programs`) get one
         jitted function, so the programs they compile are the ones the loop calls."""
-        f = self._by_tree.get(treedef)
-        if f is not None:
-            return f
-        with self._lock:
-            f = self._by_tree.get(treedef)
-            if f is not None:
-                return f
-
-            def step(leaves, batch, key, numbers):  # named as the update is in logs and the compilation cache
-                params, opt_state = jax.tree.unflatten(treedef, leaves)
-                params, opt_state, loss, parts = self.step(params, opt_state, batch, key, numbers)
-                out, out_tree = jax.tree.flatten((params, opt_state))
-                if out_tree != treedef:  # at trace time: the loop feeds the leaves back in
-                    raise ValueError(f"the update returned a state of another structure ({out_tree}) than it was "
-                                     f"given ({treedef}); an optimiser must keep its state's structure.")
-                return out, loss, parts
-
-            f = self._by_tree[treedef] = jax.jit(step, donate_argnums=(0,))
-        return f
-
-    def _flat_args(self, params, opt_state):
-        leaves, treedef = jax.tree.flatten((params, opt_state))
-        return self.for_tree(treedef), leaves, treedef
+        return self._flat.for_tree(treedef)
 
     def __call__(self, params, opt_state, batch, key, numbers):
-        f, leaves, treedef = self._flat_args(params, opt_state)
-        out, loss, parts = f(leaves, batch, key, numbers)
+        leaves, treedef = jax.tree.flatten((params, opt_state))
+        out, loss, parts = self.for_tree(treedef)(leaves, batch, key, numbers)
         return (*jax.tree.unflatten(treedef, out), loss, parts)
 
     def lower(self, params, opt_state, batch, key, numbers):
-        f, leaves, _ = self._flat_args(params, opt_state)
-        return f.lower(leaves, batch, key, numbers)
+        return self._flat.lower((params, opt_state), batch, key, numbers)
 
 
 PROGRAM_FREE = frozenset(TRACED) | {"steps", "batch_tokens", "seed", "checkpoint_every", "log_every", "buckets", "init"}
@@ -301,8 +282,8 @@ PROGRAM_FREE = frozenset(TRACED) | {"steps", "batch_tokens", "seed", "checkpoint
 (the batches' shapes are the programs' arguments). Configs that differ only in these share one
 jitted program in a process (:func:`make_step`, :func:`make_eval`)."""
 
-_PROGRAMS: collections.OrderedDict = collections.OrderedDict()
-_PROGRAMS_KEPT = 32
+_PROGRAMS = programs.Programs(kept=32)
+"""The update and val programs of this process, the most recent 32 (:func:`_shared`)."""
 
 
 def program_fields(cfg: TrainConfig) -> tuple:
@@ -317,15 +298,8 @@ def _shared(what: str, graphdef, cfg: TrainConfig, build: Callable) -> Program:
     values. Why: a jitted function compiles once per argument shape, so the sizing step's update is
     the one its run trains with, the distilled PaDIR model trains with the raw one's programs and an
     ablation variant that changes a traced field with its baseline's, without reading JAX's persistent
-    cache (seconds a program on a GPU) or compiling again where it is off."""
-    key = (what, graphdef, program_fields(cfg))
-    jitted = _PROGRAMS.pop(key, None)
-    if jitted is None:
-        jitted = build(cfg)
-    _PROGRAMS[key] = jitted
-    while len(_PROGRAMS) > _PROGRAMS_KEPT:
-        _PROGRAMS.popitem(last=False)
-    return Program(jitted, cfg)
+    cache (seconds a program on a GPU) or compiling again where it is off (:mod:`gmlm_lib.mt.programs`)."""
+    return Program(_PROGRAMS.get((what, programs.graph_key(graphdef), program_fields(cfg)), lambda: build(cfg)), cfg)
 
 
 def clear_programs() -> None:
