@@ -1,6 +1,7 @@
 """The book's table and figure style: what a reader sees in each cell and index, and how sharp a figure is."""
 
 import re
+import types
 
 import matplotlib as mpl
 import numpy as np
@@ -153,16 +154,24 @@ def test_figure_style_asks_a_notebook_for_retina_pngs_and_nothing_elsewhere(monk
     import IPython
     import matplotlib_inline.backend_inline as inline
 
-    asked = []
+    from IPython.core.formatters import PNGFormatter
+
+    asked, png = [], PNGFormatter()
     monkeypatch.setattr(inline, "set_matplotlib_formats", lambda *formats: asked.append(formats))
     with mpl.rc_context():
         mpl.rcdefaults()  # matplotlib's own style, whatever an earlier test set (the context restores it)
         monkeypatch.setattr(IPython, "get_ipython", lambda: None)
         plotting.set_style()
         assert asked == []
-        monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+        shell = types.SimpleNamespace(display_formatter=types.SimpleNamespace(formatters={"image/png": png}))
+        monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
         plotting.set_style()
         assert asked == [("retina",)]
+        # and figures go through plotting.retina_png, which records their smallest text in the PNG
+        fig = mpl.figure.Figure()
+        fig.add_subplot().set_title("t", fontsize=12)
+        png_bytes, meta = png.lookup_by_type(mpl.figure.Figure)(fig)
+        assert isinstance(png_bytes, str) and set(meta) == {"width", "height"}  # base64, as IPython shows it
         assert mpl.rcParams["savefig.dpi"] / mpl.rcParams["figure.dpi"] >= MIN_DENSITY
         # seaborn's whitegrid theme with the colour-blind-safe palette, lines told apart by colour
         assert mpl.rcParams["axes.grid"] and mpl.rcParams["axes.facecolor"] == "white"

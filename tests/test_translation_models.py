@@ -2295,14 +2295,14 @@ def test_compile_all_compiles_every_system_and_bucket_before_a_sweep():
                               d_ff=64, max_len=32)
     tr = translate.Translator(seq2seq.build(cfg, 5), v, buckets=(8, 16, 32))
     rules = [translate.Method("padir", padir=decoding.StrategyOptions(name, steps=t))
-             for name in ("threshold", "entropy") for t in (2, 4)]  # T is an argument: two programs, not four
+             for name in ("threshold", "entropy") for t in (2, 4)]  # T and the rule are arguments: one program
     compiled = _compiled_names()
     decoding.clear_compiled()
     compiled.clear()
     assert translate.compile_all([(tr, m) for m in rules], (3,)) > 0
-    assert compiled.count("jit(_padir_ids)") == 2 * len(tr.buckets)
+    assert compiled.count("jit(_padir_ids)") == len(tr.buckets)
     assert translate.compile_all([(tr, m) for m in rules], (3,), passes=True) > 0
-    assert compiled.count("jit(_strategy_passes)") == 2 * len(tr.buckets)
+    assert compiled.count("jit(_strategy_passes)") == len(tr.buckets)
     compiled.clear()
     for m in rules:
         tr.translate(texts, m, batch_size=3)
@@ -2310,6 +2310,28 @@ def test_compile_all_compiles_every_system_and_bucket_before_a_sweep():
     assert "jit(_padir_ids)" not in compiled and "jit(_strategy_passes)" not in compiled  # all compiled before
     with pytest.raises(ValueError, match="pass count of a StrategyOptions"):
         tr.warm_calls(translate.Method("padir"), passes=True)
+
+
+def test_the_confidence_rules_share_one_decoder_and_each_decodes_as_its_own():
+    """Threshold, factor and entropy strategies lower to one decoder program (the rule an operand,
+    decoding.SHARED_RULES), and each decodes as its own options do unjitted, the settings read from the
+    options (test_2025_rules_follow_their_definitions holds each rule to its definition)."""
+    tr, texts = _padir_translator()
+    src, mask = batching.pad(tr.vocab.encode(texts[:6]), 16)
+    text = set()
+    for name, setting in (("threshold", 0.6), ("factor", 1.5), ("entropy", 0.4)):
+        options = decoding.StrategyOptions.for_rule(name, setting, steps=3, hyps=2)
+        structure, numbers = decoding._dynamic(options)
+        assert structure.name == "threshold" and int(numbers["rule"]) == decoding.SHARED_RULES.index(name)
+        fn = decoding.jitted(decoding._padir_ids, tr.graphdef, options=structure, widths=tr.widths)
+        text.add(fn._plain.lower(tr.params, src, mask, tr.key, numbers).as_text(debug_info=False))
+        shared = decoding.padir_ids(tr.graphdef, tr.flat, src, mask, tr.key, options=options, widths=tr.widths)
+        model = nnx.merge(tr.graphdef, tr.params)
+        enc, enc_mask, lengths = decoding._encode_lengths(model, jnp.asarray(src), jnp.asarray(mask), options.hyps)
+        width = tr.widths[int(decoding._width_index(tr.widths, lengths))]
+        own = decoding._strategy_refine(model, enc, enc_mask, lengths, options, width)["ids"]
+        np.testing.assert_array_equal(np.asarray(shared)[:, :width], np.asarray(own))
+    assert len(text) == 1
 
 
 def test_batches_group_sources_of_similar_length_within_a_bucket():

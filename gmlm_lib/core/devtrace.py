@@ -25,7 +25,8 @@ import time
 import jax
 import numpy as np
 
-__all__ = ["TraceSummary", "trace_calls", "summarize", "busy_ns", "device_events", "count_dispatches"]
+__all__ = ["TraceSummary", "trace_calls", "summarize", "busy_ns", "device_events", "count_dispatches",
+           "DISPATCH_EVENTS"]
 
 _DEVICE_PLANE = "/device:"  # "/device:GPU:0", "/device:TPU:0"; XLA's CPU client runs on "/host:CPU" threads
 _CONTAINERS = ("while", "conditional", "call")  # XLA control flow: on a CPU an event around the ops inside

@@ -449,8 +449,31 @@ def _dynamic(options):
         kept = {f.name: getattr(options, f.name) for f in dataclasses.fields(kind) if f.name not in numeric}
         numbers = {name: jnp.asarray(getattr(options, name), jnp.int32 if name == "steps" else jnp.float32)
                    for name in numeric}
+        if kind is StrategyOptions and options.name in SHARED_RULES:  # one program for the three: the rule an operand
+            kept["name"] = SHARED_RULES[0]
+            numbers["rule"] = jnp.asarray(SHARED_RULES.index(options.name), jnp.int32)
         split = _SPLITS[options] = (kind(**kept), numbers)
     return split
+
+
+SHARED_RULES = ("threshold", "factor", "entropy")
+"""The rule strategies that share one compiled decoder, which rule an operand (``numbers["rule"]``):
+each chooses a pass's positions from the confidences and entropies alone, with one real setting."""
+
+
+def _shared_rule_select(numbers):
+    """``select(conf, ent, masked, t, key)`` of the shared rule ``numbers["rule"]`` (an index into
+    :data:`SHARED_RULES`) with its setting from ``numbers``: every rule's choice computed and the named
+    one kept, by elementwise selects (a branch would read its index back to the host on a GPU, each pass)."""
+    settings = [numbers["confidence"], numbers["factor"], numbers["entropy"]]
+
+    def select(conf, ent, masked, t, key):
+        chosen = [unmasking.select_with(name)(value, conf, ent, masked, t, key)
+                  for name, value in zip(SHARED_RULES, settings)]
+        which = numbers["rule"]
+        return jnp.where(which == 0, chosen[0], jnp.where(which == 1, chosen[1], chosen[2]))
+
+    return select
 
 
 def _predict(model, hyp, tmask, enc_mask, cross_kv, with_attention: bool, with_entropy: bool = False):
@@ -525,6 +548,8 @@ def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, wi
     ``options``."""
     if numbers is None:
         numbers = {name: getattr(options, name) for name in _NUMERIC[StrategyOptions]}
+        if options.name in SHARED_RULES:
+            numbers["rule"] = SHARED_RULES.index(options.name)
     b, l = lengths.shape
     lengths = lengths.reshape(-1)
     cross, enc_mask = hypothesis_cross_kv(model, enc, enc_mask, l)
@@ -537,9 +562,8 @@ def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, wi
     attention = options.name in ("dependency", "dependency_entropy")
     if options.name == "dilated":
         select = unmasking.make_rule("dilated", width, options.block).select
-    elif rule_based and options.name != "dependency_entropy":
-        param = numbers[dict(threshold="confidence", factor="factor", entropy="entropy")[options.name]]
-        select = functools.partial(unmasking.select_with(options.name), param)
+    elif options.name in SHARED_RULES:  # threshold, factor or entropy: numbers["rule"] says which
+        select = _shared_rule_select(numbers)
 
     def cond(c):
         t, _, _, done, _, _ = c
