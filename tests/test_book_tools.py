@@ -76,7 +76,7 @@ def test_a_figure_cell_shows_only_its_figure(name):
 
 
 FIGURE_PX = browser.FIGURE_WIDTH  # the widest a figure is shown on the browser check's 1400 px screen (CSS px)
-MIN_TEXT_PT = browser.MIN_TEXT_PT  # the browser check's bar, for the raster figures it cannot read inside
+MIN_TEXT_PT = browser.MIN_TEXT_PT  # the browser check's bar, here for each chapter's next run, before it is built
 # Chapters whose next run (their source) still draws text that shows under 9 pt, with why
 # (each must still break the rule, so a change that fixes it must also remove it here). None at present.
 SMALL_TEXT_UNTIL_RERUN: dict[str, str] = {}
@@ -125,8 +125,9 @@ def test_figure_text_size_is_what_the_formula_says():
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_figure_text_reads_at_9pt_at_the_column_width(name):
     """Every figure a chapter's next run draws shows its smallest text at 9 pt or more at the column's
-    width (issue 46: the browser check measures SVG text, not the text inside a raster figure): a figure
-    wider than the column is scaled down with its text, so draw it at most 6.8 in wide."""
+    width, estimated from its source (the browser check reads what a built page shows, from the size a
+    run recorded in each PNG; this holds a source awaiting its run to the same bar): a figure wider than
+    the column is scaled down with its text, so draw it at most 6.8 in wide."""
     nb = sources.read_text_notebook(_next_source(name))
     small = [(w, round(pt, 1)) for cell in nb.cells if cell.cell_type == "code" and "plt.show()" in cell.source
              for w, pt in [figure_text_pt(cell.source)] if pt < MIN_TEXT_PT]

@@ -280,7 +280,7 @@ def test_the_hessian_of_each_mask_is_the_point_mass_hessian():
 
 def test_masks_given_as_zeros_and_ones_are_the_boolean_masks():
     """Subsets as 0/1 integers (or floats) are read as the boolean masks they spell; any other value is
-    refused (test_hostile_round2)."""
+    refused (test_hostile_ising)."""
     want = masks.from_weights(np.array([[True, False, True], [False, True, True]]), [0.25, 0.75])
     for subsets in ([[1, 0, 1], [0, 1, 1]], np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])):
         got = masks.from_weights(subsets, [0.25, 0.75])

@@ -9,10 +9,14 @@ import gzip
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
-from gmlm_lib.mt import batching, config, corpus, decoding, metrics, seq2seq, translate
+from gmlm_lib.mt import batching, config, corpus, decoding, metrics, seq2seq, training, translate
 from gmlm_lib.mt import vocab as V
+
+KEY = jax.random.key(0)
+MODEL = seq2seq.ModelConfig(vocab=40, causal=True, d_model=32, heads=4, enc_layers=1, dec_layers=1, d_ff=64, max_len=16)
 
 # --- corpus files -------------------------------------------------------------------------------------------
 
@@ -190,3 +194,122 @@ def test_an_unreadable_corpus_file_is_named_with_its_reason(tmp_path, monkeypatc
     monkeypatch.setattr(type(f), "read_bytes", denied)  # chmod 000 does not stop root, who runs CI
     with pytest.raises(OSError, match=rf"cannot read corpus file {f} \(Permission denied\); check its permissions"):
         corpus.read_lines(f)
+
+
+# -- translation values refused, not guessed -------------------------------------------------------
+SRC, TGT = [[7, 8, 9], [10, 11]], [[7, 8], [9, 10, 11]]
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: batching.Batcher(SRC, TGT, batch_tokens=2500.5, buckets=(8, 16)), TypeError,
+     "batch_tokens must be an integer; got 2500.5"),
+    (lambda: batching.Batcher(SRC, TGT, batch_tokens="64", buckets=(8, 16)), TypeError, "batch_tokens must be an integer"),
+    (lambda: batching.Batcher(SRC, TGT, batch_tokens=64, buckets=(16, 8)), ValueError,
+     "buckets must be strictly increasing (the smallest bucket that fits is used); got [16, 8]: pass [8, 16]"),
+    (lambda: batching.Batcher(SRC, TGT, batch_tokens=64, buckets=()), ValueError, "buckets must hold at least one length"),
+    (lambda: batching.Batcher(SRC, TGT, batch_tokens=64, buckets="16"), TypeError, "buckets must be a list"),
+    (lambda: batching.Batcher(SRC, TGT, batch_tokens=64, buckets=(8, 16.5)), TypeError, "buckets[1] must be an integer"),
+    (lambda: batching.bucket_of(-3, 3, (8, 16)), ValueError, "src_len must be an integer >= 0"),
+    (lambda: batching.pad([[1, 2]], 2.5), TypeError, "length must be an integer; got 2.5"),
+    (lambda: batching.corrupt(KEY, jnp.ones((2, 4), jnp.int32), jnp.ones((2, 4), bool), 10, 1.5), ValueError,
+     "unmasking_rate must be a finite number in [0, 1]; got 1.5"),
+    (lambda: batching.corrupt(KEY, jnp.ones((2, 4), jnp.int32), jnp.ones((2, 3), bool), 10, 0.5), ValueError,
+     "tgt_mask must have shape (2, 4) (the shape of tgt); got (2, 3)"),
+    (lambda: batching.corrupt(KEY, jnp.ones((2, 4), jnp.int32), jnp.full((2, 4), 0.5), 10, 0.5), ValueError,
+     "tgt_mask must be a boolean mask"),
+    (lambda: batching.ar_inputs(jnp.ones((2, 4), jnp.int32), jnp.ones((2, 3), bool)), ValueError,
+     "tgt_mask must have shape (2, 4)"),
+    # one sentence without its batch axis (its mask of the same shape): named, not read as a batch of tokens
+    (lambda: batching.ar_inputs(jnp.ones((4,), jnp.int32), jnp.ones((4,), bool)), ValueError,
+     "tgt must have shape (any, any) (batch, length); got (4,)"),
+    (lambda: batching.corrupt(KEY, jnp.ones((4,), jnp.int32), jnp.ones((4,), bool), 10, 0.5), ValueError,
+     "tgt must have shape (any, any) (batch, length); got (4,)"),
+    (lambda: training.TrainConfig(kind="ar", model=MODEL, steps=6, warmup=1, buckets=(16, 8)), ValueError,
+     "TrainConfig.buckets must be strictly increasing"),
+    (lambda: training.TrainConfig.from_dict({"kind": "ar", "steps": 3}), ValueError, "a 'model' mapping"),
+    (lambda: training.TrainConfig.from_dict({"kind": "ar", "bogus": 1, "model": {"vocab": 40, "causal": True}}),
+     ValueError, "TrainConfig.from_dict: unknown field(s) ['bogus']"),
+    (lambda: training.TrainConfig.from_dict({"kind": "ar", "model": {"causal": True}}), ValueError,
+     "ModelConfig.from_dict: missing ['vocab']"),
+    (lambda: decoding.PadirOptions(steps=2.5), TypeError, "PadirOptions.steps must be an integer; got 2.5"),
+    (lambda: decoding.strip(np.array([1, 2, 3])), ValueError, "ids must have shape (any, any) (batch, length)"),
+    (lambda: config.resolve("auto", "quantum"), ValueError, "backend must be one of"),
+    (lambda: config.get("multi30k_cpu", {"train_buckets": [64, 32]}), ValueError,
+     "train_buckets must be strictly increasing"),
+    (lambda: V.train(["a b c"] * 10, size=2.5), TypeError, "vocab.train: size must be an integer; got 2.5"),
+    (lambda: V.train(["a b c"] * 10, size=20, character_coverage=0.0), ValueError,
+     "character_coverage must be in (0, 1]; got 0.0"),
+    (lambda: V.train(["a b c"] * 10, size=20, character_coverage=1.5), ValueError,
+     "character_coverage must be in (0, 1]; got 1.5"),
+    (lambda: metrics.paired_bootstrap([("base", ["a b"])], ["a b"]), ValueError,
+     "at least two (name, hypotheses) pairs"),
+    (lambda: metrics.paired_bootstrap([("a", ["x"]), ("a", ["y"])], ["x"]), ValueError, "names must differ"),
+    (lambda: metrics.paired_bootstrap([("a", ["x"]), ("b", ["y"], "extra")], ["x"]), ValueError,
+     "at least two (name, hypotheses) pairs"),
+    (lambda: metrics.paired_bootstrap([("a", ["x"]), (2, ["y"])], ["x"]), ValueError,
+     "at least two (name, hypotheses) pairs"),
+])
+def test_translation_values_are_refused_not_guessed(call, error, words):
+    with pytest.raises(error) as err:
+        call()
+    assert words in str(err.value)
+
+
+def test_a_translator_refuses_buckets_it_cannot_use():
+    from gmlm_lib.mt import translate
+
+    class Vocab:
+        size = 40
+
+    model = seq2seq.build(MODEL)
+    with pytest.raises(ValueError, match="every bucket of \\[32, 64\\] exceeds the model's max_len = 16"):
+        translate.Translator(model, Vocab(), buckets=(32, 64))
+    with pytest.raises(ValueError, match="strictly increasing"):
+        translate.Translator(model, Vocab(), buckets=(16, 8))
+    assert translate.Translator(model, Vocab(), buckets=(8, 16, 32)).buckets == (8, 16)  # 32: beyond max_len
+
+
+def test_a_string_of_references_is_not_scored_character_by_character():
+    with pytest.raises(TypeError, match="refs must be a list of strings"):
+        metrics.bleu(["ab"], "ab")
+    with pytest.raises(TypeError, match="hyps must be a list of strings"):
+        metrics.chrf([1, 2], ["a", "b"])
+
+
+@pytest.mark.parametrize("n", [0, -5, 2.5, True])
+def test_paired_bootstrap_needs_a_count_of_resamples(n):
+    with pytest.raises((TypeError, ValueError), match="n_samples"):
+        metrics.paired_bootstrap([("a", ["x y"]), ("b", ["x z"])], ["x y"], n_samples=n)
+
+
+def test_a_translator_refuses_a_vocabulary_of_another_size():
+    from gmlm_lib.mt import translate
+
+    class Vocab:
+        size = 39
+
+    with pytest.raises(ValueError, match="39 pieces but the model was built for 40"):
+        translate.Translator(seq2seq.build(MODEL), Vocab())
+
+
+@pytest.mark.parametrize("decode", ["greedy", "beam"])
+def test_decoding_past_the_models_positions_is_refused(decode):
+    """max_len beyond ModelConfig.max_len would read clamped position embeddings: refused, named."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from gmlm_lib.mt import decoding
+
+    g, p = nnx.split(seq2seq.build(MODEL))
+    src, sm = jnp.full((1, 4), 5, jnp.int32), jnp.ones((1, 4), bool)
+
+    def run(max_len):
+        if decode == "greedy":
+            return decoding.ar_greedy(g, p, src, sm, max_len=max_len)
+        return decoding.ar_beam(g, p, src, sm, max_len=max_len, beam=2)[0]
+
+    for bad in (40, 17, 0, 2.0):
+        with pytest.raises(ValueError, match=r"max_len must be an integer in \[1, 16\]"):
+            run(bad)
+    for edge in (1, 16):  # both ends of the range decode
+        assert run(edge).shape == (1, edge)

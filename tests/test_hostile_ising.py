@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from gmlm_lib import ising
-from gmlm_lib.ising import fisher, markov, masks, mple, samplers, tensorization
+from gmlm_lib.core import divergences
+from gmlm_lib.ising import fisher, markov, masks, mple, product, samplers, tensorization, transformer
+from gmlm_lib.ising import model as ising_m
 
 KEY = jax.random.key(0)
 
@@ -120,3 +122,137 @@ def test_fisher_markov_tensorization_boundaries(call, error, words):
     with pytest.raises(error) as info:
         call()
     assert all(w in str(info.value) for w in words), str(info.value)
+
+
+# -- values refused on the Ising side --------------------------------------------------------------
+@pytest.mark.parametrize("call, error, words", [
+    (lambda m: ising.sample(m, KEY, 2.9), TypeError, "num_samples must be an integer; got 2.9"),
+    (lambda m: ising.sample(m, KEY, "3"), TypeError, "num_samples must be an integer"),
+    (lambda m: ising.sample(m, KEY, True), TypeError, "num_samples must be an integer"),
+    (lambda m: ising.sample(m, 0, 3), TypeError, "key must be a jax.random key"),
+    (lambda m: ising.log_conditional(m, np.array([1, -1]), np.array([0.5, 0.0])), ValueError,
+     "mask must be a boolean mask"),
+    (lambda m: ising.log_conditional(m, np.array([1, -1]), np.array([True, False, True])), ValueError,
+     "mask must have shape (2,) or (1, 2)"),
+    (lambda m: ising.marginal(m, [0.5]), TypeError, "subset must hold site indices (integers)"),
+    (lambda m: masks.uniform_k_subsets(KEY, 2.5, 3, 1), TypeError, "num must be an integer; got 2.5"),
+    (lambda m: samplers.run_chains(KEY, samplers.k_gibbs(m, 1), np.ones((2, 2), np.int8), 2.5), TypeError,
+     "num_steps must be an integer; got 2.5"),
+    (lambda m: samplers.run_chains(KEY, samplers.k_gibbs(m, 1), np.ones((2, 2), np.int8), 4, chunk=0), ValueError,
+     "chunk must be an integer >= 1"),
+])
+def test_ising_counts_masks_and_keys_are_checked(call, error, words):
+    m = _pair2()
+    with jax.enable_x64(True):
+        with pytest.raises(error) as err:
+            call(m)
+    assert words in str(err.value)
+
+
+@pytest.mark.parametrize("q, p, words", [
+    ([0.5, 0.6], [0.5, 0.5], "q must be a law: each row (last axis) summing to 1; a row sums to 1.1"),
+    ([2.0, 0.0], [0.5, 0.5], "q must be a law"),
+    ([0.5, 0.5], [0.2, 0.3, 0.5], "q and p must be laws on the same states"),
+    (0.5, [0.5, 0.5], "got a scalar"),
+    # the same states, but batches of laws whose leading axes do not broadcast
+    ([[0.5, 0.5]] * 2, [[0.5, 0.5]] * 3, "leading axes broadcastable; got shapes (2, 2) and (3, 2)"),
+])
+def test_divergences_refuse_what_is_not_a_pair_of_laws(q, p, words):
+    with jax.enable_x64(True):
+        for f in (divergences.kl, divergences.tv):
+            with pytest.raises(ValueError) as err:
+                f(np.array(q), np.array(p))
+            assert words in str(err.value)
+
+
+def test_divergences_of_laws_still_work_in_float32_and_broadcast():
+    q = np.full((3, 4), 0.25, np.float32)
+    p = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+    assert divergences.kl(q, p).shape == (3,) and float(divergences.tv(q, q).max()) == 0.0
+
+
+def _pair2():
+    with jax.enable_x64(True):
+        return ising.ising_model(np.array([[0.0, 0.5], [0.5, 0.0]]), np.array([0.1, -0.2]))
+
+
+def _adaptive_pair():
+    """An adaptive mask law on two sites (each site masked with probability 1/2 whatever the state)."""
+    return masks.adaptive(masks.all_k_subsets(2, 1), lambda states: np.full((states.shape[0], 2), 0.5))
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda: divergences.kl(np.array([0.5, np.nan]), np.array([0.5, 0.5])), ["q must hold probabilities", "1 NaN"]),
+    (lambda: divergences.kl(np.array([0.5, 0.5]), np.array([np.nan, 0.5])), ["p must hold probabilities"]),
+    (lambda: divergences.tv(np.array([1.5, -0.5]), np.array([0.5, 0.5])), ["q must", "1 negative"]),
+    (lambda: product.product_law(np.array([1.5, 0.2])), ["marginals", "[0, 1]", "1.5"]),
+    (lambda: product.product_law(np.array([np.nan, 0.2])), ["marginals", "NaN"]),
+    (lambda: samplers.stationary_law(np.array([[0.5, 0.7], [0.2, 0.2]])), ["stochastic", "row sums"]),
+    (lambda: samplers.stationary_law(np.ones((2, 3)) / 3), ["square"]),
+    (lambda: samplers.stationary_law(np.full(4, 0.25)), ["square"]),
+    (lambda: samplers.stationary_law(np.array([[1.5, -0.5], [0.0, 1.0]])), ["stochastic", "smallest entry is -0.5"]),
+    (lambda: samplers.stationary_law(np.array([[np.nan, 1.0], [0.5, 0.5]])), ["stochastic", "finite"]),
+    (lambda: ising.enumerate_states(-1), ["n must be an integer >= 0"]),
+    (lambda: ising.enumerate_states(2.5), ["n must be an integer", "never rounded"]),
+    (lambda: ising.ising_model(1e200 * (1 - np.eye(3)), np.zeros(3)), ["too large", "Scale J and h down"]),
+    (lambda: masks.all_k_subsets(26, 13), ["C(26, 13) = 10,400,600 subsets is too many to list", "uniform_k_subsets"]),
+    (lambda: masks.from_weights(np.ones(3, bool), np.ones(1)), ["subsets must be a (M, n) boolean array", "(3,)"]),
+    (lambda: masks.from_weights(np.array([[2, 0]]), np.ones(1)), ["subsets must be boolean masks (or 0/1)"]),
+    (lambda: masks.check_distribution(masks.MaskDistribution(np.ones((1, 2), bool), np.ones((3, 1))), 2),
+     ["adaptive weights must have 2^n = 4 rows; got 3"]),
+    (lambda: ising.marginal(ising.curie_weiss(3, 0.5, 0.1), []), ["subset must name at least one site"]),
+    (lambda: ising.marginal(ising.curie_weiss(3, 0.5, 0.1), [0, 3]), ["subset entries must lie in [0, 2]", "[0, 3]"]),
+    (lambda: ising.marginal(ising.curie_weiss(3, 0.5, 0.1), [-1]), ["subset entries must lie in [0, 2]", "[-1]"]),
+    (lambda: ising.marginal(ising.curie_weiss(3, 0.5, 0.1), [1, 1]), ["subset must not repeat a site", "[1, 1]"]),
+    (lambda: mple.fit_repeats(jax.random.key(0), ising.curie_weiss(3, 0.5, 0.1), 10, 1, 1, max_iter=0),
+     ["max_iter must be >= 1; got 0"]),
+    (lambda: product.site_marginals(np.full(3, 1 / 3)), ["rows must be laws over 2^n states", "has 3 entries"]),
+    (lambda: product.min_tv_pair(np.full(3, 1 / 3)), ["joint must be a law over the 4 states of a pair", "(3,)"]),
+    (lambda: tensorization.upper_bound(ising.curie_weiss(2, 0.5, 0.1), _adaptive_pair()),
+     ["Definition 9 is stated here for a fixed mask distribution w; got an adaptive one"]),
+    (lambda: tensorization.lower_bound(jax.random.key(0), ising.curie_weiss(2, 0.5, 0.1), _adaptive_pair()),
+     ["Definition 9 is stated here for a fixed mask distribution w; got an adaptive one"]),
+    (lambda: tensorization.excess_loss(ising.curie_weiss(2, 0.5, 0.1), ising.curie_weiss(2, 0.4, 0.1),
+                                       _adaptive_pair()),
+     ["Definition 9 is stated here for a fixed mask distribution w; got an adaptive one"]),
+    (lambda: tensorization.ratio(ising.curie_weiss(2, 0.5, 0.1), _adaptive_pair(), np.full(4, 0.25)),
+     ["Definition 9 is stated here for a fixed mask distribution w; got an adaptive one"]),
+    (lambda: transformer.Config(vocab=0, outputs=2, length=4), ["Config.vocab", ">= 1"]),
+    (lambda: ising.clique_magnetisation_law(0, 0.5, 0.1), ["the clique must have at least one site: c = 0"]),
+    (lambda: mple.fit_likelihood(np.ones((2, 21))), ["n = 21 is too large for exact enumeration"]),
+])
+def test_ising_side_wrong_numbers_are_refused(call, words):
+    """A NaN law, a probability outside [0, 1], a matrix that is not stochastic, a negative n, couplings
+    too large for float64, masks or laws of the wrong shape, an adaptive law where Definition 9 needs a
+    fixed one and sizes past an exact sum's limit each give an error naming the argument, never a wrong number."""
+    with jax.enable_x64(True):
+        with pytest.raises((ValueError, TypeError)) as err:  # TypeError: a count given as a float
+            call()
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_zero_sites_enumerate_the_one_empty_pattern():
+    with jax.enable_x64(True):
+        assert ising.enumerate_states(0).shape == (1, 0)
+
+
+def test_large_but_exact_couplings_still_work():
+    """|E| up to 1e6 keeps log-probabilities exact to about 1e-10: |J| = 1e3 on three sites is fine."""
+    with jax.enable_x64(True):
+        p = np.asarray(ising.probabilities(ising.ising_model(1e3 * (1 - np.eye(3)), np.zeros(3))))
+    assert p.sum() == pytest.approx(1.0, abs=1e-12) and p[0] == pytest.approx(0.5) and p[-1] == pytest.approx(0.5)
+
+
+def test_the_energy_limit_counts_couplings_and_fields_together():
+    """The limit is on max |E(x)| = sum_{i<j} |J_ij| + sum |h_i| (reached at x = (+1, +1) here): a model at 1e6
+    is built; one a unit above is refused, whether fields alone, couplings alone or both together pass it."""
+    def model(coupling, fields):
+        return ising.ising_model(coupling * (1 - np.eye(2)), np.asarray(fields, dtype=np.float64))
+
+    with jax.enable_x64(True):
+        at_limit = model(6e5, [2e5, 2e5])
+        assert float(-ising.energy(at_limit, np.ones(2, np.int8))) == ising_m.MAX_ENERGY
+        for over in ((6e5, [2e5, 2e5 + 1]), (0.0, [5e5, 5e5 + 1]), (1e6 + 1, [0.0, 0.0])):
+            with pytest.raises(ValueError, match=r"\|E\(x\)\| can reach 1e\+06"):
+                model(*over)

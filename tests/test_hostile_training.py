@@ -18,8 +18,10 @@ import pytest
 
 from conftest import checkout_ignore
 from gmlm_lib.book import runner, sources
-from gmlm_lib.mt import batching, runfolder, seq2seq, training
+from gmlm_lib.mt import batching, config, corpus, experiment, runfolder, seq2seq, training
 
+MODEL = seq2seq.ModelConfig(vocab=40, causal=True, d_model=32, heads=4, enc_layers=1, dec_layers=1, d_ff=64, max_len=16)
+SRC, TGT = [[7, 8, 9], [10, 11]], [[7, 8], [9, 10, 11]]
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -542,3 +544,180 @@ def test_a_folder_from_before_digests_gets_them_on_its_first_read(tmp_path):
         warnings.simplefilter("always")
         training.train(_cfg(), _batcher(), folder, progress=False)
     assert not [w for w in caught if "has no recorded digest" in str(w.message)]
+
+
+# -- training settings refused ---------------------------------------------------------------------
+def _settings(**kw):
+    return training.TrainConfig(**{**dict(kind="ar", model=MODEL, steps=6, warmup=1, batch_tokens=128, buckets=(8, 16)),
+                                   **kw})
+
+
+@pytest.mark.parametrize("field, value, error, words", [
+    ("learning_rate", -1e-3, ValueError, "learning_rate must be a finite number > 0"),
+    ("learning_rate", float("nan"), ValueError, "learning_rate"),
+    ("clip_norm", -1.0, ValueError, "clip_norm must be a finite number > 0"),
+    ("weight_decay", -0.1, ValueError, "weight_decay must be a finite number >= 0"),
+    ("min_lr_ratio", 1.5, ValueError, "min_lr_ratio"),
+    ("steps", 2.5, TypeError, "steps must be an integer; got 2.5"),
+    ("batch_tokens", 2500.5, TypeError, "batch_tokens must be an integer"),
+    ("warmup", True, TypeError, "warmup must be an integer"),
+    ("seed", "0", TypeError, "seed must be an integer"),
+])
+def test_training_settings_that_would_train_wrongly_are_refused(field, value, error, words):
+    with pytest.raises(error, match=words):
+        _settings(**{field: value})
+
+
+@pytest.mark.parametrize("field, edge, beyond", [
+    ("warmup", 0, -1), ("warmup", 5, 6),  # [0, steps): no warm-up is allowed, a warm-up as long as the run is not
+    ("unmasking_rate", 0.0, -1e-9), ("unmasking_rate", 0.999, 1.0),
+    ("label_smoothing", 0.0, -1e-9), ("label_smoothing", 0.999, 1.0),
+])
+def test_training_ranges_take_their_ends_as_stated(field, edge, beyond):
+    """Each half-open range of TrainConfig at its ends: the value just inside is kept, the one just
+    outside is refused naming the field and its range."""
+    assert getattr(_settings(**{field: edge}), field) == edge
+    with pytest.raises(ValueError, match=rf"TrainConfig\.{field} must be in \["):
+        _settings(**{field: beyond})
+
+
+# -- file and system errors: one line, naming the file and the fix ---------------------------------
+def _one_line(err: BaseException) -> str:
+    text = str(err.value if hasattr(err, "value") else err)
+    assert "\n" not in text and "Traceback" not in text, text
+    return text
+
+
+def test_load_says_which_file_is_wrong_and_what_to_do(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(runfolder.RunFolderError) as err:
+        training.load(f)
+    assert f"{f} is a file, not a run folder" in _one_line(err)
+    with pytest.raises(runfolder.RunFolderError) as err:
+        training.load(tmp_path / "nope")
+    assert "does not exist" in _one_line(err) and "train the run there first" in str(err.value)
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(runfolder.RunFolderError) as err:
+        training.load(run)
+    assert "config.json does not exist (the run's TrainConfig)" in _one_line(err)
+    (run / "config.json").write_text('{"kind": "ar", "steps": ')
+    with pytest.raises(runfolder.RunFolderError) as err:
+        training.load(run)
+    assert "is not valid JSON" in _one_line(err) and "cut short or damaged" in str(err.value)
+    (run / "config.json").write_text("[1, 2]")
+    with pytest.raises(runfolder.RunFolderError, match="holds a JSON list, not an object"):
+        training.load(run)
+    (run / "config.json").write_text(json.dumps({"kind": "ar", "model": {"vocab": 40}}))
+    with pytest.raises(runfolder.RunFolderError) as err:
+        training.load(run)
+    assert "is not a TrainConfig this library can read" in _one_line(err) and "missing ['causal']" in str(err.value)
+    cfg = training.TrainConfig(kind="ar", model=MODEL, steps=6, warmup=1, buckets=(8, 16))
+    (run / "config.json").write_text(json.dumps(cfg.to_dict()))
+    with pytest.raises(runfolder.RunFolderError) as err:
+        training.load(run)
+    assert "has no checkpoint in checkpoints/" in _one_line(err)
+    assert isinstance(err.value, OSError)  # what callers catching file errors expect
+
+
+def test_train_refuses_a_file_as_its_folder_and_a_cut_record(tmp_path):
+    cfg = training.TrainConfig(kind="ar", model=MODEL, steps=2, warmup=1, batch_tokens=64, buckets=(8, 16))
+    batcher = batching.Batcher(SRC, TGT, batch_tokens=64, buckets=(8, 16))
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(runfolder.RunFolderError, match="is a file, not a run folder"):
+        training.train(cfg, batcher, f, progress=False)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text('{"kind": ')
+    with pytest.raises(runfolder.RunFolderError) as err:
+        training.train(cfg, batcher, run, progress=False)
+    assert f"{run / 'config.json'} (the run's TrainConfig) is not valid JSON" in _one_line(err)
+    assert (run / "config.json").read_text() == '{"kind": '  # nothing overwritten
+    (run / "config.json").unlink()
+    (run / "data.json").write_text("{}")
+    with pytest.raises(runfolder.RunFolderError, match="records no data fingerprint"):
+        training.train(cfg, batcher, run, progress=False)
+
+
+def test_a_full_disk_in_a_run_names_the_newest_checkpoint_kept(tmp_path, monkeypatch):
+    """train() on a disk that fills while writing checkpoint 4 (one every update, two kept: 2 and 3):
+    the error names checkpoint 3, the one a later call resumes from, and that checkpoint is there."""
+    import orbax.checkpoint as ocp
+
+    save = ocp.CheckpointManager.save
+
+    def filling(self, step, *args, **kwargs):
+        if step == 4:
+            raise ValueError("RESOURCE_EXHAUSTED: Error writing local file: No space left on device")
+        return save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", filling)
+    cfg = training.TrainConfig(kind="ar", model=MODEL, steps=6, warmup=1, batch_tokens=64, buckets=(8, 16),
+                               checkpoint_every=1)
+    run = tmp_path / "run"
+    with pytest.raises(runfolder.RunFolderError) as err:
+        training.train(cfg, batching.Batcher(SRC * 8, TGT * 8, batch_tokens=64, buckets=(8, 16)), run, progress=False)
+    assert "checkpoint of step 4" in _one_line(err) and "resumes from the checkpoint of step 3" in _one_line(err)
+    assert sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit()) == [2, 3]
+
+
+def test_a_full_disk_during_a_checkpoint_save_is_one_line(tmp_path):
+    class FullDisk:
+        def save(self, *args, **kwargs):
+            raise ValueError("RESOURCE_EXHAUSTED: Error writing local file \"/x/ocdbt.process_0/d/0\": No space left "
+                             "on device [OS error: No space left on device]\n  (40 more frames)")
+
+        def wait_until_finished(self):
+            pass
+
+    with pytest.raises(runfolder.RunFolderError) as err:
+        runfolder.save_checkpoint(FullDisk(), 500, {}, tmp_path, last_good=250)
+    text = _one_line(err)
+    assert f"no space left on the disk of {tmp_path}" in text and "step 500" in text
+    assert "free disk space" in text and "resumes from the checkpoint of step 250" in text
+
+    class Other(FullDisk):
+        def save(self, *args, **kwargs):
+            raise KeyError("not a disk problem")
+
+    with pytest.raises(KeyError):  # anything else is not disguised as a full disk
+        runfolder.save_checkpoint(Other(), 500, {}, tmp_path, last_good=250)
+
+
+def test_run_folder_and_corpus_errors_name_the_path(tmp_path):
+    from gmlm_lib.mt import translate
+
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(runfolder.RunFolderError, match="is a file, not a run folder"):
+        experiment.open_run(f)
+    with pytest.raises(IsADirectoryError, match="is a folder; pass one of the text files in it"):
+        corpus.read_lines(tmp_path)
+    out, rec = tmp_path / "distilled.de.gz", tmp_path / "distilled.json"
+    out.write_bytes(b"")
+    rec.write_text('{"method": ')
+    with pytest.raises(runfolder.RunFolderError) as err:
+        experiment.distil(None, ["a"], translate.Method("greedy"), out)
+    assert "delete distilled.de.gz and distilled.json to decode again" in _one_line(err)
+
+
+def test_read_json_reports_a_folder_and_an_unreadable_file(tmp_path):
+    with pytest.raises(runfolder.RunFolderError, match="is a folder, not the thing"):
+        runfolder.read_json(tmp_path, "the thing")
+    path = tmp_path / "bad.json"
+    path.write_bytes(b"\xff\xfe{")
+    with pytest.raises(runfolder.RunFolderError, match="cannot read .*bad.json"):
+        runfolder.read_json(path, "the thing")
+    path.write_text('{"a": 1}')
+    assert runfolder.read_json(path, "the thing") == {"a": 1}
+
+
+def test_a_run_folder_root_that_is_a_file_is_refused(tmp_path):
+    from gmlm_lib.mt import pipeline
+
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(runfolder.RunFolderError, match="is a file, not a run folder"):
+        pipeline.run_folder(config.get("multi30k_tiny"), f)
