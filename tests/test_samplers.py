@@ -533,8 +533,10 @@ def test_transition_matrices_of_one_structure_share_one_program_and_are_each_mod
     models = [ising.random_model(jax.random.key(s), 4, 0.8, 0.4) for s in range(3)]
     built = [build(m) for m in models]
     assert len({s.kernel_core for s in built}) == 1
+    program = samplers._matrix_program(built[0].kernel_core)  # shared by every n where the kernel is
+    before = program._cache_size()
     P = [np.asarray(samplers.transition_matrix(s)) for s in built]
-    assert samplers._matrix_program(built[0].kernel_core)._cache_size() == 1
+    assert program._cache_size() - before <= 1  # none more where an earlier test compiled this shape
     assert len({p.tobytes() for p in P}) == 3
     states = ising.enumerate_states(4)
     for s, p in zip(built, P):

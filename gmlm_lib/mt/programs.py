@@ -68,12 +68,15 @@ class Programs:
         return f
 
     def keys(self) -> list:
+        """The keys kept, least recently used first."""
         return list(self._items)
 
     def values(self) -> list:
+        """The functions kept, in the order of :meth:`keys`."""
         return list(self._items.values())
 
     def items(self) -> list:
+        """``(key, function)`` pairs, in the order of :meth:`keys`."""
         return list(self._items.items())
 
     def clear(self) -> int:
@@ -102,6 +105,7 @@ class FlatJit:
         self._lock = threading.Lock()
 
     def for_tree(self, treedef) -> Callable:
+        """The jitted ``(leaves, *args)`` for trees of structure ``treedef``, made on first use (thread-safe)."""
         hit = self._by_id.get(id(treedef))
         if hit is None or hit[0] is not treedef:
             with self._lock:
@@ -133,6 +137,7 @@ class FlatJit:
         return self.for_tree(treedef)(leaves, *args)
 
     def lower(self, tree, *args):
+        """The program a call with ``tree`` and ``args`` runs, lowered (``jax.stages.Lowered``)."""
         leaves, treedef = jax.tree.flatten(tree)
         return self.for_tree(treedef).lower(leaves, *args)
 
