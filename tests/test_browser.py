@@ -139,6 +139,9 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
             'font-size="12">9 pt</text></svg></figure></article>', 1),
         "svg figures": text.replace("</article>", '<figure><img src="at-limit.svg" style="width: 400px" alt="9 pt">'
                                     '<img src="small.svg" style="width: 400px" alt="7.5 pt"></figure></article>', 1),
+        "png figures": text.replace("</article>", '<figure><img src="at-limit.png" style="width: 400px" alt="9 pt">'
+                                    '<img src="small.png" style="width: 400px" alt="7.5 pt">'
+                                    '<img src="unrecorded.png" style="width: 400px" alt="no record"></figure></article>', 1),
         "sharp figure": text.replace("</article>", f'<figure><img src="data:image/png;base64,{_png_base64(4)}" '
                                      'style="width: 2px" alt="two pixels a pixel"></figure></article>', 1),
         "boxes": text.replace("</article>", "".join(
@@ -167,6 +170,13 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
         (page.parent / f"{name}.svg").write_text(
             '<svg xmlns="http://www.w3.org/2000/svg" width="400" height="100" viewBox="0 0 400 100">'
             f'<text y="50" font-size="{size}">a</text></svg>')
+    from PIL import Image, PngImagePlugin
+
+    for name, text_px in [("at-limit", 24), ("small", 20), ("unrecorded", None)]:  # 800 px shown at 400: 0.375 pt a px
+        info = PngImagePlugin.PngInfo()
+        if text_px is not None:
+            info.add_text("gmlm:smallest-text-px", str(text_px))
+        Image.new("RGB", (800, 200), "white").save(page.parent / f"{name}.png", "PNG", pnginfo=info)
     drv = browser.open_browser()
     try:
         found = {}
@@ -246,6 +256,7 @@ def test_the_browser_check_sees_what_a_reader_would(built_book, tmp_path):
     assert found["small svg text"] == ["inline SVG text renders at 7.5 pt (at least 9)"], found["small svg text"]
     assert found["svg text at the limit"] == [] and found["sharp figure"] == [], found
     assert found["svg figures"] == ["SVG figure text renders at 7.5 pt (at least 9): small.svg"], found["svg figures"]
+    assert found["png figures"] == ["figure text renders at 7.5 pt (at least 9): small.png"], found["png figures"]
     assert found["boxes"] == [f"'What this run found' box is {fold + 1} px tall, more than the {fold} px screen"], found
     scrolls = found["formula scrolling in a narrow box"]  # on a phone, fine; on a desktop screen, a scroll bar
     assert len(scrolls) == 1 and re.fullmatch(r"formula \d+ px wider than its box, which scrolls sideways on a 1400 px "
