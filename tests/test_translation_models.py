@@ -479,16 +479,18 @@ def test_unrolled_passes_decode_as_the_loop_does_with_no_loop_in_the_program():
         decoding.PadirOptions(early_stop="no")
 
 
-def _padir_translator(seed=7, **kw):
-    """A Translator of an untrained PaDIR model (logits spread so that outputs differ by sentence) with
-    buckets 8, 16 and 32, and sentences of 1 to 11 words of its vocabulary."""
+def _padir_translator(seed=7, sentences=40, translator_seed=3, **kw):
+    """A Translator (its decoding seed ``translator_seed``) of an untrained PaDIR model (weights from
+    ``seed``, logits spread so that outputs differ by sentence) with buckets 8, 16 and 32, and
+    ``sentences`` sentences of 1 to 11 words of its vocabulary."""
     words = "a small dog runs on the grass in park near two men with red hats".split()
     rng = np.random.default_rng(0)
-    texts = [" ".join(rng.choice(words, size=rng.integers(1, 12))) for _ in range(40)]
+    texts = [" ".join(rng.choice(words, size=rng.integers(1, 12))) for _ in range(sentences)]
     v = V.train(texts + [" ".join(words)] * 5, 60)
     cfg = seq2seq.ModelConfig(vocab=v.size, causal=False, d_model=32, heads=4, enc_layers=1, dec_layers=1,
                               d_ff=64, max_len=32)
-    return translate.Translator(spread(seq2seq.build(cfg, seed)), v, buckets=(8, 16, 32), seed=3, **kw), texts
+    model = spread(seq2seq.build(cfg, seed))
+    return translate.Translator(model, v, buckets=(8, 16, 32), seed=translator_seed, **kw), texts
 
 
 def test_the_unrolled_translation_decoder_holds_no_loop_and_no_branch():
@@ -2473,14 +2475,8 @@ def test_a_padir_translation_does_not_depend_on_the_batch_it_is_decoded_in():
     """The same model, T and hypotheses give the same translation of a sentence at batch sizes 1, 64 and
     256, in any order and beside any other sentences: its random initial hypotheses come from the seed and
     its own ids (decoding.source_keys), drawn at the model's full width, not from its place in a batch."""
-    words = "a small dog runs on the grass in park near two men with red hats".split()
-    rng = np.random.default_rng(0)
-    texts = [" ".join(rng.choice(words, size=rng.integers(1, 12))) for _ in range(70)]
-    v = V.train(texts + [" ".join(words)] * 5, 60)
-    cfg = seq2seq.ModelConfig(vocab=v.size, causal=False, d_model=32, heads=4, enc_layers=1, dec_layers=1,
-                              d_ff=64, max_len=32)
-    model = spread(seq2seq.build(cfg, 7))
-    tr = translate.Translator(model, v, buckets=(8, 16, 32), seed=3)
+    tr, texts = _padir_translator(sentences=70)
+    rng = np.random.default_rng(1)
     method = translate.Method("padir", padir=decoding.PadirOptions(steps=3, hyps=2))
     alone = tr.translate(texts, method, batch_size=1)
     assert len(set(alone)) > 10  # the outputs differ by sentence: the comparison has power
@@ -2489,7 +2485,7 @@ def test_a_padir_translation_does_not_depend_on_the_batch_it_is_decoded_in():
     order = rng.permutation(len(texts))
     assert tr.translate([texts[i] for i in order], method, batch_size=64) == [alone[i] for i in order]
     assert tr.translate_one(texts[5], method) == alone[5]
-    other = translate.Translator(model, v, buckets=(8, 16, 32), seed=4)
+    other, _ = _padir_translator(sentences=70, translator_seed=4)  # the same model and vocabulary
     assert other.translate(texts, method, batch_size=64) != alone  # the seed decides the noise
     keys = decoding.source_keys(jax.random.key(0), np.array([[7, 8, 9, 0], [7, 8, 9, 5]]),
                                 np.array([[True, True, True, False], [True, True, True, False]]))
