@@ -35,7 +35,7 @@ def test_hardware_keys_and_entries():
     assert run_times.hardware_key(dict(backend="cpu", cpu_count=2)) == "2 CPU cores"
     assert run_times.hardware_key(dict(backend="gpu", device_count=1, device_kind="NVIDIA H100")) == "1 x NVIDIA H100"
     key, got = run_times.entry(_meta("gpu", 475.4, "a" * 40, "2026-11-27T21:42:47+00:00", compile_s=426.05))
-    assert key == "1 x NVIDIA H200" and got == dict(wall_s=475.4, compile_s=426.05, compile_wall_s=None,
+    assert key == "1 x NVIDIA H200" and got == dict(wall_s=475.4, compile_s=426.05, compile_wall_s=None, programs=None,
                                                      commit="a" * 40, started_at="2026-11-27T21:42:47+00:00",
                                                      preset="multi30k_gpu")
     _, got = run_times.entry(_meta("gpu", 475.4, "a" * 40, "2026-11-27", compile_s=426.05, compile_wall_s=180.2))
@@ -70,7 +70,12 @@ def test_a_rerun_elsewhere_keeps_the_earlier_hardware_and_the_check_asks_for_mak
     nb.metadata["gmlm"]["provenance"]["compile_wall_s"] = 180.2  # a run that recorded its wall time compiling
     nbformat.write(nb, root / "notebooks" / "one.ipynb")
     run_times.write(root)
-    assert "| 7.9 min (3.0 compiling; `cccccccccccc`, 2026-11-27) |" in (root / run_times.PAGE).read_text()
+    assert "| 7.9 min (3.0 compiling, 38%; `cccccccccccc`, 2026-11-27) |" in (root / run_times.PAGE).read_text()
+    nb.metadata["gmlm"]["provenance"]["compilations"] = 1126  # and the programs it compiled
+    nbformat.write(nb, root / "notebooks" / "one.ipynb")
+    run_times.write(root)
+    assert "| 7.9 min (3.0 compiling, 38%; 1,126 programs; `cccccccccccc`, 2026-11-27) |" in \
+        (root / run_times.PAGE).read_text()
     # a rerun on the same hardware replaces that cell only
     nb.metadata["gmlm"] = _meta("gpu", 300.0, "d" * 40, "2026-11-28T10:00:00+00:00")
     nbformat.write(nb, root / "notebooks" / "one.ipynb")
@@ -123,7 +128,7 @@ def test_a_run_the_book_does_not_show_is_recorded_in_its_hardware_cell_and_bad_o
     assert (name, key, run["wall_s"], run["commit"]) == ("one", "2 CPU cores", 2478.65, "e" * 40)
     stored = json.loads((root / run_times.FILE).read_text())
     assert list(stored["one"]) == ["2 CPU cores", "1 x NVIDIA H200"]
-    assert "| {doc}`../notebooks/one` | 41.3 min (5.9 compiling; `eeeeeeeeeeee`, 2026-12-04) |" in \
+    assert "| {doc}`../notebooks/one` | 41.3 min (5.9 compiling, 14%; `eeeeeeeeeeee`, 2026-12-04) |" in \
         (root / run_times.PAGE).read_text()
     assert run_times.problems(root) == []
     before = (root / run_times.FILE).read_text()

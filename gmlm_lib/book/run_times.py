@@ -42,7 +42,7 @@ def entry(meta: dict) -> tuple[str, dict] | None:
     if meta.get("profile") != "full" or meta.get("total_wall_time_s") is None or not rec.get("backend"):
         return None
     return hardware_key(rec), dict(wall_s=float(meta["total_wall_time_s"]), compile_s=rec.get("compile_s"),
-                                   compile_wall_s=rec.get("compile_wall_s"),
+                                   compile_wall_s=rec.get("compile_wall_s"), programs=rec.get("compilations"),
                                    commit=rec.get("gmlm_lib_commit", ""), started_at=rec.get("started_at", ""),
                                    preset=rec.get("parameters", {}).get("preset"))
 
@@ -84,11 +84,14 @@ def _cell(run: dict | None) -> str:
     if run is None:
         return "not run"
     if run.get("compile_wall_s") is not None:
-        compiling = f"{run['compile_wall_s'] / 60:.1f} compiling; "
+        share = run["compile_wall_s"] / run["wall_s"] if run["wall_s"] > 0 else 0.0
+        compiling = f"{run['compile_wall_s'] / 60:.1f} compiling, {share:.0%}; "
     elif run.get("compile_s") is not None:
         compiling = f"{run['compile_s'] / 60:.1f} compiling, summed; "
     else:
         compiling = ""
+    if run.get("programs") is not None:
+        compiling += f"{run['programs']:,} programs; "
     day = run["started_at"][:10]
     return f"{run['wall_s'] / 60:.1f} min ({compiling}`{provenance.short_commit(run['commit'])}`, {day})"
 
@@ -110,9 +113,10 @@ def page(root: Path) -> str:
         table(collect(root)),
         "",
         "Each cell is the wall time of the chapter's last full run on that hardware, compilation included (its",
-        "share where the run recorded it: the wall time in which a program was compiling, or, marked \"summed\",",
-        "the seconds of its programs' compilations added up, which exceeds that where programs compiled side",
-        "by side, as the translation chapters' do), with the run's `gmlm_lib` commit and date: the committed outputs'",
+        "share where the run recorded it: the wall time in which a program was compiling, in minutes and as a",
+        "share of the whole, or, marked \"summed\", the seconds of its programs' compilations added up, which",
+        "exceeds that where programs compiled side by side, as the translation chapters' do; and the XLA programs",
+        "it compiled, where recorded), with the run's `gmlm_lib` commit and date: the committed outputs'",
         "runs from the notebooks' metadata, runs on other hardware from `book/run_times.json` (earlier runs, or",
         "the full run of a chapter's next version whose outputs the book does not show: its records in `benchmarks/`). The",
         "translation chapters' settings differ by hardware (`preset = \"auto\"`: `multi30k_cpu` on a CPU,",
