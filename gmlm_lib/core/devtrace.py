@@ -127,24 +127,29 @@ def count_dispatches(fn, *, calls: int = 3) -> dict[str, float]:
     if not (isinstance(calls, int) and calls >= 1):
         raise ValueError(f"count_dispatches: calls must be a positive int; got {calls!r}.")
     jax.block_until_ready(fn())
-    folder = tempfile.mkdtemp(prefix="gmlm-trace-")
-    try:
-        with jax.profiler.trace(folder):
-            for _ in range(calls):
-                jax.block_until_ready(fn())
-        files = glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)
-        if not files:
-            raise RuntimeError(f"count_dispatches: jax.profiler.trace wrote no .xplane.pb under {folder}.")
-        profile = jax.profiler.ProfileData.from_file(max(files, key=os.path.getmtime))
-        names = [e.name for plane in profile.planes if plane.name.startswith("/host:")
-                 for line in plane.lines for e in line.events]
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    profile, _ = _profiled(fn, calls, "count_dispatches")
+    names = [e.name for plane in profile.planes if plane.name.startswith("/host:")
+             for line in plane.lines for e in line.events]
     counts = {kind: sum(names.count(n) for n in events) / calls for kind, events in DISPATCH_EVENTS.items()}
     if not counts["programs"]:
         raise RuntimeError("count_dispatches: the profile shows no program run (none of "
                            f"{DISPATCH_EVENTS['programs']}); this JAX's runtime names its events otherwise.")
     return counts
+
+
+def _profiled(fn, calls: int, who: str):
+    """``calls`` calls of ``fn()`` (each waited for) under ``jax.profiler.trace``: the profile, read back
+    from a temporary folder that is then deleted, and the mean wall seconds of a traced call."""
+    folder = tempfile.mkdtemp(prefix="gmlm-trace-")
+    try:
+        with jax.profiler.trace(folder):
+            traced = _mean_wall(fn, calls)
+        files = glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)
+        if not files:
+            raise RuntimeError(f"{who}: jax.profiler.trace wrote no .xplane.pb under {folder}.")
+        return jax.profiler.ProfileData.from_file(max(files, key=os.path.getmtime)), traced
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _mean_wall(fn, calls: int) -> float:
@@ -164,17 +169,8 @@ def trace_calls(fn, *, calls: int = 20, top: int = 5) -> TraceSummary:
         raise ValueError(f"trace_calls: calls must be a positive int; got {calls!r}.")
     jax.block_until_ready(fn())  # compiled and warm before anything is timed
     wall = _mean_wall(fn, calls)
-    folder = tempfile.mkdtemp(prefix="gmlm-trace-")
-    try:
-        with jax.profiler.trace(folder):
-            traced = _mean_wall(fn, calls)
-        files = glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True)
-        if not files:
-            raise RuntimeError(f"trace_calls: jax.profiler.trace wrote no .xplane.pb under {folder}.")
-        profile = jax.profiler.ProfileData.from_file(max(files, key=os.path.getmtime))
-        source, events = device_events(profile)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    profile, traced = _profiled(fn, calls, "trace_calls")
+    source, events = device_events(profile)
     return summarize(profile, source, events, calls=calls, wall_s=wall, traced_wall_s=traced, top=top)
 
 

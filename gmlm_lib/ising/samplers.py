@@ -125,14 +125,16 @@ def _joint_update(model: IsingModel, m: int, dtype=jnp.float64):
     """The joint-resample law ``log p(x_S = c | x_{-S})`` over the ``2^m`` patterns ``c`` of the
     slots ``idx`` (m,) (padded with n), from :func:`gmlm_lib.ising.model.completion_log_weights`,
     computed in ``dtype``."""
-    Jpad, hpad = ising.padded(_cast(model, dtype))
+    padded = ising.padded(_cast(model, dtype))
     patterns = ising.enumerate_states(m)
+    return patterns, lambda x, idx: _completion_log_probs(padded, patterns, x, idx)
 
-    def log_probs(x, idx):
-        lw, _ = ising.completion_log_weights(Jpad, hpad, x[None], idx[None], patterns)
-        return jax.nn.log_softmax(lw[0])
 
-    return patterns, log_probs
+def _completion_log_probs(padded, patterns, x, idx):
+    """``log p(x_S = c | x_{-S})`` for every pattern ``c`` (P, m) of the slots ``idx`` (m,) (padded with
+    n), from the model's padded arrays ``(Jpad, hpad)``: (P,)."""
+    lw, _ = ising.completion_log_weights(*padded, x[None], idx[None], patterns)
+    return jax.nn.log_softmax(lw[0])
 
 
 def _kernel_from_blocks(n: int, patterns: jax.Array, blocks: jax.Array, block_log_weights, log_probs):
@@ -219,13 +221,8 @@ def _k_gibbs_kernel(n: int, k: int) -> Callable:
     lw = np.full(blocks.shape[0], -math.log(blocks.shape[0]))
 
     def kernel(exact, x):
-        Jpad, hpad = exact
-
-        def log_probs(x, idx, j):
-            w, _ = ising.completion_log_weights(Jpad, hpad, x[None], idx[None], patterns)
-            return jax.nn.log_softmax(w[0])
-
-        return _kernel_from_blocks(n, patterns, blocks, lambda x: lw, log_probs)(x)
+        return _kernel_from_blocks(n, patterns, blocks, lambda x: lw,
+                                   lambda x, idx, j: _completion_log_probs(exact, patterns, x, idx))(x)
 
     return kernel
 
@@ -237,11 +234,10 @@ def _k_gibbs_core(n: int, k: int, dtype) -> Callable:
     patterns = np.asarray(ising.enumerate_states(k))
 
     def core(params, key, state):
-        Jpad, hpad = params
         bits = jax.random.bits(key, (k + 1,), dtype=jnp.uint32)
         idx = _uniform_subset(bits, n, k)
-        lw, _ = ising.completion_log_weights(Jpad, hpad, state.x[None], idx[None], jnp.asarray(patterns))
-        c = _draw(_uniform01(bits[k], dtype), jnp.exp(jax.nn.log_softmax(lw[0])))
+        log_probs = _completion_log_probs(params, jnp.asarray(patterns), state.x, idx)
+        c = _draw(_uniform01(bits[k], dtype), jnp.exp(log_probs))
         return ChainState(_write(state.x, idx, jnp.asarray(patterns)[c])), StepInfo(_mask_of(idx, n))
 
     return core
