@@ -11,7 +11,7 @@ import tempfile
 
 import pytest
 
-from gmlm_lib.mt import config, corpus, experiment, pipeline, runfolder, translate, vocab
+from gmlm_lib.mt import config, corpus, experiment, pipeline, runfolder, training, translate, vocab
 
 # one worker: the module-scoped run folder below is built once, not once per worker
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pipeline")]
@@ -46,6 +46,11 @@ def test_build_makes_every_part_then_reuses_them(built, tmp_path):
         PAIRS.src[:2], translate.Method("greedy"), batch_size=2)
     assert len(out) == 2 and all(isinstance(line, str) for line in out)
     assert folder.records["padir_raw"]["init"]["start"] == "teacher"
+    # the tiny preset trains two replicas of every model; PaDIR replica r starts from teacher replica r
+    assert TINY.seeds == 2 and {name: len(models) for name, models in folder.replicas.items()} == dict.fromkeys(steps, 2)
+    assert folder.records["padir_raw"]["init"]["teacher_fingerprint"] == training._teacher_fingerprint(
+        folder.replicas["ar"]) != training._teacher_fingerprint(folder.replicas["ar"][0])
+    assert len(folder.records["ar"]["final_losses"]) == 2
     record = json.loads((root / "distilled.json").read_text())
     assert record["method"]["kind"] == "greedy"  # distill_beam = 1 in the tiny preset
     stamp = (root / "ar" / "run.json").stat().st_mtime_ns

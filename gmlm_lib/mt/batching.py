@@ -1,8 +1,10 @@
 """Token batches for translation training and evaluation, and PaDIR's target corruption.
 
 Pairs are bucketed by length so that a run compiles one training step per bucket. The batches of
-epoch ``e`` are a pure function of ``(seed, e)``, so training step ``t`` always sees the same batch:
-a resumed run needs nothing but its step counter.
+epoch ``e`` are a pure function of ``(seed, e, replica)``, so training step ``t`` always sees the same
+batch: a resumed run needs nothing but its step counter. Replicas of one run (models trained at once,
+:attr:`gmlm_lib.mt.training.TrainConfig.replicas`) see the same bucket at every step, so their
+batches stack into one array, each with its own pairs in it (:attr:`Batcher.replica`).
 """
 
 from __future__ import annotations
@@ -86,7 +88,13 @@ class Batcher:
 
     Each batch's size is a multiple of ``multiple`` (the data-parallel device count). Pairs too
     long for the largest bucket are dropped and counted in ``dropped`` (reported by the trainer,
-    never silent); empty targets are dropped likewise."""
+    never silent); empty targets are dropped likewise.
+
+    ``replica``: which replica of a run this batcher feeds (:meth:`replicas`). Every replica's epoch has
+    replica 0's layout (the same bucket and batch size at every step, so the replicas' batches stack
+    into one array for a vmapped update), and replica ``r > 0`` fills each bucket's batches from its
+    own permutation of that bucket's pairs (drawn from ``(seed, e, r)``): the replicas differ in the
+    order and grouping of the pairs they see, not in the lengths of their batches."""
 
     src: list[list[int]]
     tgt: list[list[int]]
@@ -94,6 +102,7 @@ class Batcher:
     seed: int = 0
     buckets: tuple[int, ...] = DEFAULT_BUCKETS
     multiple: int = 1
+    replica: int = 0
 
     def __post_init__(self):
         if len(self.src) != len(self.tgt):
@@ -102,6 +111,7 @@ class Batcher:
         self.batch_tokens = checks.integer(self.batch_tokens, "batch_tokens", low=1)
         self.seed = checks.integer(self.seed, "seed")
         self.multiple = checks.integer(self.multiple, "multiple", low=1)
+        self.replica = checks.integer(self.replica, "replica", low=0)
         if self.batch_tokens < max(self.buckets) * self.multiple:
             raise ValueError(f"batch_tokens = {self.batch_tokens} is too small: it must hold at least "
                              f"{self.multiple} sequence(s) of the largest bucket ({max(self.buckets)} tokens).")
@@ -120,9 +130,11 @@ class Batcher:
 
     def fingerprint(self) -> str:
         """SHA-256 of everything that decides the batches: the token ids of every pair (in order),
-        ``batch_tokens``, ``seed``, ``buckets`` and ``multiple``. Two batchers with the same
+        ``batch_tokens``, ``seed``, ``buckets``, ``multiple`` and ``replica``. Two batchers with the same
         fingerprint yield the same batch at every step."""
         settings = (self.batch_tokens, self.seed, tuple(self.buckets), self.multiple, len(self.src))
+        if self.replica:  # replica 0 keeps the fingerprint of a batcher from before replicas
+            settings += (("replica", self.replica),)
         h = hashlib.sha256(repr(settings).encode())
         for side in (self.src, self.tgt):
             h.update(np.asarray([len(r) for r in side], np.int64).tobytes())
@@ -132,13 +144,22 @@ class Batcher:
     def batch_size(self, bucket: int) -> int:
         return max(self.multiple, self.batch_tokens // bucket // self.multiple * self.multiple)
 
+    def replicas(self, n: int) -> list["Batcher"]:
+        """The batchers of replicas ``0 .. n - 1`` of a run fed by this one (``replica`` set; the same
+        pairs and settings): their batches at a step have one shape."""
+        n = checks.integer(n, "n", low=1)
+        return [self if r == self.replica else dataclasses.replace(self, replica=r) for r in range(n)]
+
     def epoch(self, e: int) -> list[tuple[int, np.ndarray]]:
         """The (bucket, indices) batches of epoch ``e``, in training order (cached)."""
         if e not in self._epochs:
             rng = np.random.default_rng([self.seed, e])
+            own = np.random.default_rng([self.seed, e, self.replica]) if self.replica else None
             batches = []
             for b, ix in self.groups.items():
                 ix = rng.permutation(ix)
+                if own is not None:  # replica 0's layout, this replica's pairs
+                    ix = own.permutation(ix)
                 size = self.batch_size(b)
                 if len(ix) < size:  # a small bucket still trains: repeat its pairs to one batch
                     ix = np.resize(ix, size)

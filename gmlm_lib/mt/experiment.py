@@ -34,8 +34,10 @@ LABELS = {"ar": "AR teacher", "padir_raw": "PaDIR raw", "padir_distilled": "PaDI
 @dataclasses.dataclass
 class RunFolder:
     """``models[name] = (config, model)`` and ``records[name]`` (its ``run.json``) for the models
-    found; ``distilled`` the teacher's outputs (or ``None``) and ``distilled_record`` how and where
-    they were decoded (its record, :func:`distil`; ``None`` without them)."""
+    found, the model replica 0's when the run trained replicas (``config.replicas``), and
+    ``replicas[name]`` every replica's model in order (one item for a lone run); ``distilled`` the
+    teacher's outputs (or ``None``) and ``distilled_record`` how and where they were decoded (its
+    record, :func:`distil`; ``None`` without them)."""
 
     root: pathlib.Path
     vocab: V.Vocab
@@ -43,6 +45,7 @@ class RunFolder:
     records: dict[str, dict]
     distilled: list[str] | None
     distilled_record: dict | None = None
+    replicas: dict[str, list[seq2seq.Seq2Seq]] = dataclasses.field(default_factory=dict)
 
 
 def open_run(root: str | pathlib.Path, need=MODELS) -> RunFolder:
@@ -60,14 +63,15 @@ def open_run(root: str | pathlib.Path, need=MODELS) -> RunFolder:
     if unknown:
         raise ValueError(f"open_run(need=...): unknown part(s) {sorted(unknown)}; choose from "
                          f"{MODELS + OPTIONAL + ('distilled',)}.")
-    models, records = {}, {}
+    models, records, replicas = {}, {}, {}
     for name in MODELS + OPTIONAL:
         ckpt = root / name / "checkpoints"
         if not ckpt.is_dir() or not any(ckpt.iterdir()):
             if name in need:
                 raise FileNotFoundError(f"run folder {str(root)!r} has no trained {name!r} model; {how}.")
             continue
-        models[name] = training.load(root / name)
+        cfg, replicas[name] = training.load_replicas(root / name)
+        models[name] = (cfg, replicas[name][0])
         records[name] = runfolder.read_json(root / name / "run.json", f"the {name!r} model's provenance record")
     found = sorted(root.glob("distilled.*.gz"))
     if not found and "distilled" in need:
@@ -82,7 +86,7 @@ def open_run(root: str | pathlib.Path, need=MODELS) -> RunFolder:
                 f"{root / 'spm.model'} has {vocab.size:,} pieces but the {name!r} model in {root / name} was built for "
                 f"{cfg.model.vocab:,}: the vocabulary is not the one the model was trained with (a folder assembled "
                 "from two runs?); put back the run's own spm.model, or train the models again in a new folder.")
-    return RunFolder(root, vocab, models, records, distilled, distilled_record)
+    return RunFolder(root, vocab, models, records, distilled, distilled_record, replicas)
 
 
 def _record_path(path: pathlib.Path) -> pathlib.Path:

@@ -183,7 +183,9 @@ def train_padir(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel, 
                 progress: bool = True) -> training.Result:
     """A PaDIR model, ``padir_steps`` updates on ``train.src`` -> ``targets`` (the human targets for
     ``name = "raw"``, the teacher's for ``"distilled"``), in ``root/padir_<name>``; started from the
-    AR ``teacher`` when ``padir_init = "teacher"`` (then required), from random weights otherwise.
+    AR ``teacher`` when ``padir_init = "teacher"`` (then required), from random weights otherwise. With
+    ``seeds`` > 1, ``teacher`` may hold one model a replica (the teacher's replicas,
+    :attr:`gmlm_lib.mt.training.Result.models`): PaDIR replica ``r`` starts from teacher replica ``r``.
     ``val``: as for :func:`train_teacher` (PaDIR's val loss is its denoising loss on the val pairs; the
     distilled model's are :func:`distil_val`'s, the teacher's translations of the val sources)."""
     if name not in ("raw", "distilled"):
@@ -212,11 +214,15 @@ def build(exp: config.Experiment, root: str | pathlib.Path | None = None, *, dat
     vocab = vocabulary(exp, data.train, root)
     exp, _ = size(exp, vocab, data.train, root, shallow=shallow)
     teacher = train_teacher(exp, vocab, data.train, root, val=data.val, progress=progress)
+    # one teacher replica (replica 0, seed exp.seed) decodes the distilled targets of every PaDIR replica:
+    # the spread of the distilled models is their training seeds', given one teacher's outputs (as the
+    # paper distils from one teacher), for one beam decoding of the training set instead of `seeds`
     distilled = distil_training_set(exp, vocab, teacher.model, data.train, root, progress=progress)
     if padir:
         val_distilled = distil_val(exp, vocab, teacher.model, data.val, root, progress=progress)
+        starts = teacher.models if exp.seeds > 1 else teacher.model  # PaDIR replica r starts from teacher replica r
         for name, targets, val in (("raw", data.train.tgt, data.val), ("distilled", distilled.lines, val_distilled)):
-            train_padir(exp, vocab, data.train, targets, root, name, teacher=teacher.model, val=val, progress=progress)
+            train_padir(exp, vocab, data.train, targets, root, name, teacher=starts, val=val, progress=progress)
     if shallow:
         train_shallow(exp, vocab, data.train, root, val=data.val, progress=progress)
     return experiment.open_run(root, need=_needed(padir))

@@ -381,6 +381,7 @@ class RunRecord:
                             hardware=records.hardware_summary())
         self.t0, self.tokens = time.perf_counter(), 0
         self.validation: dict | None = None  # a validated run's summary (the trainer's), written with the record
+        self.extra: dict = {}  # more fields of the finished record (a run of replicas: each one's final loss)
 
     def write(self, done: int, final_loss: float | None) -> dict:
         """Rewrite ``run.json`` whole for a run ``done`` updates in (``final_loss``: ``None`` until it
@@ -398,6 +399,7 @@ class RunRecord:
         )
         if self.validation is not None:
             record["validation"] = self.validation
+        record.update(self.extra)
         records.write_record(self.path, record)
         return json.loads(json.dumps(record))  # as a later call reads it back (tuples become lists)
 

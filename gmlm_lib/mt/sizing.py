@@ -27,12 +27,11 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from gmlm_lib.core import records, timing
-from gmlm_lib.mt import batching, seq2seq, training
+from gmlm_lib.mt import batching, training
 
 __all__ = ["update_seconds", "updates_seconds", "compile_updates", "factor", "scaled", "fit", "fit_config", "SIZING_FILE"]
 
@@ -62,19 +61,18 @@ def updates_seconds(models: dict, *, repeats: int = 10) -> dict:
         raise ValueError(f"updates_seconds(repeats=...) must be >= 1; got {repeats!r}.")
     jobs = _update_jobs(models)
     compile_s = _compile_updates(jobs)
-    sharded = NamedSharding(training.mesh(), P("data"))
     out = {}
     for name, j in jobs.items():
-        update, leaves, pending = j["update"], j["leaves"], None
+        update, leaves, pending, sharded = j["update"], j["leaves"], None, j["sharding"]
         leaves, loss, _ = update(leaves, jax.device_put(j["host"], sharded), j["key"])  # a first call, untimed
-        float(loss)
+        np.asarray(loss)
         t0 = time.perf_counter()
         for i in range(repeats):
-            leaves, loss, _ = update(leaves, jax.device_put(j["host"], sharded), jax.random.fold_in(j["key"], i))
+            leaves, loss, _ = update(leaves, jax.device_put(j["host"], sharded), training.fold_keys(j["key"], i))
             if pending is not None:
-                float(pending)
+                np.asarray(pending)
             pending = loss
-        float(loss)
+        np.asarray(loss)
         out[name] = dict(update_s=(time.perf_counter() - t0) / repeats, compile_s=round(compile_s, 3),
                          bucket=j["bucket"], batch=j["size"])
     return out
@@ -99,20 +97,19 @@ def _update_jobs(models: dict, buckets: dict | None = None) -> dict:
         bucket = (buckets or {}).get(name) or _common_bucket(batcher)
         ix = np.resize(batcher.groups[bucket], batcher.batch_size(bucket))
         b = batcher.make(bucket, ix)
-        host = dict(src=b.src, src_mask=b.src_mask, tgt=b.tgt, tgt_mask=b.tgt_mask)  # what the loop sends
-        graphdef, params = nnx.split(seq2seq.build(cfg.model, cfg.seed))
-        tx = training.optimizer(cfg)
-        leaves, treedef = jax.tree.flatten(jax.device_put((params, tx.init(params)), NamedSharding(m, P())))
+        host = training.host_batch(b if cfg.replicas == 1 else [b] * cfg.replicas)  # what the loop sends
+        graphdef, params, opt_state = training.fresh_state(cfg)
+        leaves, treedef = jax.tree.flatten(jax.device_put((params, opt_state), NamedSharding(m, P())))
         jobs[name] = dict(update=training.make_step(graphdef, cfg).flat(treedef), leaves=leaves, host=host,
-                          key=jax.random.key(cfg.seed), bucket=int(bucket), size=len(ix))
+                          key=training.run_keys(cfg), bucket=int(bucket), size=len(ix),
+                          sharding=training.batch_sharding(m, cfg))
     return jobs
 
 
 def _compile_updates(jobs: dict) -> float:
-    sharded = NamedSharding(training.mesh(), P("data"))
     return timing.compile_in_parallel(
-        [lambda j=j: j["update"]([jnp.copy(x) for x in j["leaves"]], jax.device_put(j["host"], sharded), j["key"])[1]
-         for j in jobs.values()])
+        [lambda j=j: j["update"]([jnp.copy(x) for x in j["leaves"]], jax.device_put(j["host"], j["sharding"]),
+                                 j["key"])[1] for j in jobs.values()])
 
 
 def compile_updates(models: dict) -> dict:

@@ -8,11 +8,20 @@ and call :func:`train` again with the same folder: it restores the newest checkp
 and ends exactly where an uninterrupted run ends (the batch and the random key of step ``t`` depend
 only on ``t``). ``run.json`` is rewritten at every checkpoint, so a kill loses from the record only
 the time since the last checkpoint, as it loses the steps.
+
+A run may train several **replicas** of its model at once (:attr:`TrainConfig.replicas`): models that
+differ only in their seed (initial weights, dropout and corruption draws, the pairs in each batch),
+their parameters and optimiser states stacked on a leading axis and updated by one ``jax.vmap``-ed
+program, as PureJaxRL trains a population of agents in one program (Lu et al., 2022). Replica ``r``
+equals the lone run :func:`replica_config` ``(cfg, r)`` trained on ``batcher.replicas(S)[r]`` (to
+float rounding: tested), so the spread between replicas is the spread between seeds, for the cost of
+one program: a small model leaves most of an accelerator idle.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import pathlib
@@ -33,9 +42,11 @@ from gmlm_lib.core.progress import bar as progress_bar
 from gmlm_lib.mt import batching, objectives, programs, runfolder, seq2seq
 from gmlm_lib.mt.runfolder import DAMAGED, RunFolderBusy, RunFolderError
 
-__all__ = ["TrainConfig", "TRACED", "PROGRAM_FREE", "Program", "FlatUpdate", "clear_programs", "schedule",
+__all__ = ["TrainConfig", "replica_config", "TRACED", "PROGRAM_FREE", "Program", "FlatUpdate", "clear_programs", "schedule",
            "traced_schedule", "optimizer", "mesh", "make_step", "make_eval", "compile_programs", "validation_loss",
-           "VAL_METRIC", "flops_per_step", "Result", "finished", "program_fields", "train", "load", "RunFolderBusy", "RunFolderError", "DAMAGED"]
+           "VAL_METRIC", "flops_per_step", "Result", "finished", "program_fields", "fresh_state", "host_batch",
+           "run_keys", "fold_keys", "batch_sharding", "train",
+           "load", "load_replicas", "RunFolderBusy", "RunFolderError", "DAMAGED"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +60,10 @@ class TrainConfig:
     cosine to ``learning_rate * min_lr_ratio`` at ``steps``.
 
     ``init`` = "teacher" starts a PaDIR model from the AR teacher passed to :func:`train`
-    (:func:`gmlm_lib.mt.seq2seq.warm_start`); "random" is the paper's random start [App. L.2]."""
+    (:func:`gmlm_lib.mt.seq2seq.warm_start`); "random" is the paper's random start [App. L.2].
+
+    ``replicas``: how many models the run trains at once, replica ``r`` with seed ``seed + r``
+    (:func:`replica_config`); 1 is a lone run, its state unstacked."""
 
     kind: str
     model: seq2seq.ModelConfig
@@ -71,13 +85,14 @@ class TrainConfig:
     log_every: int = 50
     buckets: tuple[int, ...] = batching.DEFAULT_BUCKETS
     init: str = "random"
+    replicas: int = 1
 
     def __post_init__(self):
         if self.kind not in ("ar", "padir"):
             raise ValueError(f"TrainConfig.kind must be 'ar' or 'padir'; got {self.kind!r}.")
         if self.model.causal != (self.kind == "ar"):
             raise ValueError(f"TrainConfig.kind = {self.kind!r} needs ModelConfig.causal = {self.kind == 'ar'}.")
-        for name in ("steps", "batch_tokens", "checkpoint_every", "log_every", "stages", "warmup", "seed"):
+        for name in ("steps", "batch_tokens", "checkpoint_every", "log_every", "stages", "warmup", "seed", "replicas"):
             checks.integer(getattr(self, name), f"TrainConfig.{name}",
                            low=None if name in ("warmup", "seed") else 1)
         for name in ("learning_rate", "clip_norm"):
@@ -142,6 +157,15 @@ class TrainConfig:
         d["model"] = seq2seq.ModelConfig(**d["model"])
         d["buckets"] = tuple(d.get("buckets", batching.DEFAULT_BUCKETS))
         return cls(**d)
+
+
+def replica_config(cfg: TrainConfig, r: int) -> TrainConfig:
+    """The lone run that replica ``r`` of ``cfg`` equals: seed ``cfg.seed + r``, one replica (trained on
+    replica ``r``'s batcher, :meth:`gmlm_lib.mt.batching.Batcher.replicas`)."""
+    r = checks.integer(r, "r", low=0)
+    if r >= cfg.replicas:
+        raise ValueError(f"replica_config: r = {r} but the run has {cfg.replicas} replica(s) (0 .. {cfg.replicas - 1}).")
+    return cfg.replace(seed=cfg.seed + r, replicas=1)
 
 
 # -- optimiser -----------------------------------------------------------------------------------------
@@ -218,7 +242,7 @@ class Program:
     as the training loop calls it."""
 
     def __init__(self, jitted, cfg: TrainConfig):
-        self.jitted = jitted
+        self.jitted, self.replicas = jitted, cfg.replicas
         self.numbers = {name: value(cfg) for name, value in TRACED.items()}
 
     def __call__(self, *args):
@@ -314,7 +338,11 @@ def make_step(graphdef, cfg: TrainConfig) -> Program:
     inputs: batches split over "data", parameters replicated; the state's arrays are donated. The
     fields in :data:`TRACED` are arguments of the program, not constants; configs that differ only in
     :data:`PROGRAM_FREE` share the jitted function (the most recent 32 kept; :func:`clear_programs`
-    forgets them). The training loop runs it on the state's flat leaves (:meth:`Program.flat`)."""
+    forgets them). The training loop runs it on the state's flat leaves (:meth:`Program.flat`).
+
+    With ``cfg.replicas`` = S > 1 the update is ``jax.vmap``-ed over a leading replica axis of the state,
+    the batch (S, B, L) and the key (S,): one program updates every replica (the loss and its parts
+    come back with shape (S,))."""
 
     def build(cfg):
         def step(params, opt_state, batch, key, numbers):
@@ -326,7 +354,7 @@ def make_step(graphdef, cfg: TrainConfig) -> Program:
             updates, opt_state = tx.update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, loss, parts
 
-        return FlatUpdate(step)
+        return FlatUpdate(step if cfg.replicas == 1 else jax.vmap(step, in_axes=(0, 0, 0, 0, None)))
 
     return _shared("step", graphdef, cfg, build)
 
@@ -339,7 +367,8 @@ def make_eval(graphdef, cfg: TrainConfig) -> Program:
     """The compiled ``(params, batch, key) -> (summed token loss, tokens)`` of ``cfg``'s objective
     without dropout or label smoothing: PaDIR's mean over its stages, the AR loss as it is (the
     length loss left out), over the rows ``batch["rows"]`` marks; :data:`TRACED` as in
-    :func:`make_step`."""
+    :func:`make_step`. With replicas, the parameters and the key have a leading replica axis, the
+    batch is shared, and both outputs have shape (S,)."""
 
     def build(cfg):
         plain = cfg.replace(label_smoothing=0.0)
@@ -349,29 +378,62 @@ def make_eval(graphdef, cfg: TrainConfig) -> Program:
                                           numbers=numbers)
             return parts["token_loss"] * parts["tokens"], parts["tokens"]
 
-        return jax.jit(f)
+        return jax.jit(f if cfg.replicas == 1 else jax.vmap(f, in_axes=(0, None, 0, None)))
 
     return _shared("eval", graphdef, cfg, build)
 
 
-def validation_loss(eval_fn, params, batches: list[batching.Batch], key, sharding=None) -> float:
+def validation_loss(eval_fn, params, batches: list[batching.Batch], key, sharding=None) -> float | np.ndarray:
     """The token loss over every pair of ``batches`` (:meth:`gmlm_lib.mt.batching.Batcher.once`),
     each token weighing the same: :data:`VAL_METRIC`. Batch ``i`` draws PaDIR's corruption from
     ``fold_in(key, i)``, so every checkpoint of a run is scored on the same corrupted inputs and
-    their losses differ only by the model. ``eval_fn``: :func:`make_eval`."""
+    their losses differ only by the model. ``eval_fn``: :func:`make_eval`. Replicas (``key`` of shape
+    (S,), ``params`` stacked): an (S,) array, one loss a replica."""
     total, tokens = 0.0, 0.0
     for i, b in enumerate(batches):
         arrays = b.arrays() if sharding is None else jax.device_put(b.arrays(), sharding)
-        t, n = eval_fn(params, arrays, jax.random.fold_in(key, i))
-        total, tokens = total + float(t), tokens + float(n)
-    if tokens == 0:
+        t, n = eval_fn(params, arrays, fold_keys(key, i))
+        total, tokens = total + np.asarray(t, np.float64), tokens + np.asarray(n, np.float64)
+    if np.any(tokens == 0):
         raise ValueError("validation_loss: the validation batches hold no target token.")
-    return total / tokens
+    loss = total / tokens
+    return float(loss) if np.ndim(loss) == 0 else loss
+
+
+_FOLD = jax.jit(jax.vmap(jax.random.fold_in, in_axes=(0, None)))
+
+
+def fold_keys(key, data):
+    """``jax.random.fold_in(key, data)`` for one key, or for each of a replicated run's keys (S,)."""
+    return jax.random.fold_in(key, data) if key.ndim == 0 else _FOLD(key, data)
+
+
+def run_keys(cfg: TrainConfig, salt: int | None = None):
+    """The run's base key (replica ``r``'s from seed ``cfg.seed + r``; stacked to (S,) with replicas),
+    with ``salt`` folded in when given."""
+    keys = [jax.random.key(cfg.seed + r) for r in range(cfg.replicas)]
+    if salt is not None:
+        keys = [jax.random.fold_in(k, salt) for k in keys]
+    return keys[0] if cfg.replicas == 1 else jnp.stack(keys)
+
+
+def host_batch(b: batching.Batch | list[batching.Batch]) -> dict:
+    """The arrays an update takes (``src``, ``src_mask``, ``tgt``, ``tgt_mask``) of one batch, or of each
+    replica's batch stacked on a leading axis (a list: one batch a replica, of one shape)."""
+    many = list(b) if isinstance(b, (list, tuple)) else [b]
+    one = [dict(src=x.src, src_mask=x.src_mask, tgt=x.tgt, tgt_mask=x.tgt_mask) for x in many]
+    return one[0] if not isinstance(b, (list, tuple)) else {k: np.stack([d[k] for d in one]) for k in one[0]}
+
+
+def batch_sharding(m: Mesh, cfg: TrainConfig) -> NamedSharding:
+    """A batch split over the mesh's "data" axis on its rows (after the replica axis, with replicas)."""
+    return NamedSharding(m, P("data") if cfg.replicas == 1 else P(None, "data"))
 
 
 def flops_per_step(cfg: TrainConfig, batcher: batching.Batcher) -> float:
     """Mean FLOPs of one training update over an epoch's batches, from XLA's cost analysis of the
-    lowered step for each bucket (forward, backward and optimiser; one device; no compilation).
+    lowered step for each bucket (forward, backward and optimiser; one device; no compilation; every
+    replica's, with replicas).
 
     The step is lowered for the host's CPU client whatever the default backend: the analysis counts
     the operations of the program before any backend's optimisation, so it is the same number
@@ -383,10 +445,8 @@ def flops_per_step(cfg: TrainConfig, batcher: batching.Batcher) -> float:
 
 
 def _flops_per_step(cfg: TrainConfig, batcher: batching.Batcher) -> float:
-    model = seq2seq.build(cfg.model, cfg.seed)
-    graphdef, params = nnx.split(model)
+    graphdef, params, opt_state = fresh_state(cfg)
     step = make_step(graphdef, cfg)
-    opt_state = optimizer(cfg).init(params)
     counts: dict[int, int] = {}
     for bucket, _ in batcher.epoch(0):
         counts[bucket] = counts.get(bucket, 0) + 1
@@ -395,8 +455,8 @@ def _flops_per_step(cfg: TrainConfig, batcher: batching.Batcher) -> float:
         b = batcher.make(bucket, batcher.groups[bucket][: batcher.batch_size(bucket)])
         if len(b.src) < batcher.batch_size(bucket):  # a bucket smaller than one batch
             b = batcher.make(bucket, np.resize(batcher.groups[bucket], batcher.batch_size(bucket)))
-        batch = dict(src=b.src, src_mask=b.src_mask, tgt=b.tgt, tgt_mask=b.tgt_mask)
-        lowered = step.lower(params, opt_state, batch, jax.random.key(0))
+        batch = host_batch(b if cfg.replicas == 1 else [b] * cfg.replicas)
+        lowered = step.lower(params, opt_state, batch, run_keys(cfg))
         cost = lowered.cost_analysis()
         cost = cost[0] if isinstance(cost, (list, tuple)) and cost else cost
         if not cost or "flops" not in cost:
@@ -413,7 +473,9 @@ class Result:
     """What :func:`train` returns: the model (the checkpoint selected on the val split when the run
     was validated, else the last), the logged ``(step, loss)`` pairs, the last update's loss, the run's
     provenance record (``run.json``), the ``(step, val loss)`` of every checkpoint (empty without
-    validation) and the step of the returned model."""
+    validation) and the step of the returned model. With replicas, the model, the step and the losses
+    are replica 0's and the mean over replicas; ``models`` and ``selected_steps`` hold each replica's
+    (one item for a lone run)."""
 
     model: seq2seq.Seq2Seq
     losses: list[tuple[int, float]]
@@ -421,6 +483,8 @@ class Result:
     record: dict
     val_losses: list[tuple[int, float]] = dataclasses.field(default_factory=list)
     selected_step: int = 0
+    models: list = dataclasses.field(default_factory=list)
+    selected_steps: list[int] = dataclasses.field(default_factory=list)
 
 
 def _open_run(cfg: TrainConfig, batcher: batching.Batcher, run_dir: pathlib.Path, devices, teacher) -> tuple:
@@ -438,8 +502,14 @@ def _open_run(cfg: TrainConfig, batcher: batching.Batcher, run_dir: pathlib.Path
     m = mesh(devices)
     if batcher.multiple % m.size:
         raise ValueError(f"Batcher.multiple = {batcher.multiple} must be a multiple of the {m.size} devices.")
+    if cfg.replicas > 1 and batcher.replica:
+        raise ValueError(f"train: a run of {cfg.replicas} replicas takes replica 0's batcher (it makes the others, "
+                         f"Batcher.replicas); got replica {batcher.replica}.")
+    if isinstance(teacher, (list, tuple)) and len(teacher) != cfg.replicas:
+        raise ValueError(f"train: teacher= holds {len(teacher)} models for {cfg.replicas} replica(s); pass one model "
+                         "(every replica starts from it) or one a replica.")
     _check_token_ids(batcher, cfg.model.vocab)
-    teacher_fp = seq2seq.params_fingerprint(teacher) if teacher is not None else ""
+    teacher_fp = _teacher_fingerprint(teacher)
     fingerprint = runfolder.check_data(run_dir, batcher, teacher_fp)
     cfg_path.write_text(json.dumps(cfg.to_dict(), indent=1))
     return m, fingerprint, teacher_fp
@@ -457,17 +527,48 @@ def _check_token_ids(batcher: batching.Batcher, vocab: int) -> None:
                                  "(ModelConfig.vocab = vocab.size).")
 
 
+def _teacher_fingerprint(teacher) -> str:
+    """The teacher's parameter fingerprint (one model, or one a replica: their fingerprints hashed in
+    order); empty without a teacher."""
+    if teacher is None:
+        return ""
+    if not isinstance(teacher, (list, tuple)):
+        return seq2seq.params_fingerprint(teacher)
+    return hashlib.sha256(" ".join(seq2seq.params_fingerprint(t) for t in teacher).encode()).hexdigest()
+
+
+def _stack(trees: list):
+    """Pytrees of one structure stacked leaf by leaf on a new leading axis (one tree: itself)."""
+    return trees[0] if len(trees) == 1 else jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def _unstack(tree, r: int):
+    """Replica ``r``'s slice of a stacked pytree."""
+    return jax.tree.map(lambda x: x[r], tree)
+
+
+def fresh_state(cfg: TrainConfig, teacher=None) -> tuple:
+    """``(graphdef, params, opt_state)`` of ``cfg`` before its first update: replica ``r`` built with seed
+    ``cfg.seed + r`` and warm-started from ``teacher`` (one model for every replica, or one a replica;
+    :func:`gmlm_lib.mt.seq2seq.warm_start`), stacked on a leading axis when ``cfg.replicas > 1``."""
+    return _initial_state(cfg, teacher, "")[:3]
+
+
 def _initial_state(cfg: TrainConfig, teacher, teacher_fp: str) -> tuple:
-    """The model before its first update (random, or warm-started from ``teacher``) and the
-    optimiser: ``(graphdef, params, tx, opt_state, init)``, ``init`` describing the start for the record."""
-    model = seq2seq.build(cfg.model, cfg.seed)
-    init = dict(start=cfg.init)
-    if teacher is not None:
-        model, kept = seq2seq.warm_start(model, teacher)
-        init.update(teacher_fingerprint=teacher_fp, random_parameters=kept)
-    graphdef, params = nnx.split(model)
-    tx = optimizer(cfg)
-    return graphdef, params, tx, tx.init(params), init
+    """The models before their first update (random, or warm-started from ``teacher``) and their
+    optimiser states, stacked with replicas: ``(graphdef, params, opt_state, init, parameters)``,
+    ``init`` describing the start for the record, ``parameters`` the count of one replica."""
+    teachers = teacher if isinstance(teacher, (list, tuple)) else [teacher] * cfg.replicas
+    init, tx, params, states = dict(start=cfg.init), optimizer(cfg), [], []
+    for r in range(cfg.replicas):
+        model = seq2seq.build(cfg.model, cfg.seed + r)
+        if teachers[r] is not None:
+            model, kept = seq2seq.warm_start(model, teachers[r])
+            init.update(teacher_fingerprint=teacher_fp, random_parameters=kept)
+        graphdef, p = nnx.split(model)
+        params.append(p)
+        states.append(tx.init(p))
+    return graphdef, _stack(params), _stack(states), init, seq2seq.count_params(nnx.merge(graphdef, params[0]))
 
 
 def finished(cfg: TrainConfig, run_dir: str | pathlib.Path) -> bool:
@@ -535,7 +636,9 @@ VAL_SALT = 2**31 - 1
 
 class _Validation:
     """A validated run's bookkeeping: the val batches, ``val.jsonl`` (cut back to the checkpoint a
-    call resumes from) and the best checkpoint so far among those still in the folder."""
+    call resumes from) and each replica's best checkpoint so far among those still in the folder.
+    A row of ``val.jsonl`` holds ``val_loss`` (with replicas their mean, and ``val_losses``, one a
+    replica)."""
 
     def __init__(self, cfg: TrainConfig, val: batching.Batcher, run_dir: pathlib.Path, graphdef, sharding,
                  start: int, steps_present, prev: dict):
@@ -547,38 +650,51 @@ class _Validation:
         if had is not None and had.get("fingerprint") != self.fingerprint:
             raise ValueError(f"{run_dir} was validated on other pairs (fingerprint {str(had.get('fingerprint'))[:12]}, "
                              f"these {self.fingerprint[:12]}); pass the same val split, or use a new run folder.")
-        self.batches, self.sharding = val.once(), sharding
+        self.batches, self.sharding, self.replicas = val.once(), sharding, cfg.replicas
         self.eval_fn = make_eval(graphdef, cfg)
-        self.key = jax.random.fold_in(jax.random.key(cfg.seed), VAL_SALT)
+        self.key = run_keys(cfg, VAL_SALT)
         self.path = run_dir / "val.jsonl"
         runfolder.keep_metrics(self.path, start)
         self.rows = runfolder.read_metrics(self.path)
         present = set(steps_present)
-        self.best = min(((r["val_loss"], r["step"]) for r in self.rows if r["step"] in present), default=None)
+        self.best = [min(((self._loss(row, r), row["step"]) for row in self.rows if row["step"] in present),
+                         default=None) for r in range(self.replicas)]
 
-    def score(self, step: int, params, wall_s: float) -> float:
+    def _loss(self, row: dict, r: int) -> float:
+        return row["val_loss"] if self.replicas == 1 else row["val_losses"][r]
+
+    def score(self, step: int, params, wall_s: float) -> np.ndarray:
         """Score the parameters of update ``step`` and log them (before their checkpoint is written,
-        so that a logged score never lacks the checkpoint a resumed call kept)."""
-        loss = validation_loss(self.eval_fn, params, self.batches, self.key, self.sharding)
-        row = dict(step=step, val_loss=loss, wall_s=wall_s)
+        so that a logged score never lacks the checkpoint a resumed call kept); one loss a replica."""
+        loss = np.atleast_1d(validation_loss(self.eval_fn, params, self.batches, self.key, self.sharding))
+        row = dict(step=step, val_loss=float(loss.mean()), wall_s=wall_s)
+        if self.replicas > 1:
+            row["val_losses"] = [float(x) for x in loss]
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         self.rows.append(row)
-        if self.best is None or loss < self.best[0]:
-            self.best = (loss, step)
+        self.best = [(float(x), step) if b is None or x < b[0] else b for x, b in zip(loss, self.best)]
         return loss
 
     def keep(self, steps) -> set[int]:
-        """The checkpoints to keep: the newest two (to resume from) and the best."""
-        newest = set(sorted(steps)[-2:])
-        return newest | ({self.best[1]} if self.best is not None else set())
+        """The checkpoints to keep: the newest two (to resume from) and each replica's best."""
+        return set(sorted(steps)[-2:]) | {b[1] for b in self.best if b is not None}
+
+    def selected(self, last: int) -> list[int]:
+        """Each replica's selected step (``last`` where nothing was scored)."""
+        return [last if b is None else b[1] for b in self.best]
 
     def summary(self) -> dict:
-        sel = self.best[1] if self.best is not None else None
-        return dict(metric=VAL_METRIC, pairs=self.pairs, fingerprint=self.fingerprint, selected_step=sel,
-                    selected_loss=self.best[0] if self.best is not None else None,
-                    last_step=self.rows[-1]["step"] if self.rows else None,
-                    last_loss=self.rows[-1]["val_loss"] if self.rows else None)
+        best, last = self.best[0], self.rows[-1] if self.rows else None
+        out = dict(metric=VAL_METRIC, pairs=self.pairs, fingerprint=self.fingerprint,
+                   selected_step=best[1] if best is not None else None,
+                   selected_loss=best[0] if best is not None else None,
+                   last_step=last["step"] if last else None, last_loss=last["val_loss"] if last else None)
+        if self.replicas > 1:  # the scalars above are replica 0's (the last loss the mean)
+            out.update(selected_steps=[b[1] if b is not None else None for b in self.best],
+                       selected_losses=[b[0] if b is not None else None for b in self.best],
+                       last_losses=last["val_losses"] if last else None)
+        return out
 
     def losses(self) -> list[tuple[int, float]]:
         return [(r["step"], r["val_loss"]) for r in self.rows]
@@ -589,8 +705,8 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher, va
     if val is not None and val.multiple % m.size:
         raise ValueError(f"the val Batcher's multiple = {val.multiple} must be a multiple of the {m.size} devices "
                          "(batch it as the training data).")
-    replicated, sharded = NamedSharding(m, P()), NamedSharding(m, P("data"))
-    graphdef, params, tx, opt_state, init = _initial_state(cfg, teacher, teacher_fp)
+    replicated, sharded = NamedSharding(m, P()), batch_sharding(m, cfg)
+    graphdef, params, opt_state, init, parameters = _initial_state(cfg, teacher, teacher_fp)
     target = {"params": params, "opt_state": opt_state}
     keep = None if val is not None else 2
     start, restored, manager = runfolder.restore(lambda: runfolder.checkpoint_manager(run_dir, cfg.checkpoint_every, keep),
@@ -604,117 +720,150 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher, va
         raise ValueError(f"{run_dir} holds a run validated on a val split ({prev['validation'].get('pairs')} pairs); "
                          "pass the same pairs as val= to go on with it, or train in a new folder.")
     try:
-        validation = None if val is None else _Validation(cfg, val, run_dir, graphdef, sharded, start,
-                                                          manager.all_steps(), prev)
+        validation = None if val is None else _Validation(cfg, val, run_dir, graphdef, NamedSharding(m, P("data")),
+                                                          start, manager.all_steps(), prev)
     except ValueError:
         manager.close()
         raise
-    final = prev.get("final_loss")
     if start == cfg.steps and _record_finished(prev, cfg.steps):
         # finished before: reuse it as it is (its record names the code and machine that trained it)
-        selected = cfg.steps
-        if validation is not None and validation.best is not None and validation.best[1] != cfg.steps:
-            selected = validation.best[1]
-            params = runfolder.restore_step(manager, run_dir, selected, target, "selected on the val split")["params"]
-        manager.close()
-        return Result(nnx.merge(graphdef, params), runfolder.losses(metrics), final, prev,
-                      validation.losses() if validation is not None else [], selected)
+        return _result(cfg, run_dir, manager, graphdef, params, opt_state, validation, prev.get("final_loss"), prev,
+                       runfolder.losses(metrics))
     params, opt_state = jax.device_put((params, opt_state), replicated)
     runfolder.keep_metrics(metrics, start)
-    record = runfolder.RunRecord(record_path, cfg, batcher, start, init, fingerprint,
-                        seq2seq.count_params(nnx.merge(graphdef, params)), prev)
+    record = runfolder.RunRecord(record_path, cfg, batcher, start, init, fingerprint, parameters, prev)
     if prev and prev.get("done", prev.get("steps")) != start:
         record.write(start, None)  # the record names the checkpoint resumed from, not a later one that was lost
-    digests = {k: v for k, v in runfolder.checkpoint_digests(run_dir).items() if int(k) <= start}
-
-    step_fn = make_step(graphdef, cfg)
-    base_key = jax.random.key(cfg.seed)
+    loop = _Loop(cfg, batcher, run_dir, manager, record, validation, sharded, on_step, start)
     if start < cfg.steps:
         # wall seconds compiling the run's programs before its first update (part of the segment's wall_s)
-        record.segment["compile_s"] = compile_programs(step_fn, batcher, (params, opt_state), sharded, base_key,
-                                                       validation)
-    lr = schedule(cfg)
-    losses, loss = [], float("nan")
+        record.segment["compile_s"] = compile_programs(loop.step_fn(graphdef), batcher, (params, opt_state), sharded,
+                                                       loop.base_key, validation)
     bar = progress_bar(range(start, cfg.steps), progress=progress, initial=start, total=cfg.steps,
                        desc=f"train {cfg.kind}", leave=False, mininterval=10)
     with metrics.open("a") as log:
-
-        def settle(done: int, loss_arr, parts) -> float:
-            """Read update ``done``'s loss (waiting for it), stop on a non-finite one, log it."""
-            step_loss = float(loss_arr)
-            if not math.isfinite(step_loss):
-                manager.close()
-                raise _nonfinite(cfg, run_dir, done, f"the loss is {step_loss}", max(digests, key=int, default=0))
-            if done % cfg.log_every == 0 or done == cfg.steps:
-                losses.append((done, step_loss))
-                row = dict(step=done, loss=step_loss, lr=float(lr(done)), wall_s=time.perf_counter() - record.t0,
-                           **{k: float(v) for k, v in parts.items()})
-                log.write(json.dumps(row) + "\n")
-                log.flush()
-                bar.set_postfix(loss=f"{step_loss:.3f}")
-            if on_step is not None:
-                on_step(done, step_loss)
-            return step_loss
-
-        # update t's loss is read after update t + 1 is dispatched: the host prepares the next batch
-        # while the device computes, instead of waiting for every update (at a checkpoint and at the
-        # end the current update is read first, so a non-finite one is never saved)
-        # the loop carries the state's flat leaves (Program.flat), rebuilt into params and optimiser
-        # state only at a checkpoint and at the end
-        pending = None
-        leaves, treedef = jax.tree.flatten((params, opt_state))
-        update = step_fn.flat(treedef)
-        for step in bar:
-            b = batcher.at(step)
-            batch = jax.device_put(dict(src=b.src, src_mask=b.src_mask, tgt=b.tgt, tgt_mask=b.tgt_mask), sharded)
-            leaves, loss_arr, parts = update(leaves, batch, jax.random.fold_in(base_key, step))
-            done = step + 1
-            record.tokens += int(b.tgt_mask.sum()) + int(b.src_mask.sum())
-            if pending is not None:
-                loss = settle(*pending)
-            pending = (done, loss_arr, parts)
-            if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-                loss, pending = settle(*pending), None
-                params, opt_state = jax.tree.unflatten(treedef, leaves)  # the next update donates these arrays
-                state = {"params": params, "opt_state": opt_state}
-                host = jax.device_get(state)  # one copy: the finiteness check and the digest read it
-                if not runfolder.all_finite(host):
-                    manager.close()
-                    raise _nonfinite(cfg, run_dir, done, "the parameters hold non-finite numbers",
-                                     max(digests, key=int, default=0))
-                if validation is not None:
-                    val_loss = validation.score(done, params, time.perf_counter() - record.t0)
-                    if not math.isfinite(val_loss):
-                        manager.close()
-                        raise _nonfinite(cfg, run_dir, done, f"the validation loss is {val_loss}",
-                                         max(digests, key=int, default=0))
-                runfolder.save_checkpoint(manager, done, state, run_dir, max(digests, key=int, default=0))
-                if validation is not None:
-                    runfolder.prune(manager, validation.keep(manager.all_steps()))
-                    record.validation = validation.summary()
-                digests = {k: v for k, v in digests.items() if int(k) in set(manager.all_steps())}
-                digests[str(done)] = runfolder.digest(host)
-                records.write_record(run_dir / "checkpoint_digests.json", digests)
-                if done < cfg.steps:
-                    record.write(done, None)
-        params, opt_state = jax.tree.unflatten(treedef, leaves)
-    selected = cfg.steps
-    if validation is not None:
-        record.validation = validation.summary()
-        if validation.best is not None and validation.best[1] != cfg.steps:
-            selected = validation.best[1]
-            live = {"params": params, "opt_state": opt_state}  # the first target's arrays were donated to the steps
-            params = runfolder.restore_step(manager, run_dir, selected, live, "selected on the val split")["params"]
-    manager.close()
-    # a call that trained nothing (the last checkpoint is the final one but its record was lost)
-    # takes the final loss from the metrics
-    final_loss = loss if start < cfg.steps else next((l for t, l in runfolder.losses(metrics) if t == cfg.steps), None)
+        params, opt_state = loop.run(bar, log, graphdef, params, opt_state, start)
+    final_loss = loop.loss if start < cfg.steps else None
+    if final_loss is None:  # a call that trained nothing (the last checkpoint is the final one, its record lost)
+        final_loss = next((l for t, l in runfolder.losses(metrics) if t == cfg.steps), None)
+    record.validation = validation.summary() if validation is not None else None
+    if cfg.replicas > 1 and loop.replica_losses is not None:
+        record.extra["final_losses"] = loop.replica_losses
     rec = record.write(cfg.steps, final_loss)
+    return _result(cfg, run_dir, manager, graphdef, params, opt_state, validation, final_loss, rec,
+                   loop.losses if start < cfg.steps else runfolder.losses(metrics))
+
+
+def _result(cfg, run_dir, manager, graphdef, params, opt_state, validation, final_loss, rec, losses) -> Result:
+    """The finished run's :class:`Result`: each replica's selected checkpoint (the last one without
+    validation), restored where it is not the state at hand; closes ``manager``."""
+    steps = validation.selected(cfg.steps) if validation is not None else [cfg.steps] * cfg.replicas
+    chosen = {}
+    for step in set(steps) - {cfg.steps}:
+        live = {"params": params, "opt_state": opt_state}  # a target of the right structure
+        chosen[step] = runfolder.restore_step(manager, run_dir, step, live, "selected on the val split")["params"]
+    manager.close()
+    host = {step: jax.device_get(p) for step, p in {**chosen, cfg.steps: params}.items() if step in steps}
     # on the default device, uncommitted (not on the training mesh): a decoder then runs where its
     # inputs are, and no call copies the parameters from the host again
-    model = nnx.merge(graphdef, jax.device_put(jax.device_get(params)))
-    return Result(model, losses if start < cfg.steps else runfolder.losses(metrics), final_loss, rec,
-                  validation.losses() if validation is not None else [], selected)
+    models = [nnx.merge(graphdef, jax.device_put(host[s] if cfg.replicas == 1 else _unstack(host[s], r)))
+              for r, s in enumerate(steps)]
+    return Result(models[0], losses, final_loss, rec, validation.losses() if validation is not None else [],
+                  steps[0], models, steps)
+
+
+class _Loop:
+    """The updates of one call of :func:`train`, from its first step to ``cfg.steps``: batches (each
+    replica's stacked), keys, the losses read one update late, the checkpoints with their digests and
+    val scores, and the stop on a non-finite number."""
+
+    def __init__(self, cfg, batcher, run_dir, manager, record, validation, sharded, on_step, start):
+        self.cfg, self.run_dir, self.manager, self.record = cfg, run_dir, manager, record
+        self.validation, self.sharded, self.on_step = validation, sharded, on_step
+        self.batchers = batcher.replicas(cfg.replicas) if cfg.replicas > 1 else [batcher]
+        self.base_key, self.lr = run_keys(cfg), schedule(cfg)
+        self.losses, self.loss, self.replica_losses, self.log, self.bar = [], float("nan"), None, None, None
+        self.digests = {k: v for k, v in runfolder.checkpoint_digests(run_dir).items() if int(k) <= start}
+
+    def step_fn(self, graphdef) -> Program:
+        return make_step(graphdef, self.cfg)
+
+    def last_good(self) -> int:
+        return max(self.digests, key=int, default=0)
+
+    def stop(self, done: int, what: str) -> FloatingPointError:
+        self.manager.close()
+        return _nonfinite(self.cfg, self.run_dir, done, what, self.last_good())
+
+    def settle(self, done: int, loss_arr, parts) -> float:
+        """Read update ``done``'s loss (waiting for it), stop on a non-finite one, log it."""
+        each = np.atleast_1d(np.asarray(loss_arr, np.float64))
+        if not np.all(np.isfinite(each)):
+            bad = int(np.flatnonzero(~np.isfinite(each))[0])
+            raise self.stop(done, f"the loss is {each[bad]}" + (f" (replica {bad})" if self.cfg.replicas > 1 else ""))
+        loss = float(each.mean())
+        self.replica_losses = [float(x) for x in each]
+        if done % self.cfg.log_every == 0 or done == self.cfg.steps:
+            self.losses.append((done, loss))
+            row = dict(step=done, loss=loss, lr=float(self.lr(done)), wall_s=time.perf_counter() - self.record.t0,
+                       **{k: float(np.mean(v)) for k, v in parts.items()})
+            if self.cfg.replicas > 1:
+                row["losses"] = self.replica_losses
+            self.log.write(json.dumps(row) + "\n")
+            self.log.flush()
+            self.bar.set_postfix(loss=f"{loss:.3f}")
+        if self.on_step is not None:
+            self.on_step(done, loss)
+        self.loss = loss
+        return loss
+
+    def checkpoint(self, done: int, params, opt_state) -> None:
+        """Check, score (with validation) and save the state after update ``done``, with its digest."""
+        state = {"params": params, "opt_state": opt_state}
+        host = jax.device_get(state)  # one copy: the finiteness check and the digest read it
+        if not runfolder.all_finite(host):
+            raise self.stop(done, "the parameters hold non-finite numbers")
+        v = self.validation
+        if v is not None:
+            val_loss = np.atleast_1d(v.score(done, params, time.perf_counter() - self.record.t0))
+            if not np.all(np.isfinite(val_loss)):
+                raise self.stop(done, f"the validation loss is {val_loss.tolist() if self.cfg.replicas > 1 else val_loss[0]}")
+        runfolder.save_checkpoint(self.manager, done, state, self.run_dir, self.last_good())
+        if v is not None:
+            runfolder.prune(self.manager, v.keep(self.manager.all_steps()))
+            self.record.validation = v.summary()
+        self.digests = {k: d for k, d in self.digests.items() if int(k) in set(self.manager.all_steps())}
+        self.digests[str(done)] = runfolder.digest(host)
+        records.write_record(self.run_dir / "checkpoint_digests.json", self.digests)
+        if done < self.cfg.steps:
+            self.record.write(done, None)
+
+    def run(self, bar, log, graphdef, params, opt_state, start: int) -> tuple:
+        """Run updates ``start .. cfg.steps``; returns the final ``(params, opt_state)``.
+
+        Update t's loss is read after update t + 1 is dispatched: the host prepares the next batch
+        while the device computes (at a checkpoint and at the end the current update is read first, so
+        a non-finite one is never saved). The loop carries the state's flat leaves (:meth:`Program.flat`),
+        rebuilt into parameters and optimiser state only at a checkpoint and at the end."""
+        self.bar, self.log, cfg = bar, log, self.cfg
+        pending = None
+        leaves, treedef = jax.tree.flatten((params, opt_state))
+        update = self.step_fn(graphdef).flat(treedef)
+        for step in bar:
+            parts = [b.at(step) for b in self.batchers]
+            batch = jax.device_put(host_batch(parts if cfg.replicas > 1 else parts[0]), self.sharded)
+            leaves, loss_arr, aux = update(leaves, batch, fold_keys(self.base_key, step))
+            done = step + 1
+            self.record.tokens += sum(int(b.tgt_mask.sum()) + int(b.src_mask.sum()) for b in parts)
+            if pending is not None:
+                self.settle(*pending)
+            pending = (done, loss_arr, aux)
+            if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+                self.settle(*pending)
+                pending = None
+                params, opt_state = jax.tree.unflatten(treedef, leaves)  # the next update donates these arrays
+                self.checkpoint(done, params, opt_state)
+        return jax.tree.unflatten(treedef, leaves)
 
 
 def compile_programs(step_fn: Program, batcher: batching.Batcher, state: tuple, sharding, key,
@@ -731,9 +880,10 @@ def compile_programs(step_fn: Program, batcher: batching.Batcher, state: tuple, 
     calls = []
     leaves, treedef = jax.tree.flatten(tuple(state))
     update = step_fn.flat(treedef)  # as the loop calls it
+    replicas = step_fn.replicas
     for bucket, ix in batcher.groups.items():
         b = batcher.make(bucket, np.resize(ix, batcher.batch_size(bucket)))
-        batch = jax.device_put(dict(src=b.src, src_mask=b.src_mask, tgt=b.tgt, tgt_mask=b.tgt_mask), sharding)
+        batch = jax.device_put(host_batch(b if replicas == 1 else [b] * replicas), sharding)
         # the copy is made in the call's thread, so at most one per running thread is alive
         calls.append(lambda batch=batch: update([jnp.copy(x) for x in leaves], batch, key)[1])
     if validation is not None:
@@ -741,7 +891,7 @@ def compile_programs(step_fn: Program, batcher: batching.Batcher, state: tuple, 
         for b in validation.batches:
             shapes.setdefault((b.src.shape, b.tgt.shape), b)
         for b in shapes.values():
-            arrays = jax.device_put(b.arrays(), sharding)
+            arrays = jax.device_put(b.arrays(), validation.sharding)  # the val batches are shared by the replicas
             calls.append(lambda arrays=arrays: validation.eval_fn(state[0], arrays, key))
     return round(timing.compile_in_parallel(calls), 3)
 
@@ -760,36 +910,46 @@ def _read_config(run_dir: pathlib.Path) -> TrainConfig:
 
 
 def load(run_dir: str | pathlib.Path) -> tuple[TrainConfig, seq2seq.Seq2Seq]:
-    """The config and the model of a run folder: the checkpoint selected on the val split when the
-    run was validated and has finished (``run.json``'s ``validation``; verified, and refused when it
-    is missing or damaged), else the newest checkpoint that verifies (a damaged newer one is reported
-    in a warning and left where it is). A folder that does not exist, is a file, lacks
+    """The config and the model of a run folder (replica 0's of a run of replicas: :func:`load_replicas`)."""
+    cfg, models = load_replicas(run_dir)
+    return cfg, models[0]
+
+
+def load_replicas(run_dir: str | pathlib.Path) -> tuple[TrainConfig, list[seq2seq.Seq2Seq]]:
+    """The config and the models of a run folder, one a replica: each the checkpoint selected on the val
+    split when the run was validated and has finished (``run.json``'s ``validation``; verified, and
+    refused when it is missing or damaged), else the newest checkpoint that verifies (a damaged newer
+    one is reported in a warning and left where it is). A folder that does not exist, is a file, lacks
     ``config.json`` or has no usable checkpoint is refused in one line naming what and the fix."""
     run_dir = runfolder.folder(run_dir)
     cfg = _read_config(run_dir)
-    model = seq2seq.build(cfg.model, cfg.seed)
-    graphdef, params = nnx.split(model)
-    tx = optimizer(cfg)
+    graphdef, params, opt_state = fresh_state(cfg)
     ckpt = run_dir / "checkpoints"
     if not ckpt.is_dir() or not any(p.name.isdigit() for p in ckpt.iterdir()):
         raise RunFolderError(f"{run_dir} has no checkpoint in checkpoints/ (its training never reached its first "
                              "checkpoint, or the folder was copied without it); train the run (train() resumes "
                              "there), or pass the folder that holds it.")
-    target = {"params": params, "opt_state": tx.init(params)}
+    target = {"params": params, "opt_state": opt_state}
     record_path = run_dir / "run.json"
     record = runfolder.read_json(record_path, "the run's provenance record") if record_path.exists() else {}
-    selected = (record.get("validation") or {}).get("selected_step")
-    if selected is not None and record.get("done") == cfg.steps:
+    validation = record.get("validation") or {}
+    selected = validation.get("selected_steps") or [validation.get("selected_step")] * cfg.replicas
+    if None not in selected and record.get("done") == cfg.steps:
         manager = ocp.CheckpointManager(ckpt)
         try:
-            restored = runfolder.restore_step(manager, run_dir, selected, target, "selected on the val split")
+            restored = {step: runfolder.restore_step(manager, run_dir, step, target, "selected on the val split")["params"]
+                        for step in sorted(set(selected))}
         finally:
             manager.close()
-        return cfg, nnx.merge(graphdef, restored["params"])
-    step, restored, manager = runfolder.restore(lambda: ocp.CheckpointManager(ckpt), run_dir, target,
-                                                move_damaged=False)
-    manager.close()
-    if restored is None:
-        raise RunFolderError(f"every checkpoint in {ckpt} is damaged (see the warnings); train the run again in a "
-                             "fresh folder.")
-    return cfg, nnx.merge(graphdef, restored["params"])
+        chosen = [restored[step] for step in selected]
+    else:
+        step, state, manager = runfolder.restore(lambda: ocp.CheckpointManager(ckpt), run_dir, target,
+                                                 move_damaged=False)
+        manager.close()
+        if state is None:
+            raise RunFolderError(f"every checkpoint in {ckpt} is damaged (see the warnings); train the run again in a "
+                                 "fresh folder.")
+        chosen = [state["params"]] * cfg.replicas
+    if cfg.replicas == 1:
+        return cfg, [nnx.merge(graphdef, chosen[0])]
+    return cfg, [nnx.merge(graphdef, _unstack(p, r)) for r, p in enumerate(chosen)]
