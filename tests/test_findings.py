@@ -7,6 +7,7 @@ import dataclasses
 import math
 import re
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -371,3 +372,74 @@ def test_selection_needs_a_validated_model():
     with pytest.raises(ValueError, match="selection: no validated model"):
         padir.selection({})
 
+
+
+# --- the PaDIR box's verdicts from every replica (issue 125, item 2) ---------------------------------------
+
+def _samples(greedy, dist, beam_lc=40.0, shallow=None, seeds=4, spread=0.3, resamples=200, seed=0):
+    """Constructed (seeds, resamples) BLEU arrays around the given means: replica offsets of ``spread`` and
+    sentence noise of 0.2 BLEU."""
+    rng = np.random.default_rng(seed)
+
+    def around(mean):
+        return mean + spread * rng.standard_normal((seeds, 1)) + 0.2 * rng.standard_normal((seeds, resamples))
+
+    out = {("AR", "greedy"): dict(BLEU=around(greedy), BLEU_lc=around(greedy + 3)),
+           ("AR", "beam 4"): dict(BLEU=around(beam_lc - 3), BLEU_lc=around(beam_lc)),
+           ("PaDIR distilled", "T=4, #hyp=3"): dict(BLEU=around(dist), BLEU_lc=around(dist + 3))}
+    if shallow is not None:
+        out[("AR deep-shallow", "greedy")] = dict(BLEU=around(shallow), BLEU_lc=around(shallow + 3))
+    return out
+
+
+def _graded(samples, **kw):
+    import jax
+
+    return padir.graded(samples, eval_steps=(4, 10), eval_hyps=3, beam=4, key=jax.random.key(0), **kw)
+
+
+@pytest.mark.parametrize("dist, verdict", [(35.6, "met"), (33.0, "missed"), (35.0, "within noise")])
+def test_graded_reads_the_gap_interval_against_the_bar(dist, verdict):
+    got = _graded(_samples(36.0, dist))
+    assert got["seeds"] == 4 and got["gap_greedy_met"] == verdict
+    low, high = (float(x) for x in got["gap_greedy_interval"].split(" to "))
+    assert low < 36.0 - dist < high  # the interval holds the constructed gap
+    assert (high <= 1.0) == (verdict == "met") and (low > 1.0) == (verdict == "missed")
+
+
+def test_graded_widens_with_the_spread_between_seeds():
+    narrow = _graded(_samples(36.0, 35.4, spread=0.0))["gap_greedy_interval"]
+    wide = _graded(_samples(36.0, 35.4, spread=5.0))["gap_greedy_interval"]
+    width = [float(b) - float(a) for a, b in (t.split(" to ") for t in (narrow, wide))]
+    assert width[1] > 2 * width[0]
+
+
+def test_graded_with_one_replica_or_an_improving_model():
+    one = _graded(_samples(36.0, 35.6, seeds=1))
+    assert one["seeds"] == 1 and one["gap_greedy_interval"] == "one run" and one["gap_greedy_met"] == findings.rules.ONE_RUN
+    improving = _graded(_samples(36.0, 35.6), improving=["PaDIR distilled"])
+    assert improving["gap_greedy_met"] == "not comparable" and improving["beam_lc_met"] != "not comparable"
+    assert _graded(_samples(36.0, 35.6), improving=["AR"])["beam_lc_met"] == "not comparable"
+
+
+def test_graded_deep_shallow_needs_speed_and_quality():
+    fast_close = _graded(_samples(36.0, 35.6, shallow=35.8), deep_shallow_speedup=1.4)
+    assert fast_close["deep_shallow_met"] == "met" and "deep_shallow_gap_interval" in fast_close
+    assert _graded(_samples(36.0, 35.6, shallow=35.8), deep_shallow_speedup=0.9)["deep_shallow_met"] == "missed"
+    assert _graded(_samples(36.0, 33.0, shallow=36.5), deep_shallow_speedup=1.4)["deep_shallow_met"] == "missed"
+    assert "deep_shallow_met" not in _graded(_samples(36.0, 35.6))
+    with pytest.raises(ValueError, match="no resampled BLEU"):
+        _graded({k: v for k, v in _samples(36.0, 35.6).items() if k[0] != "AR" or k[1] != "greedy"})
+
+
+def test_replica_mean_averages_each_system_over_its_replicas():
+    rows = [dict(model=m, decoding=d, replica=r, BLEU=b + r, BLEU_lc=b + 3, chrF=50.0, stutter=0.1 * r)
+            for m, d, b in (("AR", "greedy", 36.0), ("PaDIR distilled", "T=4, #hyp=3", 35.0)) for r in range(3)]
+    table = padir.replica_mean(pd.DataFrame(rows))
+    assert list(table["model"]) == ["AR", "PaDIR distilled"]
+    assert table["BLEU"].tolist() == [37.0, 36.0] and table["BLEU_sd"].tolist() == [1.0, 1.0]
+    assert table["stutter"].tolist() == pytest.approx([0.1, 0.1])
+    one = padir.replica_mean(pd.DataFrame([r for r in rows if r["replica"] == 0]))
+    assert "BLEU_sd" not in one and one["BLEU"].tolist() == [36.0, 35.0]
+    with pytest.raises(ValueError, match="missing"):
+        padir.replica_mean(pd.DataFrame(rows).drop(columns="replica"))

@@ -23,6 +23,7 @@ import pytest
 from conftest import checkout_ignore
 from gmlm_lib.book import batch, checks, runner, sources
 from gmlm_lib.core import records, timing
+from gmlm_lib.mt import pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -30,10 +31,11 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 # measured on 2026-12-06 (commit 517fe48) and about 15% more, as for the other chapters
 # (tests/test_notebooks.py, SMOKE_PROGRAMS). Lower a budget when a chapter compiles less.
 REHEARSAL_PROGRAMS = {
-    "padir": (182, "158 measured: three models trained, every decoder of the quality and latency tables"),
+    "padir": (192, "167 measured: four models of two replicas each trained, every decoder of the quality and "
+                   "latency tables, the replicas' test-set resamples"),
     "stutter": (45, "39 measured"),
     "dependency_decoding": (120, "104 measured: the decoders of the strategies, the Ising half's exact kernels"),
-    "ablations": (76, "66 measured"),
+    "ablations": (80, "70 measured: variants of two replicas each"),
 }
 TRACKED = ("Makefile", "_toc.yml", "_config.yml", "pyproject.toml", "gmlm_lib", "notebooks", "params", "book")
 
@@ -512,10 +514,11 @@ def test_a_smoke_batch_shares_padirs_run_folder_with_the_chapters_after_it(tmp_p
     run_root in the smoke profile), not a stand-in each; where padir left none finished they train their
     stand-ins, said in the log; an explicit padir_run keeps its value; the folder goes with the batch."""
     root = _book_copy(tmp_path / "root")
-    got = {}
+    got, reuse_only = {}, {}
 
     def fake_run(name, profile, params, *, root, dest=None):
         got[name] = dict(params)
+        reuse_only[name] = os.environ.get(pipeline.REUSE_ONLY)
         if "run_root" in params:  # padir: what pipeline.complete looks for, in <run_root>/<src>-<tgt>
             (Path(params["run_root"]) / "jax-cache").mkdir(parents=True)  # the chapter's, with no cache dir set
             folder = Path(params["run_root"]) / "en-de"
@@ -534,6 +537,9 @@ def test_a_smoke_batch_shares_padirs_run_folder_with_the_chapters_after_it(tmp_p
     shared = Path(got["padir"]["run_root"])
     assert shared.parent == tmp_path and not shared.exists()  # removed at the end of the batch
     assert got["stutter"] == {}  # before padir: its own stand-in (the smoke profile's padir_run)
+    # the chapters after padir run with GMLM_REUSE_ONLY: they read padir's models, never train a second copy
+    assert reuse_only == {"stutter": None, "padir": None, "dependency_decoding": "1", "ablations": "1"}
+    assert pipeline.REUSE_ONLY not in os.environ
     log = (tmp_path / "out" / "log.txt").read_text()
     for name in ("dependency_decoding", "ablations"):
         if padir_finishes:
@@ -1047,3 +1053,20 @@ def test_a_deadline_that_falls_after_the_chapters_still_ends_the_run_with_a_stat
             "--status", str(tmp_path / "status")]
     assert cli.main(args) == 1 and (tmp_path / "status").read_text() == "1\n"
     assert "interrupted by its deadline after the chapters" in capsys.readouterr().err
+
+
+def test_a_chapter_after_padir_in_a_batch_refuses_to_train_a_second_copy(tmp_path, monkeypatch):
+    """Under GMLM_REUSE_ONLY (a batch's chapters after padir) an unfinished PaDIR run folder is an error
+    naming it, not a run to train again; a finished one would be opened."""
+    from gmlm_lib.mt import config as mt_config
+
+    folder = tmp_path / "padir" / "en-de"
+    folder.mkdir(parents=True)
+    monkeypatch.setattr(pipeline, "ensure", lambda *a, **k: pytest.fail("a second copy was trained"))
+    monkeypatch.setattr(pipeline.timing, "persistent_cache", lambda *a, **k: None)  # no cache turned on in the tests
+    monkeypatch.setenv(pipeline.REUSE_ONLY, "1")
+    with pytest.raises(RuntimeError, match=r"holds no finished run of the PaDIR chapter.*never trains a second copy"):
+        pipeline.reuse(str(folder), mt_config.get("multi30k_tiny"))
+    monkeypatch.delenv(pipeline.REUSE_ONLY)
+    monkeypatch.setattr(pipeline, "ensure", lambda *a, **k: "trained")  # without the variable: trained there
+    assert pipeline.reuse(str(folder), mt_config.get("multi30k_tiny")) == "trained"

@@ -421,3 +421,26 @@ def test_a_vocabulary_too_small_for_the_characters_is_refused_in_the_librarys_wo
                                          r"\(at least 14\)") as info:
         vocab.train(["a b c d e f g"] * 50, 8)
     assert isinstance(info.value.__cause__, RuntimeError)
+
+
+# --- BLEU on test-set resamples (issue 125, item 2) ------------------------------------------------------
+
+def test_bleu_resamples_equal_sacrebleu_on_each_resample():
+    import jax
+
+    refs = ["a dog runs in the park", "two cats sit on a mat", "the man rides a red bike", "kids play ball",
+            "a woman sings a song", "the sun is out today"]
+    hyps = ["a dog runs in a park", "two cats sit on the mat", "a man rides a bike", "kids play the ball",
+            "a woman sings", "the sun is out"]
+    index = mt_metrics.resample_index(len(refs), 5, jax.random.key(0))
+    assert index.shape == (5, 6) and len({tuple(r) for r in index}) > 1
+    for lowercase in (False, True):
+        got = mt_metrics.bleu_resamples(hyps, refs, index, lowercase=lowercase)
+        want = [mt_metrics.bleu([hyps[i] for i in row], [refs[i] for i in row], lowercase=lowercase).score for row in index]
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    identity = mt_metrics.bleu_resamples(hyps, refs, np.arange(6)[None])
+    assert identity[0] == pytest.approx(mt_metrics.bleu(hyps, refs).score, rel=1e-12)
+    with pytest.raises(ValueError, match=r"outside \[0, 6\)"):
+        mt_metrics.bleu_resamples(hyps, refs, np.full((2, 6), 6))
+    with pytest.raises(ValueError, match="integer array"):
+        mt_metrics.bleu_resamples(hyps, refs, np.zeros((2, 6)))

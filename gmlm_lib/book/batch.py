@@ -65,6 +65,11 @@ def _records_archive(root: Path, out: Path, compiles: Path | None = None) -> Pat
     return path
 
 
+REUSE_ONLY = {"GMLM_REUSE_ONLY": "1"}
+"""The environment of a chapter after the PaDIR chapter in a batch (:data:`gmlm_lib.mt.pipeline.REUSE_ONLY`,
+named here without importing JAX): it opens the run folder the PaDIR chapter finished and fails rather than
+train a second copy of its models."""
+
 CACHE_ARCHIVE = "jax-cache.tar.gz"
 """The batch's compiled programs, packed for a later batch on a machine of the same kind
 (:func:`pack_compile_cache`)."""
@@ -196,9 +201,9 @@ class _Batch:
                 self.log(f"provenance.md: not written ({type(err).__name__}: {err}); make gpu-promote regenerates it")
         return _records_archive(self.root, self.out, self.compile_log)
 
-    def chapter(self, name: str, params: dict) -> bool:
-        """Run one chapter, log how it went and what it compiled; False when it failed (an interrupt is
-        logged and raised again: it stops the batch)."""
+    def chapter(self, name: str, params: dict, env: dict | None = None) -> bool:
+        """Run one chapter (``env``: environment variables its kernel gets besides), log how it went and what
+        it compiled; False when it failed (an interrupt is logged and raised again: it stops the batch)."""
         from gmlm_lib.book import runner
         from gmlm_lib.core import timing
 
@@ -206,7 +211,7 @@ class _Batch:
         t0, began = time.perf_counter(), time.time()
         dest = self.out / f"{name}.ipynb"
         try:
-            with runner.environ(**{timing.COMPILE_LOG: str(self.compile_log)}):
+            with runner.environ(**{timing.COMPILE_LOG: str(self.compile_log), **(env or {})}):
                 meta = runner.run_notebook(name, self.profile, params, root=self.root,
                                            **({"dest": dest} if self.profile == "full" else {}))
         except (Exception, KeyboardInterrupt) as err:
@@ -339,7 +344,9 @@ def run_batch(names: list[str], profile: str, out: Path, overrides: dict | None 
                 else:
                     batch.log(f"{name}: the padir chapter left no finished run folder in {shared}; this chapter "
                               "trains its own stand-in")
-            status |= 0 if batch.chapter(name, mine) else 1
+            # after the PaDIR chapter, a chapter reads its run folder and never trains a second copy of its models
+            later = "padir" in names and names.index(name) > names.index("padir")
+            status |= 0 if batch.chapter(name, mine, REUSE_ONLY if later else {}) else 1
             batch.gather()
     except KeyboardInterrupt:
         status = 1

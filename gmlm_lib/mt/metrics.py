@@ -53,6 +53,36 @@ def bleu(hyps: list[str], refs: list[str], *, tokenize: str = "13a", lowercase: 
     return Score(metric.corpus_score(hyps, [refs]).score, str(metric.get_signature()))
 
 
+def resample_index(n: int, resamples: int, key) -> np.ndarray:
+    """(resamples, n) sentence indices drawn with replacement from ``jax.random`` ``key``: the test-set
+    resamples of a paired bootstrap (Koehn, 2004), the same rows for every system and replica scored
+    on them (:func:`bleu_resamples`), so that their differences are paired."""
+    import jax  # noqa: PLC0415
+
+    n = checks.integer(n, "n", low=1, fix="A bootstrap resamples at least one sentence.")
+    resamples = checks.integer(resamples, "resamples", low=1)
+    return np.asarray(jax.random.randint(key, (resamples, n), 0, n))
+
+
+def bleu_resamples(hyps: list[str], refs: list[str], index, *, lowercase: bool = False) -> np.ndarray:
+    """Corpus BLEU (as :func:`bleu`, tokenizer 13a) of ``hyps`` on each resample of the test set, one a row
+    of ``index`` ((B, N) sentence indices, :func:`resample_index`): (B,). Computed as SacreBLEU's paired
+    bootstrap computes it (its significance module), from each sentence's n-gram statistics summed over a
+    resample; the identity resample gives :func:`bleu` exactly (tested)."""
+    _check(hyps, refs)
+    index = np.asarray(index)
+    if index.ndim != 2 or not np.issubdtype(index.dtype, np.integer) or index.size == 0:
+        raise ValueError(f"index must be a non-empty (resamples, sentences) integer array; got shape {index.shape} "
+                         f"of {index.dtype}.")
+    if index.min() < 0 or index.max() >= len(hyps):
+        raise ValueError(f"index holds sentence numbers outside [0, {len(hyps)}): draw it for these {len(hyps)} "
+                         "sentences (resample_index).")
+    metric = sacrebleu.metrics.BLEU(lowercase=lowercase)
+    stats = np.asarray(metric._extract_corpus_statistics(hyps, [refs]), dtype=np.int64)  # (N, 2 + 2 * max order)
+    sums = stats[index].sum(axis=1)  # (B, statistics)
+    return np.array([metric._compute_score_from_stats(list(row)).score for row in sums])
+
+
 def chrf(hyps: list[str], refs: list[str]) -> Score:
     """Corpus chrF (SacreBLEU defaults) and its signature."""
     _check(hyps, refs)

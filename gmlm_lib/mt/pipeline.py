@@ -25,6 +25,7 @@ the same pipeline with the ``"multi30k_tiny"`` preset (:func:`tiny_run`).
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import tempfile
 
@@ -36,7 +37,12 @@ from gmlm_lib.mt import vocab as V
 
 __all__ = ["Data", "run_folder", "load_data", "vocabulary", "batcher", "size", "train_teacher", "train_shallow",
            "distil_training_set", "distil_val", "train_padir", "build", "complete", "ensure", "padir_config", "reuse",
-           "tiny_run"]
+           "REUSE_ONLY", "tiny_run"]
+
+REUSE_ONLY = "GMLM_REUSE_ONLY"
+"""An environment variable: when set (non-empty), :func:`reuse` opens a finished run folder and refuses to
+train one. A batch sets it for the chapters after the PaDIR chapter, so that they read the models it
+trained and never train a second copy (:func:`gmlm_lib.book.batch.run_batch`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,9 +189,9 @@ def train_padir(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel, 
                 progress: bool = True) -> training.Result:
     """A PaDIR model, ``padir_steps`` updates on ``train.src`` -> ``targets`` (the human targets for
     ``name = "raw"``, the teacher's for ``"distilled"``), in ``root/padir_<name>``; started from the
-    AR ``teacher`` when ``padir_init = "teacher"`` (then required), from random weights otherwise. With
-    ``seeds`` > 1, ``teacher`` may hold one model a replica (the teacher's replicas,
-    :attr:`gmlm_lib.mt.training.Result.models`): PaDIR replica ``r`` starts from teacher replica ``r``.
+    AR ``teacher`` when ``padir_init = "teacher"`` (then required), from random weights otherwise.
+    ``teacher``: the teacher's :class:`~gmlm_lib.mt.training.Result` (with ``seeds`` > 1, PaDIR replica
+    ``r`` then starts from teacher replica ``r``), or a model (every replica starts from it).
     ``val``: as for :func:`train_teacher` (PaDIR's val loss is its denoising loss on the val pairs; the
     distilled model's are :func:`distil_val`'s, the teacher's translations of the val sources)."""
     if name not in ("raw", "distilled"):
@@ -194,6 +200,8 @@ def train_padir(exp: config.Experiment, vocab: V.Vocab, train: corpus.Parallel, 
         raise ValueError("train_padir: padir_init = 'teacher' starts PaDIR from the AR teacher; pass teacher=<the "
                          "AR model> (train_teacher(...).model), or set padir_init = 'random'.")
     data = batcher(exp, vocab, train.src, targets)
+    if isinstance(teacher, training.Result):
+        teacher = teacher.models if exp.seeds > 1 else teacher.model
     start = teacher if exp.padir_init == "teacher" else None
     return training.train(exp.train_config("padir", vocab.size), data, pathlib.Path(root) / f"padir_{name}",
                           teacher=start, progress=progress, val=_val(exp, vocab, val))
@@ -220,9 +228,8 @@ def build(exp: config.Experiment, root: str | pathlib.Path | None = None, *, dat
     distilled = distil_training_set(exp, vocab, teacher.model, data.train, root, progress=progress)
     if padir:
         val_distilled = distil_val(exp, vocab, teacher.model, data.val, root, progress=progress)
-        starts = teacher.models if exp.seeds > 1 else teacher.model  # PaDIR replica r starts from teacher replica r
         for name, targets, val in (("raw", data.train.tgt, data.val), ("distilled", distilled.lines, val_distilled)):
-            train_padir(exp, vocab, data.train, targets, root, name, teacher=starts, val=val, progress=progress)
+            train_padir(exp, vocab, data.train, targets, root, name, teacher=teacher, val=val, progress=progress)
     if shallow:
         train_shallow(exp, vocab, data.train, root, val=data.val, progress=progress)
     return experiment.open_run(root, need=_needed(padir))
@@ -291,8 +298,13 @@ def reuse(padir_run: str, exp: config.Experiment, *, stand_in_sentences: int = 1
     first). An empty ``padir_run`` (the smoke profile) is a few-step stand-in trained on the first
     ``stand_in_sentences`` training pairs of ``exp``'s language pair, in a fresh temporary folder
     (:func:`tiny_run`, started as ``padir_init`` says, with ``seed``; it holds
-    every model). ``padir``: as for :func:`ensure`."""
+    every model). ``padir``: as for :func:`ensure`. With :data:`REUSE_ONLY` set, an unfinished
+    ``padir_run`` is an error instead of a run to train (a batch's later chapters)."""
     if padir_run:
+        if os.environ.get(REUSE_ONLY) and not complete(padir_run, padir=padir):
+            raise RuntimeError(f"{REUSE_ONLY} is set (a batch's chapter after the PaDIR chapter), but {padir_run} holds no "
+                               "finished run of the PaDIR chapter: the batch reads its models and never trains a second "
+                               "copy. Rerun the batch from the PaDIR chapter, or unset the variable to train them here.")
         timing.persistent_cache(pathlib.Path(padir_run).parent / "jax-cache")
         return ensure(padir_run, exp, padir=padir)
     timing.persistent_cache()  # a temporary folder, unless one is set

@@ -538,13 +538,15 @@ def _teacher_fingerprint(teacher) -> str:
 
 
 def _stack(trees: list):
-    """Pytrees of one structure stacked leaf by leaf on a new leading axis (one tree: itself)."""
-    return trees[0] if len(trees) == 1 else jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+    """Pytrees of one structure stacked leaf by leaf on a new leading axis, on the host (one tree: itself).
+    On the host, not with ``jnp.stack``: that would compile one program per leaf shape."""
+    return trees[0] if len(trees) == 1 else jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *trees)
 
 
 def _unstack(tree, r: int):
-    """Replica ``r``'s slice of a stacked pytree."""
-    return jax.tree.map(lambda x: x[r], tree)
+    """Replica ``r``'s slice of a stacked pytree, as host arrays (one copy of the whole tree to the host, then
+    NumPy views: no program per leaf)."""
+    return jax.tree.map(lambda x: x[r], jax.device_get(tree))
 
 
 def fresh_state(cfg: TrainConfig, teacher=None) -> tuple:
@@ -952,4 +954,4 @@ def load_replicas(run_dir: str | pathlib.Path) -> tuple[TrainConfig, list[seq2se
         chosen = [state["params"]] * cfg.replicas
     if cfg.replicas == 1:
         return cfg, [nnx.merge(graphdef, chosen[0])]
-    return cfg, [nnx.merge(graphdef, _unstack(p, r)) for r, p in enumerate(chosen)]
+    return cfg, [nnx.merge(graphdef, jax.device_put(_unstack(p, r))) for r, p in enumerate(chosen)]

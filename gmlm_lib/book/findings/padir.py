@@ -1,7 +1,9 @@
 """The PaDIR chapter's verdicts (``notebooks/padir.md``) [Sections 3.2-3.3, Appendix L].
 
 :func:`findings` turns the chapter's quality, speed and cost tables into every number and word its
-box glues, graded against :data:`TARGETS` by :func:`gmlm_lib.book.findings.rules.grade`.
+box glues, graded against :data:`TARGETS` by :func:`gmlm_lib.book.findings.rules.grade`; :func:`graded`
+grades the quality targets again from every replica of the models and the test sentences together
+(:func:`gmlm_lib.book.findings.rules.grade_interval`), the verdicts the box shows.
 """
 
 from __future__ import annotations
@@ -10,12 +12,13 @@ import dataclasses
 import math
 from typing import Any
 
+import jax
 import numpy as np
 import pandas as pd
 from scipy import stats
 
 from gmlm_lib.book.findings.reuse import preset_names
-from gmlm_lib.book.findings.rules import grade, listed, significant
+from gmlm_lib.book.findings.rules import grade, grade_interval, listed, seed_sentence_interval, significant
 from gmlm_lib.book.validate import ChapterParams, finite, require
 from gmlm_lib.mt import config
 
@@ -350,6 +353,85 @@ def findings(quality: pd.DataFrame, speed: pd.DataFrame, cost: pd.DataFrame, *, 
         budget_met="within" if grade(total_min, TARGETS["budget_min"], at_least=False) == "met" else "over",
     )
     out.update({f"target_{k}": v for k, v in TARGETS.items()})
+    return out
+
+
+RESAMPLES = 1000
+"""Test-set resamples of the paired bootstrap behind :func:`graded` (as SacreBLEU's default)."""
+
+QUALITY_COLUMNS = ("BLEU", "BLEU_lc", "chrF", "stutter")
+"""The quality table's scores, each averaged over replicas by :func:`replica_mean`."""
+
+
+def replica_mean(by_replica: pd.DataFrame) -> pd.DataFrame:
+    """The quality table: one row a (``model``, ``decoding``), in first-seen order, each score of
+    :data:`QUALITY_COLUMNS` averaged over the rows of every ``replica``; with two or more replicas,
+    ``BLEU_sd``, the standard deviation of BLEU between them (ddof 1): the spread between seeds."""
+    missing = sorted({"model", "decoding", "replica", *QUALITY_COLUMNS} - set(by_replica.columns))
+    if missing or by_replica.empty:
+        raise ValueError(f"replica_mean: the table needs one row a (model, decoding, replica) with {list(QUALITY_COLUMNS)}; "
+                         f"{'it is empty' if by_replica.empty else f'missing {missing}'}.")
+    grouped = by_replica.groupby(["model", "decoding"], sort=False)
+    out = grouped[list(QUALITY_COLUMNS)].mean()
+    if by_replica["replica"].nunique() > 1:
+        out.insert(1, "BLEU_sd", grouped["BLEU"].std(ddof=1))
+    return out.reset_index()
+
+
+def interval_text(interval: tuple[float, float] | None, digits: int = 1) -> str:
+    """A 95% interval as the box reads it, ``"lo to hi"``; ``"one run"`` without one (a single replica)."""
+    return "one run" if interval is None else f"{interval[0]:.{digits}f} to {interval[1]:.{digits}f}"
+
+
+def graded(samples: dict, *, eval_steps, eval_hyps: int, beam: int, deep_shallow_speedup: float = float("nan"),
+           improving=(), key) -> dict:
+    """The box's verdicts on quality, from every replica and the test sentences together (issue 125, item 2).
+
+    ``samples[(model, decoding)]``: ``dict(BLEU=..., BLEU_lc=...)``, each an (S, B) array, replica ``s``'s
+    BLEU on B test-set resamples (:func:`gmlm_lib.mt.metrics.bleu_resamples`, the same resamples for every
+    system and replica), with the chapter's (model, decoding) names (:func:`findings`). A difference between
+    two systems pairs replica ``s`` of one with replica ``s`` of the other (PaDIR replica ``s`` started from
+    teacher replica ``s``). Each number's 95% interval is :func:`~gmlm_lib.book.findings.rules.seed_sentence_interval`'s
+    (a bootstrap over seeds and sentences), and its verdict :func:`~gmlm_lib.book.findings.rules.grade_interval`'s:
+    **not comparable** when a model it reads is in ``improving`` (still improving at the end of its budget:
+    :func:`selection`'s verdict), :data:`~gmlm_lib.book.findings.rules.ONE_RUN` with one replica.
+
+    Returns ``seeds``; ``gap_greedy_interval`` (text) and ``gap_greedy_met`` (AR greedy less distilled PaDIR
+    at T = 4, against :data:`TARGETS` ``gap_greedy``); ``beam_lc_interval`` and ``beam_lc_met`` (AR beam,
+    lowercased, against ``beam_bleu_lc``); ``deep_shallow_gap_interval`` ("not measured" without a
+    deep-shallow model) and, with one, ``deep_shallow_met``: missed when PaDIR is not faster (``deep_shallow_speedup`` below 1, one latency
+    measurement), else the verdict of deep-shallow greedy less distilled PaDIR against ``gap_greedy``."""
+    t = 4 if 4 in eval_steps else eval_steps[0]
+    names = dict(dist=("PaDIR distilled", f"T={t}, #hyp={eval_hyps}"), greedy=("AR", "greedy"),
+                 beam=("AR", f"beam {beam}"), shallow=("AR deep-shallow", "greedy"))
+    for what in ("dist", "greedy", "beam"):
+        if names[what] not in samples:
+            raise ValueError(f"graded: no resampled BLEU for {names[what]}; score every replica of it on the resamples.")
+    arrays = {k: {m: np.asarray(v[m], np.float64) for m in ("BLEU", "BLEU_lc")} for k, v in samples.items()}
+    shapes = {a.shape for v in arrays.values() for a in v.values()}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 2:
+        raise ValueError(f"graded: every sample must be one (replicas, resamples) array of one shape; got {sorted(shapes)}.")
+    seeds = next(iter(shapes))[0]
+    keys = iter(jax.random.split(key, 3))
+
+    def verdict(x, bar, at_least, models):
+        interval = seed_sentence_interval(x, next(keys)) if seeds >= 2 else None
+        return interval_text(interval), grade_interval(interval, bar, at_least=at_least,
+                                                      improving=any(m in improving for m in models))
+
+    dist = arrays[names["dist"]]["BLEU"]
+    out = dict(seeds=int(seeds))
+    out["gap_greedy_interval"], out["gap_greedy_met"] = verdict(
+        arrays[names["greedy"]]["BLEU"] - dist, TARGETS["gap_greedy"], False, ("AR", "PaDIR distilled"))
+    out["beam_lc_interval"], out["beam_lc_met"] = verdict(
+        arrays[names["beam"]]["BLEU_lc"], TARGETS["beam_bleu_lc"], True, ("AR",))
+    if names["shallow"] in arrays:
+        text, quality = verdict(arrays[names["shallow"]]["BLEU"] - dist, TARGETS["gap_greedy"], False,
+                                ("AR deep-shallow", "PaDIR distilled"))
+        faster = math.isfinite(deep_shallow_speedup) and deep_shallow_speedup >= 1.0
+        out.update(deep_shallow_gap_interval=text, deep_shallow_met=quality if faster else "missed")
+    else:
+        out["deep_shallow_gap_interval"] = "not measured"
     return out
 
 
