@@ -3,8 +3,8 @@
 Pairs are bucketed by length so that a run compiles one training step per bucket. The batches of
 epoch ``e`` are a pure function of ``(seed, e, replica)``, so training step ``t`` always sees the same
 batch: a resumed run needs nothing but its step counter. Replicas of one run (models trained at once,
-:attr:`gmlm_lib.mt.training.TrainConfig.replicas`) see the same bucket at every step, so their
-batches stack into one array, each with its own pairs in it (:attr:`Batcher.replica`).
+``replicas`` of :class:`gmlm_lib.mt.training.TrainConfig`) see the same bucket at every step, so their
+batches stack into one array, each with its own pairs in it (``replica`` of :class:`Batcher`).
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ class Experiment:
     padding); ``ar_steps`` and ``padir_steps`` updates; PaDIR starts from the AR teacher
     (``padir_init = "teacher"``) or from scratch (``"random"``, the paper's start); ``seeds`` replicas of
     each model are trained at once, differing only in their seed (``seed``, ``seed + 1``, ...; initial
-    weights, dropout, batch order: :attr:`gmlm_lib.mt.training.TrainConfig.replicas`), so that every
+    weights, dropout, batch order: ``replicas`` of :class:`gmlm_lib.mt.training.TrainConfig`), so that every
     number of the chapter comes with its spread between seeds; ``train_seconds``
     (0: none) is a wall-time budget for the updates of the models the pipeline trains: on a device too
     slow for ``ar_steps``/``padir_steps`` in that time they shrink by one factor, measured before

@@ -9,7 +9,7 @@ and ends exactly where an uninterrupted run ends (the batch and the random key o
 only on ``t``). ``run.json`` is rewritten at every checkpoint, so a kill loses from the record only
 the time since the last checkpoint, as it loses the steps.
 
-A run may train several **replicas** of its model at once (:attr:`TrainConfig.replicas`): models that
+A run may train several **replicas** of its model at once (``replicas`` of :class:`TrainConfig`): models that
 differ only in their seed (initial weights, dropout and corruption draws, the pairs in each batch),
 their parameters and optimiser states stacked on a leading axis and updated by one ``jax.vmap``-ed
 program, as PureJaxRL trains a population of agents in one program (Lu et al., 2022). Replica ``r``
