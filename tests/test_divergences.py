@@ -4,6 +4,8 @@ masses, and the tolerance of the law check in each precision."""
 import jax
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gmlm_lib.core import divergences
 
@@ -46,3 +48,34 @@ def test_every_row_of_a_batch_is_checked_and_each_precision_has_its_tolerance():
     assert float(divergences.tv(np.array([0.5, 0.50001], np.float32), np.array([0.5, 0.5], np.float32))) < 1e-4
     with pytest.raises(ValueError, match="tolerance 0.0001"):
         divergences.tv(np.array([0.5, 0.5002], np.float32), np.array([0.5, 0.5], np.float32))
+
+
+# --- hostile inputs, generated (issue 127, item 6) ---------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape_q=st.lists(st.integers(0, 3), min_size=0, max_size=2), shape_p=st.lists(st.integers(0, 3), max_size=2),
+       values=st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=9, max_size=9), normalise=st.booleans())
+def test_property_divergences_of_any_arrays_are_finite_or_refused_by_name(shape_q, shape_p, values, normalise):
+    """KL and TV of any pair of arrays (any shapes, NaN, infinities, negative numbers, rows that do not sum
+    to 1): a finite divergence in range (KL may be +inf only where p misses q's support), or a ValueError
+    naming q or p."""
+    def law(shape):
+        a = np.resize(np.abs(np.nan_to_num(np.asarray(values, np.float64), nan=1.0, posinf=2.0)) + 0.1, int(np.prod(shape)))
+        a = a.reshape(shape)
+        if normalise and a.ndim and a.shape[-1]:
+            a = a / a.sum(-1, keepdims=True)
+        elif not normalise:
+            a = np.resize(np.asarray(values, np.float64), a.shape)
+        return a
+
+    q, p = law(shape_q), law(shape_p)
+    for f in (divergences.kl, divergences.tv):
+        try:
+            got = np.asarray(f(q, p))
+        except (ValueError, TypeError) as err:
+            assert "q" in str(err) or "p" in str(err), str(err)
+            continue
+        assert not np.isnan(got).any() and (got >= -1e-12).all()
+        if f is divergences.tv:
+            assert (got <= 1 + 1e-12).all()

@@ -370,3 +370,60 @@ def test_the_mask_law_constructor_refuses_what_is_not_a_law(subsets, weights, wo
         masks.MaskDistribution(subsets, weights)
     ok = masks.MaskDistribution(np.ones((2, 3), bool), np.array([0.25, 0.75]))
     assert ok.n == 3 and not ok.is_adaptive
+
+
+# --- hostile inputs, generated (issue 127, item 6): a finite answer or an error naming the argument ---------
+
+_EXTREME = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64),
+                     st.sampled_from([0.0, 1e-300, 1e300, -1e300, 709.0, 1e4]))
+
+
+def _named(err: Exception, *names: str) -> bool:
+    text = str(err)
+    return any(name in text for name in names)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 5), m=st.integers(0, 5), values=st.lists(_EXTREME, min_size=30, max_size=30),
+       symmetric=st.booleans())
+def test_property_a_model_from_any_fields_is_finite_or_refused_by_name(n, m, values, symmetric):
+    """Every (J, h) of any shape and value, NaN, infinities and overflowing couplings included: either a
+    model whose exact numerics are finite (log Z, probabilities summing to 1, moments), or a ValueError or
+    TypeError that names the field (J, h) or says the numbers are out of the exact numerics' range."""
+    vals = np.resize(np.asarray(values, np.float64), n * n + m)
+    J = vals[: n * n].reshape(n, n)
+    if symmetric:
+        J = np.triu(J, 1) + np.triu(J, 1).T
+    h = vals[n * n:]
+    try:
+        model = ising.ising_model(J, h)
+    except (ValueError, TypeError) as err:
+        assert _named(err, "J", "h"), str(err)
+        return
+    try:
+        log_z = float(ising.log_partition(model))
+        p = np.asarray(ising.probabilities(model))
+        mom = np.asarray(ising.moments(model))
+    except (ValueError, FloatingPointError) as err:
+        assert _named(err, "range", "overflow", "finite", "large"), str(err)
+        return
+    assert math.isfinite(log_z) and np.isfinite(p).all() and np.isfinite(mom).all()
+    assert abs(p.sum() - 1.0) < 1e-9 and (p >= 0).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(0, 4), cols=st.integers(0, 5),
+       values=st.lists(st.one_of(st.integers(-3, 3), st.floats(allow_nan=True, allow_infinity=True)),
+                       min_size=20, max_size=20))
+def test_property_states_of_any_shape_and_value_are_read_or_refused_by_name(rows, cols, values):
+    """log_prob and energy of a 3-site model on any array: (N, 3) arrays of +-1 are scored finitely;
+    anything else (another width, 0/2/NaN entries, floats that are not spins) is refused naming x."""
+    model = ising.ising_model(np.array([[0.0, 0.4, 0.0], [0.4, 0.0, -0.3], [0.0, -0.3, 0.0]]), np.array([0.1, 0.0, -0.2]))
+    x = np.resize(np.asarray(values, dtype=np.float64), rows * cols).reshape(rows, cols)
+    for f in (ising.log_prob, ising.energy):
+        try:
+            got = np.asarray(f(model, x))
+        except (ValueError, TypeError) as err:
+            assert _named(err, "x"), str(err)
+            continue
+        assert x.shape[-1] == 3 and np.isin(x, (-1, 1)).all() and got.shape == (rows,) and np.isfinite(got).all()

@@ -4,6 +4,7 @@ import functools
 import gzip
 import http.server
 import itertools
+import math
 import os
 import pathlib
 import threading
@@ -444,3 +445,62 @@ def test_bleu_resamples_equal_sacrebleu_on_each_resample():
         mt_metrics.bleu_resamples(hyps, refs, np.full((2, 6), 6))
     with pytest.raises(ValueError, match="integer array"):
         mt_metrics.bleu_resamples(hyps, refs, np.zeros((2, 6)))
+
+
+# --- hostile inputs, generated (issue 127, item 6): a meaningful answer or an error naming the argument -----
+
+_TEXT = st.text(alphabet=st.sampled_from(list("ab c.\x00\n\tü")), max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hyps=st.lists(_TEXT, max_size=4), refs=st.lists(_TEXT, max_size=4))
+def test_property_scores_of_any_texts_are_finite_or_refused_by_name(hyps, refs):
+    """BLEU, chrF and the stutter rate of any lists of strings (empty ones, blanks, NUL bytes, newlines,
+    unequal lengths): a finite score in its range, or a ValueError/TypeError naming hyps or refs."""
+    for f, high in ((mt_metrics.bleu, 100.0), (mt_metrics.chrf, 100.0), (mt_metrics.stutter_rate, 100.0)):
+        try:
+            got = f(hyps, refs)
+        except (ValueError, TypeError) as err:
+            assert "hyps" in str(err) or "refs" in str(err), str(err)
+            assert not hyps or len(hyps) != len(refs)
+            continue
+        value = got if isinstance(got, float) else got.score
+        assert math.isfinite(value) and 0.0 <= value <= high + 1e-9
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.lists(st.integers(-2, 9), max_size=6), max_size=5), length=st.integers(-1, 6))
+def test_property_padding_any_rows_is_exact_or_refused_by_name(rows, length):
+    """pad(rows, length): every row fits and comes back exactly with its mask, or the error names what
+    does not fit (a row longer than length, a negative length)."""
+    try:
+        out, mask = batching.pad(rows, length)
+    except (ValueError, TypeError) as err:
+        assert "length" in str(err), str(err)
+        assert length < 0 or any(len(r) > length for r in rows)
+        return
+    assert out.shape == mask.shape == (len(rows), length)
+    for r, o, m in zip(rows, out, mask):
+        assert list(o[: len(r)]) == r and not m[len(r):].any()
+
+
+@settings(max_examples=50, deadline=None)
+@given(src=st.lists(_TEXT, max_size=4), tgt=st.lists(_TEXT, max_size=4), gz=st.booleans())
+def test_property_a_corpus_of_any_lines_is_read_whole_or_refused_naming_the_file(tmp_path_factory, src, tgt, gz):
+    """Two files of any lines (blank ones, NUL bytes, tabs, unequal counts): read back as exactly those
+    sentences, every pair non-blank on both sides, or refused with an error naming a file and the fix."""
+    folder = tmp_path_factory.mktemp("corpus")
+    paths = []
+    for side, lines in (("src", src), ("tgt", tgt)):
+        lines = [line.replace("\n", " ") for line in lines]  # one sentence a line
+        path = folder / (f"{side}.txt.gz" if gz else f"{side}.txt")
+        data = "".join(line + "\n" for line in lines).encode()
+        path.write_bytes(gzip.compress(data) if gz else data)
+        paths.append(path)
+    try:
+        pairs = corpus.load_parallel(*paths)
+    except (ValueError, OSError) as err:
+        assert "src.txt" in str(err) or "tgt.txt" in str(err), str(err)
+        return
+    assert pairs.src == [s.replace("\n", " ") for s in src] and pairs.tgt == [t.replace("\n", " ") for t in tgt]
+    assert all(s.strip() and t.strip() and "\x00" not in s + t for s, t in zip(pairs.src, pairs.tgt))
