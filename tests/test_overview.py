@@ -195,3 +195,13 @@ def test_the_landing_page_sets_part_iiis_scale_beside_the_papers(tmp_path, monke
     assert text in overview.page(ROOT)
     monkeypatch.setattr(overview.sources, "toc_notebooks", lambda root: ["masking_more"])
     assert overview.scale(ROOT) == "Part III's scale: the PaDIR chapter has not run."
+
+
+def test_only_a_chapter_whose_verdicts_read_every_replica_glues_seeds():
+    """The overview grades a translation chapter's verdicts from intervals over seeds only when it glues
+    ``seeds`` >= 2 (overview.replicated). The PaDIR chapter's quality verdicts read every replica; stutter,
+    dependency_decoding and ablations read replica 0 (their count of replicas is glued under another name),
+    so a glued ``seeds`` there would dress a one-model verdict as one that knows the spread between seeds."""
+    for name in sources.TRANSLATION_CHAPTERS:
+        text = (ROOT / "notebooks" / f"{name}.md").read_text()
+        assert ('glue("seeds"' in text or "padir_findings.graded(" in text) == (name == "padir"), name
