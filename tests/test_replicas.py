@@ -125,6 +125,11 @@ def test_a_killed_run_of_replicas_resumes_exactly(tmp_path):
     assert resumed.final_loss == whole.final_loss
     for a, b in zip(resumed.models, whole.models, strict=True):
         _close(a, b, tol=0)
+    # a finished run whose record was lost: nothing trains, the record (each replica's final loss) comes back
+    (tmp_path / "whole" / "run.json").unlink()
+    again = training.train(cfg, data, tmp_path / "whole", progress=False,
+                           on_step=lambda *_: pytest.fail("a finished run trained again"))
+    assert again.record["final_losses"] == whole.record["final_losses"] and again.final_loss == whole.final_loss
     # reused when finished: no update runs, the same models come back
     again = training.train(cfg, data, tmp_path / "cut", progress=False,
                            on_step=lambda *_: pytest.fail("a finished run trained again"))

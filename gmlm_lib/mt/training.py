@@ -749,8 +749,9 @@ def _train_locked(cfg, batcher, run_dir, devices, progress, on_step, teacher, va
     if final_loss is None:  # a call that trained nothing (the last checkpoint is the final one, its record lost)
         final_loss = next((l for t, l in runfolder.losses(metrics) if t == cfg.steps), None)
     record.validation = validation.summary() if validation is not None else None
-    if cfg.replicas > 1 and loop.replica_losses is not None:
-        record.extra["final_losses"] = loop.replica_losses
+    if cfg.replicas > 1:  # each replica's final loss (from the metrics when this call trained nothing)
+        last = next((r.get("losses") for r in runfolder.read_metrics(metrics) if r["step"] == cfg.steps), None)
+        record.extra["final_losses"] = loop.replica_losses if start < cfg.steps else last
     rec = record.write(cfg.steps, final_loss)
     return _result(cfg, run_dir, manager, graphdef, params, opt_state, validation, final_loss, rec,
                    loop.losses if start < cfg.steps else runfolder.losses(metrics))
