@@ -81,7 +81,7 @@ def main() -> None:
     }
     results, peaks = [], []
     for kind in args.kinds:
-        base = exp.train_config(kind, vocab.size)
+        base = exp.train_config(kind, vocab.size).replace(replicas=1)  # one model's update, whatever the preset's seeds
         units = {}  # (rng, buckets) -> {bucket: (step fn, state, batch indices, batcher)}
         for rng, buckets, _ in settings.values():
             if (rng, buckets) in units:

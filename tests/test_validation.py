@@ -428,7 +428,8 @@ def test_update_seconds_reads_each_loss_after_the_next_update_is_dispatched(monk
         return leaves, Loss(), None
 
     n = training.mesh().devices.size
-    job = dict(update=update, leaves=[], host=np.zeros((n, 2), np.int32), key=jax.random.key(0), bucket=8, size=n)
+    job = dict(update=update, leaves=[], host=np.zeros((n, 2), np.int32), key=jax.random.key(0), bucket=8, size=n,
+               sharding=None)
     monkeypatch.setattr(sizing, "_update_jobs", lambda models, buckets=None: {"m": job})
     monkeypatch.setattr(sizing, "_compile_updates", lambda jobs: 0.0)
     got = sizing.updates_seconds({"m": (None, None)}, repeats=3)["m"]

@@ -65,17 +65,23 @@ def updates_seconds(models: dict, *, repeats: int = 10) -> dict:
     for name, j in jobs.items():
         update, leaves, pending, sharded = j["update"], j["leaves"], None, j["sharding"]
         leaves, loss, _ = update(leaves, jax.device_put(j["host"], sharded), j["key"])  # a first call, untimed
-        np.asarray(loss)
+        _read(loss)
         t0 = time.perf_counter()
         for i in range(repeats):
             leaves, loss, _ = update(leaves, jax.device_put(j["host"], sharded), training.fold_keys(j["key"], i))
             if pending is not None:
-                np.asarray(pending)
+                _read(pending)
             pending = loss
-        np.asarray(loss)
+        _read(loss)
         out[name] = dict(update_s=(time.perf_counter() - t0) / repeats, compile_s=round(compile_s, 3),
                          bucket=j["bucket"], batch=j["size"])
     return out
+
+
+def _read(loss) -> float:
+    """An update's loss read on the host (waiting for it, as the training loop does): one loss, or the
+    sum of a run of replicas' (S,)."""
+    return float(loss) if np.ndim(loss) == 0 else float(np.asarray(loss).sum())
 
 
 def _common_bucket(batcher: batching.Batcher) -> int:
