@@ -443,3 +443,11 @@ def test_replica_mean_averages_each_system_over_its_replicas():
     assert "BLEU_sd" not in one and one["BLEU"].tolist() == [36.0, 35.0]
     with pytest.raises(ValueError, match="missing"):
         padir.replica_mean(pd.DataFrame(rows).drop(columns="replica"))
+
+
+def test_replica_speed_text_gives_the_range_over_replicas():
+    assert padir.replica_speed_text([1.61, 1.48, 1.55, 1.5]) == "1.48x to 1.61x over 4 replicas"
+    assert padir.replica_speed_text([1.523]) == "1.52x (one replica)"
+    for bad in ([], [1.2, float("nan")], [0.0]):
+        with pytest.raises(ValueError, match="speedups"):
+            padir.replica_speed_text(bad)
