@@ -142,3 +142,24 @@ def test_a_non_finite_replica_stops_the_run_and_names_it(tmp_path):
     with pytest.raises(FloatingPointError, match=r"replica \d|non-finite"):
         training.train(cfg, _batcher(30, 0), tmp_path / "bad", progress=False)
     assert not training.finished(cfg, tmp_path / "bad")
+
+
+def test_loading_a_run_of_replicas_falls_back_past_a_damaged_checkpoint(tmp_path):
+    """load_replicas restores a run of replicas into abstract stacked arrays (no replica is built for it):
+    the newest checkpoint whose digest disagrees is reported and the one before it loaded, every replica."""
+    import json
+    import warnings
+
+    cfg, data = _cfg("ar", replicas=3), _batcher(30, 0)
+    whole = training.train(cfg, data, tmp_path / "run", progress=False)
+    _, models = training.load_replicas(tmp_path / "run")
+    for got, want in zip(models, whole.models, strict=True):
+        _close(got, want, tol=0)
+    path = tmp_path / "run" / "checkpoint_digests.json"
+    digests = json.loads(path.read_text())
+    path.write_text(json.dumps({**digests, str(cfg.steps): "0" * 64}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, older = training.load_replicas(tmp_path / "run")
+    assert any(f"step {cfg.steps} is damaged" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert len(older) == 3 and not np.array_equal(_params(older[0])[0], _params(models[0])[0])

@@ -926,7 +926,12 @@ def load_replicas(run_dir: str | pathlib.Path) -> tuple[TrainConfig, list[seq2se
     ``config.json`` or has no usable checkpoint is refused in one line naming what and the fix."""
     run_dir = runfolder.folder(run_dir)
     cfg = _read_config(run_dir)
-    graphdef, params, opt_state = fresh_state(cfg)
+    # one model built for the structure; a run of replicas restores into abstract stacked arrays (building
+    # and initialising every replica only to be overwritten would cost seconds a model on an accelerator host)
+    graphdef, params, opt_state = fresh_state(cfg.replace(replicas=1))
+    if cfg.replicas > 1:
+        params, opt_state = jax.tree.map(lambda x: jax.ShapeDtypeStruct((cfg.replicas, *x.shape), x.dtype),
+                                         (params, opt_state))
     ckpt = run_dir / "checkpoints"
     if not ckpt.is_dir() or not any(p.name.isdigit() for p in ckpt.iterdir()):
         raise RunFolderError(f"{run_dir} has no checkpoint in checkpoints/ (its training never reached its first "
