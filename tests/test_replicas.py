@@ -163,3 +163,13 @@ def test_loading_a_run_of_replicas_falls_back_past_a_damaged_checkpoint(tmp_path
         _, older = training.load_replicas(tmp_path / "run")
     assert any(f"step {cfg.steps} is damaged" in str(w.message) for w in caught), [str(w.message) for w in caught]
     assert len(older) == 3 and not np.array_equal(_params(older[0])[0], _params(models[0])[0])
+
+
+def test_the_flops_of_a_run_of_replicas_are_every_replicas():
+    """flops_per_step lowers the vmapped update on abstract stacked shapes (no replica built): S replicas
+    count about S times a lone update's FLOPs (0.8% fewer measured here: XLA counts work that does not
+    depend on the replica once, as it does with real arrays), never more."""
+    data = _batcher(30, 0)
+    lone = training.flops_per_step(_cfg("padir"), data)
+    three = training.flops_per_step(_cfg("padir", replicas=3), data)
+    assert 0.98 * 3 * lone <= three <= 3 * lone

@@ -445,7 +445,7 @@ def flops_per_step(cfg: TrainConfig, batcher: batching.Batcher) -> float:
 
 
 def _flops_per_step(cfg: TrainConfig, batcher: batching.Batcher) -> float:
-    graphdef, params, opt_state = fresh_state(cfg)
+    graphdef, params, opt_state = _state_shapes(cfg)  # lowering needs shapes, not S initialised replicas
     step = make_step(graphdef, cfg)
     counts: dict[int, int] = {}
     for bucket, _ in batcher.epoch(0):
@@ -547,6 +547,17 @@ def _unstack(tree, r: int):
     """Replica ``r``'s slice of a stacked pytree, as host arrays (one copy of the whole tree to the host, then
     NumPy views: no program per leaf)."""
     return jax.tree.map(lambda x: x[r], jax.device_get(tree))
+
+
+def _state_shapes(cfg: TrainConfig) -> tuple:
+    """``(graphdef, params, opt_state)`` of ``cfg`` with one model built: a lone run's arrays, or with
+    replicas ``jax.ShapeDtypeStruct`` leaves of the stacked state (what lowering an update or restoring a
+    checkpoint needs; building and initialising every replica would cost seconds a model on a GPU host)."""
+    graphdef, params, opt_state = fresh_state(cfg.replace(replicas=1))
+    if cfg.replicas > 1:
+        params, opt_state = jax.tree.map(lambda x: jax.ShapeDtypeStruct((cfg.replicas, *x.shape), x.dtype),
+                                         (params, opt_state))
+    return graphdef, params, opt_state
 
 
 def fresh_state(cfg: TrainConfig, teacher=None) -> tuple:
@@ -926,12 +937,7 @@ def load_replicas(run_dir: str | pathlib.Path) -> tuple[TrainConfig, list[seq2se
     ``config.json`` or has no usable checkpoint is refused in one line naming what and the fix."""
     run_dir = runfolder.folder(run_dir)
     cfg = _read_config(run_dir)
-    # one model built for the structure; a run of replicas restores into abstract stacked arrays (building
-    # and initialising every replica only to be overwritten would cost seconds a model on an accelerator host)
-    graphdef, params, opt_state = fresh_state(cfg.replace(replicas=1))
-    if cfg.replicas > 1:
-        params, opt_state = jax.tree.map(lambda x: jax.ShapeDtypeStruct((cfg.replicas, *x.shape), x.dtype),
-                                         (params, opt_state))
+    graphdef, params, opt_state = _state_shapes(cfg)  # a run of replicas restores into abstract stacked arrays
     ckpt = run_dir / "checkpoints"
     if not ckpt.is_dir() or not any(p.name.isdigit() for p in ckpt.iterdir()):
         raise RunFolderError(f"{run_dir} has no checkpoint in checkpoints/ (its training never reached its first "
