@@ -168,6 +168,13 @@ def replica_config(cfg: TrainConfig, r: int) -> TrainConfig:
     return cfg.replace(seed=cfg.seed + r, replicas=1)
 
 
+@jax.jit
+def _learning_rate(numbers: dict, count):
+    """The rate :func:`traced_schedule` gives at update ``count``, for the log: one program for every
+    config (its numbers are operands), where the schedule called on the host dispatches one per operation."""
+    return traced_schedule(numbers)(count)
+
+
 # -- optimiser -----------------------------------------------------------------------------------------
 def schedule(cfg: TrainConfig) -> optax.Schedule:
     """Learning rate by update: linear warm-up from 0 over ``warmup`` updates, then a cosine decay
@@ -550,10 +557,11 @@ def _unstack(tree, r: int):
 
 
 def _state_shapes(cfg: TrainConfig) -> tuple:
-    """``(graphdef, params, opt_state)`` of ``cfg`` with one model built: a lone run's arrays, or with
-    replicas ``jax.ShapeDtypeStruct`` leaves of the stacked state (what lowering an update or restoring a
-    checkpoint needs; building and initialising every replica would cost seconds a model on a GPU host)."""
-    graphdef, params, opt_state = fresh_state(cfg.replace(replicas=1))
+    """``(graphdef, params, opt_state)`` of ``cfg`` with ``jax.ShapeDtypeStruct`` leaves, stacked on a
+    leading axis with replicas: what lowering an update or restoring a checkpoint needs. Abstract
+    (``nnx.eval_shape``): no model is initialised only to be overwritten, and nothing is compiled."""
+    graphdef, params = nnx.split(nnx.eval_shape(lambda: seq2seq.Seq2Seq(cfg.model, rngs=nnx.Rngs(cfg.seed))))
+    opt_state = jax.eval_shape(optimizer(cfg).init, params)
     if cfg.replicas > 1:
         params, opt_state = jax.tree.map(lambda x: jax.ShapeDtypeStruct((cfg.replicas, *x.shape), x.dtype),
                                          (params, opt_state))
@@ -580,8 +588,18 @@ def _initial_state(cfg: TrainConfig, teacher, teacher_fp: str) -> tuple:
             init.update(teacher_fingerprint=teacher_fp, random_parameters=kept)
         graphdef, p = nnx.split(model)
         params.append(p)
-        states.append(tx.init(p))
+        states.append(_optimizer_init(cfg, tx)(p))
     return graphdef, _stack(params), _stack(states), init, seq2seq.count_params(nnx.merge(graphdef, params[0]))
+
+
+_OPT_INITS = programs.Programs(kept=8)
+
+
+def _optimizer_init(cfg: TrainConfig, tx: optax.GradientTransformation) -> Callable:
+    """``tx.init`` (``tx = optimizer(cfg)``) as one compiled program for every config of one optimiser:
+    run op by op it dispatches a program per parameter shape; the rates and clipping, which differ
+    between configs, do not enter an optimiser's initial state."""
+    return _OPT_INITS.get((cfg.optimizer, cfg.weight_decay, cfg.clip_norm), lambda: jax.jit(tx.init))
 
 
 def finished(cfg: TrainConfig, run_dir: str | pathlib.Path) -> bool:
@@ -795,7 +813,7 @@ class _Loop:
         self.cfg, self.run_dir, self.manager, self.record = cfg, run_dir, manager, record
         self.validation, self.sharded, self.on_step = validation, sharded, on_step
         self.batchers = batcher.replicas(cfg.replicas) if cfg.replicas > 1 else [batcher]
-        self.base_key, self.lr = run_keys(cfg), schedule(cfg)
+        self.base_key, self.numbers = run_keys(cfg), {name: TRACED[name](cfg) for name in _SCHEDULE}
         self.losses, self.loss, self.replica_losses, self.log, self.bar = [], float("nan"), None, None, None
         self.digests = {k: v for k, v in runfolder.checkpoint_digests(run_dir).items() if int(k) <= start}
 
@@ -819,8 +837,9 @@ class _Loop:
         self.replica_losses = [float(x) for x in each]
         if done % self.cfg.log_every == 0 or done == self.cfg.steps:
             self.losses.append((done, loss))
-            row = dict(step=done, loss=loss, lr=float(self.lr(done)), wall_s=time.perf_counter() - self.record.t0,
-                       **{k: float(np.mean(v)) for k, v in parts.items()})
+            row = dict(step=done, loss=loss, lr=float(_learning_rate(self.numbers, np.float32(done))),
+                       wall_s=time.perf_counter() - self.record.t0,
+                       **{k: float(np.mean(np.asarray(v))) for k, v in parts.items()})
             if self.cfg.replicas > 1:
                 row["losses"] = self.replica_losses
             self.log.write(json.dumps(row) + "\n")
