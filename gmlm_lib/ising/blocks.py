@@ -66,7 +66,7 @@ def mask_table(dist: MaskDistribution, n: int) -> MaskTable:
     check_distribution(dist, n)
     s = np.asarray(dist.subsets, dtype=bool)
     w = dist.weights.T if dist.is_adaptive else dist.weights
-    return MaskTable(jnp.asarray(block_ids(s)), jnp.asarray(w, dtype=jnp.float64))
+    return MaskTable(jax.device_put(block_ids(s)), jnp.asarray(w, dtype=jnp.float64))
 
 
 def block_moments(q: jax.Array, values: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:

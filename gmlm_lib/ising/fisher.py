@@ -166,7 +166,7 @@ def hessian_per_mask(model: IsingModel, masks: jax.Array) -> jax.Array:
     masks = raw.astype(bool)
     if masks.ndim != 2 or masks.shape[1] != n or masks.shape[0] < 1:
         raise ValueError(f"masks must be (M, {n}) with M >= 1; got {masks.shape}.")
-    return _per_mask(*_tables(model), jnp.asarray(blocks.block_ids(masks)))
+    return _per_mask(*_tables(model), jax.device_put(blocks.block_ids(masks)))
 
 
 @jax.jit
@@ -200,7 +200,7 @@ def _pair_arrays(n: int, dist: MaskDistribution):
     W = np.asarray(dist.weights).T if dist.is_adaptive else np.tile(np.asarray(dist.weights)[:, None], (1, 2**n))
     with np.errstate(divide="ignore"):
         logw = np.log(W)
-    return jnp.asarray(blocks.block_ids(s)), jnp.asarray(logw), jnp.asarray(W)
+    return jax.device_put((blocks.block_ids(s), logw, W))  # copied: jnp.asarray would run a program a shape
 
 
 def _pair_losses(theta, T, ids, logw):

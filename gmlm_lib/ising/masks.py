@@ -43,7 +43,7 @@ def all_k_subsets(n: int, k: int) -> jax.Array:
     out = np.zeros((count, n), dtype=bool)
     for r, s in enumerate(itertools.combinations(range(n), k)):
         out[r, list(s)] = True
-    return jnp.asarray(out)
+    return jax.device_put(out)  # copied: jnp.asarray of a host array runs a program of its own a shape
 
 
 class _MaskFields(NamedTuple):
@@ -134,13 +134,13 @@ def from_weights(subsets, weights) -> MaskDistribution:
     if w.shape != (s.shape[0],):
         raise ValueError(f"weights must have shape ({s.shape[0]},), one per subset; got {w.shape}.")
     _check_probability_rows(w, "weights")
-    return MaskDistribution.unchecked(jnp.asarray(s), jnp.asarray(w))
+    return MaskDistribution.unchecked(*jax.device_put((s, w)))
 
 
 def uniform_k(n: int, k: int) -> MaskDistribution:
     """``w`` uniform over the ``C(n, k)`` subsets of size ``k`` [Definition 3]."""
     s = all_k_subsets(n, k)
-    return MaskDistribution.unchecked(s, jnp.full(s.shape[0], 1.0 / s.shape[0], dtype=jnp.float64))
+    return MaskDistribution.unchecked(s, jax.device_put(np.full(s.shape[0], 1.0 / s.shape[0])))
 
 
 def adaptive(subsets, rule) -> MaskDistribution:
@@ -157,7 +157,7 @@ def adaptive(subsets, rule) -> MaskDistribution:
     if w.shape != (2**n, s.shape[0]):
         raise ValueError(f"rule must return shape (2^n, M) = ({2**n}, {s.shape[0]}); got {w.shape}.")
     _check_probability_rows(w, "each row of rule(states)")
-    return MaskDistribution.unchecked(jnp.asarray(s), jnp.asarray(w))
+    return MaskDistribution.unchecked(*jax.device_put((s, w)))
 
 
 def check_distribution(dist: MaskDistribution, n: int) -> None:

@@ -225,8 +225,10 @@ def num_params(n: int) -> int:
     return n * (n - 1) // 2 + n
 
 
+@jax.jit
 def to_theta(model: IsingModel) -> jax.Array:
-    """Flatten to the exponential-family vector ``theta`` (p,): ``J_ij`` for i<j (row-major), then ``h``."""
+    """Flatten to the exponential-family vector ``theta`` (p,): ``J_ij`` for i<j (row-major), then ``h``.
+    Compiled (one program a shape), not a gather and a concatenation run op by op."""
     iu, ju = np.triu_indices(model.n, k=1)
     return jnp.concatenate([model.J[..., iu, ju], model.h], axis=-1)
 
@@ -294,8 +296,13 @@ def states_from_index(index: jax.Array, n: int) -> jax.Array:
 
 
 def index_from_states(x: jax.Array) -> jax.Array:
-    """Inverse of :func:`states_from_index`. (..., n) -> (...,) int64."""
-    x = jnp.asarray(x)
+    """Inverse of :func:`states_from_index`. (..., n) -> (...,) int64. One compiled program a shape (run
+    op by op it would dispatch seven)."""
+    return _index_from_states(x if isinstance(x, jax.Array) else np.asarray(x))
+
+
+@jax.jit
+def _index_from_states(x: jax.Array) -> jax.Array:
     n = x.shape[-1]
     weights = jnp.left_shift(jnp.int64(1), jnp.arange(n - 1, -1, -1, dtype=jnp.int64))
     return jnp.sum((x > 0).astype(jnp.int64) * weights, axis=-1)
@@ -307,7 +314,7 @@ def enumerate_states(n: int) -> jax.Array:
     running its operations one by one as programs of their own (and a constant inside a trace)."""
     check_exact_n(n)
     bits = (np.arange(2**n, dtype=np.int64)[:, None] >> np.arange(n - 1, -1, -1, dtype=np.int64)) & 1
-    return jnp.asarray((2 * bits - 1).astype(np.int8))
+    return jax.device_put((2 * bits - 1).astype(np.int8))
 
 
 @jax.jit
@@ -504,9 +511,10 @@ def resolve_max_size(mask: jax.Array, max_size: int | None) -> int:
     return max_size
 
 
+@jax.jit
 def padded(model: IsingModel) -> tuple[jax.Array, jax.Array]:
     """``J`` (n+1, n+1) and ``h`` (n+1,) with a zero extra site ``n``: the target of padded
-    slots in :func:`completion_log_weights`. Samplers compute these once, not per step."""
+    slots in :func:`completion_log_weights`. Samplers compute these once, not per step (one program)."""
     return jnp.pad(model.J, ((0, 1), (0, 1))), jnp.pad(model.h, (0, 1))
 
 

@@ -217,7 +217,7 @@ def _k_gibbs_kernel(n: int, k: int) -> Callable:
     """k-Gibbs's exact next-state law as ``kernel((Jpad, hpad), x) -> (2^n,)`` (float64 padded arrays),
     one function per ``(n, k)``: block dynamics over the uniform k-subsets [Definition 6]."""
     patterns = ising.enumerate_states(k)
-    blocks = jnp.asarray(np.nonzero(np.asarray(all_k_subsets(n, k)))[1].reshape(-1, k))
+    blocks = jax.device_put(np.nonzero(np.asarray(all_k_subsets(n, k)))[1].reshape(-1, k))
     lw = np.full(blocks.shape[0], -math.log(blocks.shape[0]))
 
     def kernel(exact, x):

@@ -122,7 +122,8 @@ def train(model: ParallelDecoder, batches: Iterator[tuple[np.ndarray, np.ndarray
             raise ValueError(f"{name} must be a finite number{' > 0' if name == 'learning_rate' else ' >= 0'}; got {value!r}.")
     warm = max(1, min(warmup, steps // 10))  # the warm-up never takes more than a tenth of the run
     schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warm, max(steps, warm + 1))
-    opt = nnx.Optimizer(model, optax.adamw(schedule, weight_decay=weight_decay), wrt=nnx.Param)
+    tx = optax.adamw(schedule, weight_decay=weight_decay)
+    opt = nnx.jit(lambda m: nnx.Optimizer(m, tx, wrt=nnx.Param))(model)  # one program, not one per moment's shape
 
     @nnx.jit
     def step(model, opt, tokens, targets):

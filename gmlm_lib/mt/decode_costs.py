@@ -191,10 +191,14 @@ def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), min_t
     timing.compile_in_parallel(list(encoded.values()))
     done = {k: f() for k, f in encoded.items()}
     labels, units = [], []
+    # the steps' and passes' other inputs made on the host and copied: made on the device, op by op, each
+    # would compile a program of its own
+    cache = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype),
+                         jax.eval_shape(lambda: ar_model.init_cache(1, ar_model.cfg.max_len)))
     for w in widths:
         cross, enc_mask = done[("ar", w)]
-        step_args = (pa, jnp.full((1,), V.FIRST_PIECE, jnp.int32), jnp.int32(w // 2),
-                     ar_model.init_cache(1, ar_model.cfg.max_len), cross, enc_mask)
+        step_args = (pa, *jax.device_put((np.full((1,), V.FIRST_PIECE, np.int32), np.int32(w // 2), cache)),
+                     cross, enc_mask)
         labels += [("AR encoder", w, 1), ("AR step", w, 1), ("PaDIR encoder", w, max(hyps))]
         units += [(enc_ar, (pa, *sources[w])), (decoding.jitted(_ar_step, ga), step_args),
                   (enc_padir, (pp, *sources[w]))]
@@ -202,8 +206,8 @@ def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), min_t
         cross, enc_mask, _ = done[("padir", h)]
         for w in widths:
             labels.append(("PaDIR pass", w, h))
-            units.append((decoding.jitted(_padir_pass, gp), (pp, jnp.full((h, w), V.FIRST_PIECE, jnp.int32),
-                                                             jnp.ones((h, w), bool), enc_mask, cross)))
+            tokens, keep = jax.device_put((np.full((h, w), V.FIRST_PIECE, np.int32), np.ones((h, w), bool)))
+            units.append((decoding.jitted(_padir_pass, gp), (pp, tokens, keep, enc_mask, cross)))
     times = _fastest_ms(units, min_time=min_time)
     return [dict(unit=u, width=w, hyps=h, ms=ms) for (u, w, h), ms in zip(labels, times)]
 

@@ -361,21 +361,23 @@ def warm_start(model: Seq2Seq, teacher: Seq2Seq) -> tuple[Seq2Seq, list[str]]:
                          "; train the model from a random start or use a teacher of the same size.")
     model = nnx.clone(model)  # the caller's model is left as it was
     source = dict(nnx.to_flat_state(nnx.state(teacher, nnx.Param)))
-    kept, copied = [], []
+    kept, copied, zeroed = [], [], []
     for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         if path in source and source[path][...].shape == var[...].shape:
             copied.append((var, source[path][...]))
         else:
             kept.append("/".join(map(str, path)))
             if "pos_attn" in path and path[-2] == "o":
-                var[...] = jnp.zeros_like(var[...])
-    # own buffers (training donates them), copied by one program rather than one per parameter shape
-    for (var, _), value in zip(copied, _copy_arrays([value for _, value in copied])):
+                zeroed.append(var)
+    # own buffers (training donates them), made by one program rather than one per parameter shape
+    copies, zeros = _copy_arrays([value for _, value in copied], [var[...] for var in zeroed])
+    for var, value in zip([var for var, _ in copied] + zeroed, copies + zeros):
         var[...] = value
     return model, kept
 
 
 @jax.jit
-def _copy_arrays(arrays: list) -> list:
-    """Fresh copies of ``arrays`` (a jitted function's outputs never alias its inputs)."""
-    return [jnp.copy(a) for a in arrays]
+def _copy_arrays(arrays: list, zero: list) -> tuple[list, list]:
+    """Fresh copies of ``arrays`` (a jitted function's outputs never alias its inputs), and zeros shaped as
+    ``zero``'s arrays."""
+    return [jnp.copy(a) for a in arrays], [jnp.zeros_like(a) for a in zero]
