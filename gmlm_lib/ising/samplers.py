@@ -613,6 +613,12 @@ def _hit_update(target, hit, xs, t):
     return jnp.where((hit < 0) & target(xs), t, hit).astype(jnp.int32)
 
 
+@partial(jax.jit, static_argnums=0)
+def _first_hits(target, x0):
+    """The hitting times after step 0 (-1 for a chain not yet in ``target``), in one program."""
+    return _hit_update(target, jnp.full(x0.shape[0], -1, dtype=jnp.int32), x0, 0)
+
+
 def chain_keys(key: jax.Array, t, num_chains: int) -> jax.Array:
     """The keys of step ``t`` for chains ``0 .. num_chains - 1``: ``fold_in(fold_in(key, t), c)``,
     so a chain's randomness depends on neither the chunking nor the number of chains. (C,) keys."""
@@ -679,7 +685,7 @@ def run_chains(
     if sharding is not None:
         x0 = jax.device_put(x0, sharding)
     observe = observe or _no_observation
-    carry = (x0, _hit_update(target, jnp.full(C, -1, dtype=jnp.int32), x0, 0))
+    carry = (x0, _first_hits(target, x0))
     first = observe(x0)
     starts = np.arange(0, num_steps, thin)
     per_chunk = max(1, int(chunk) // thin)
@@ -689,11 +695,11 @@ def run_chains(
     bar = progress_bar(progress=progress, total=num_steps, desc=sampler.name, leave=False)
     for lo in range(0, len(starts), per_chunk):
         block = starts[lo : lo + per_chunk]
-        carry, obs = _run_chunk(*chunk_program, key, carry, jnp.asarray(block))
+        carry, obs = _run_chunk(*chunk_program, key, carry, jax.device_put(block))
         pieces.append(obs)
         bar.update(len(block) * thin)
         done = lo + len(block)
-        if stop_when_all_hit and target is not None and bool(jnp.all(carry[1] >= 0)):
+        if stop_when_all_hit and target is not None and bool(np.all(np.asarray(carry[1]) >= 0)):
             break
     else:
         done = len(starts)

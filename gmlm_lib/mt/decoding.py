@@ -447,11 +447,11 @@ def _dynamic(options):
         kind = type(options)
         numeric = () if getattr(options, "unroll", False) else _NUMERIC[kind]  # unrolled: T shapes the program
         kept = {f.name: getattr(options, f.name) for f in dataclasses.fields(kind) if f.name not in numeric}
-        numbers = {name: jnp.asarray(getattr(options, name), jnp.int32 if name == "steps" else jnp.float32)
-                   for name in numeric}
+        numbers = {name: jax.device_put((np.int32 if name == "steps" else np.float32)(getattr(options, name)))
+                   for name in numeric}  # copied, not staged by jnp.asarray (a program each)
         if kind is StrategyOptions and options.name in SHARED_RULES:  # one program for the three: the rule an operand
             kept["name"] = SHARED_RULES[0]
-            numbers["rule"] = jnp.asarray(SHARED_RULES.index(options.name), jnp.int32)
+            numbers["rule"] = jax.device_put(np.int32(SHARED_RULES.index(options.name)))
         split = _SPLITS[options] = (kind(**kept), numbers)
     return split
 

@@ -25,7 +25,6 @@ import pathlib
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -114,15 +113,8 @@ def _update_jobs(models: dict, buckets: dict | None = None) -> dict:
 
 def _compile_updates(jobs: dict) -> float:
     return timing.compile_in_parallel(
-        [lambda j=j: j["update"](_copies(j["leaves"]), jax.device_put(j["host"], j["sharding"]), j["key"])[1]
-         for j in jobs.values()])
-
-
-@jax.jit
-def _copies(leaves: list) -> list:
-    """Fresh copies of ``leaves`` (the update donates its state), in one program: ``jnp.copy`` leaf by leaf
-    compiles one a shape."""
-    return [jnp.copy(x) for x in leaves]
+        [lambda j=j: j["update"](training.copy_leaves(j["leaves"]), jax.device_put(j["host"], j["sharding"]),
+                                 j["key"])[1] for j in jobs.values()])
 
 
 def compile_updates(models: dict) -> dict:

@@ -43,7 +43,8 @@ from gmlm_lib.mt import batching, objectives, programs, runfolder, seq2seq
 from gmlm_lib.mt.runfolder import DAMAGED, RunFolderBusy, RunFolderError
 
 __all__ = ["TrainConfig", "replica_config", "TRACED", "PROGRAM_FREE", "Program", "FlatUpdate", "clear_programs", "schedule",
-           "traced_schedule", "optimizer", "mesh", "make_step", "make_eval", "compile_programs", "validation_loss",
+           "traced_schedule", "optimizer", "mesh", "make_step", "make_eval", "copy_leaves", "compile_programs",
+           "validation_loss",
            "VAL_METRIC", "flops_per_step", "Result", "finished", "program_fields", "fresh_state", "host_batch",
            "run_keys", "fold_keys", "batch_sharding", "train",
            "load", "load_replicas", "RunFolderBusy", "RunFolderError", "DAMAGED"]
@@ -224,14 +225,14 @@ def mesh(devices=None) -> Mesh:
     return Mesh(np.array(devices), ("data",))
 
 
-TRACED = {
-    "unmasking_rate": lambda cfg: jnp.asarray(cfg.unmasking_rate, jnp.float32),
-    "fill": lambda cfg: jnp.asarray(cfg.fill == "mask"),
-    "learning_rate": lambda cfg: jnp.asarray(cfg.learning_rate, jnp.float32),
-    "warmup": lambda cfg: jnp.asarray(max(cfg.warmup, 1), jnp.float32),
-    "steps": lambda cfg: jnp.asarray(cfg.steps, jnp.float32),
+TRACED = {  # copied to the device (jnp.asarray would compile a program per field)
+    "unmasking_rate": lambda cfg: jax.device_put(np.float32(cfg.unmasking_rate)),
+    "fill": lambda cfg: jax.device_put(np.bool_(cfg.fill == "mask")),
+    "learning_rate": lambda cfg: jax.device_put(np.float32(cfg.learning_rate)),
+    "warmup": lambda cfg: jax.device_put(np.float32(max(cfg.warmup, 1))),
+    "steps": lambda cfg: jax.device_put(np.float32(cfg.steps)),
     # the end rate over the peak, as optax computes its alpha
-    "min_lr_ratio": lambda cfg: jnp.asarray(cfg.learning_rate * cfg.min_lr_ratio / cfg.learning_rate, jnp.float32),
+    "min_lr_ratio": lambda cfg: jax.device_put(np.float32(cfg.learning_rate * cfg.min_lr_ratio / cfg.learning_rate)),
 }
 """The :class:`TrainConfig` fields that are arguments of the compiled update and validation programs,
 not constants baked into them, each with the device scalar a config passes for it (``fill`` as a
@@ -899,6 +900,13 @@ class _Loop:
         return jax.tree.unflatten(treedef, leaves)
 
 
+@jax.jit
+def copy_leaves(leaves: list) -> list:
+    """Fresh copies of ``leaves`` (an update donates its state), in one program: ``jnp.copy`` leaf by leaf
+    compiles one a shape."""
+    return [jnp.copy(x) for x in leaves]
+
+
 def compile_programs(step_fn: Program, batcher: batching.Batcher, state: tuple, sharding, key,
                      validation: "_Validation | None" = None) -> float:
     """Compile every program a run will call, at once, before its first update
@@ -918,7 +926,7 @@ def compile_programs(step_fn: Program, batcher: batching.Batcher, state: tuple, 
         b = batcher.make(bucket, np.resize(ix, batcher.batch_size(bucket)))
         batch = jax.device_put(host_batch(b if replicas == 1 else [b] * replicas), sharding)
         # the copy is made in the call's thread, so at most one per running thread is alive
-        calls.append(lambda batch=batch: update([jnp.copy(x) for x in leaves], batch, key)[1])
+        calls.append(lambda batch=batch: update(copy_leaves(leaves), batch, key)[1])
     if validation is not None:
         shapes = {}
         for b in validation.batches:
