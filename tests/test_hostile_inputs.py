@@ -266,7 +266,24 @@ def test_a_translator_refuses_buckets_it_cannot_use():
         translate.Translator(model, Vocab(), buckets=(32, 64))
     with pytest.raises(ValueError, match="strictly increasing"):
         translate.Translator(model, Vocab(), buckets=(16, 8))
-    assert translate.Translator(model, Vocab(), buckets=(8, 16, 32)).buckets == (8, 16)  # 32: beyond max_len
+    with pytest.warns(UserWarning, match=r"buckets \[32\] exceed the model's max_len = 16 and are dropped"):
+        assert translate.Translator(model, Vocab(), buckets=(8, 16, 32)).buckets == (8, 16)  # 32: beyond max_len
+
+
+def test_a_translator_refuses_an_empty_source_row():
+    """A row of only PAD (or a source of length 0) is refused, not decoded into a full-length guess."""
+    from gmlm_lib.mt import translate
+
+    class Vocab:
+        size = 40
+
+    tr = translate.Translator(seq2seq.build(MODEL), Vocab(), buckets=(8, 16))
+    method = translate.Method("greedy" if MODEL.causal else "padir")
+    for src, words in ((np.zeros((1, 0), np.int32), "source row 0 holds no token"),
+                       (np.array([[7, 8, 0, 0], [0, 0, 0, 0]], np.int32), "source row 1 holds no token"),
+                       (np.zeros((0, 4), np.int32), "B >= 1")):
+        with pytest.raises(ValueError, match=words):
+            tr.decode_ids(src, method)
 
 
 def test_a_string_of_references_is_not_scored_character_by_character():

@@ -1,5 +1,7 @@
 """Losses and fitting [Definitions 1-3, Appendix K]."""
 
+import warnings
+
 import brute
 import jax
 import jax.numpy as jnp
@@ -311,6 +313,28 @@ def test_empty_data_is_an_error():
         mple.fit_likelihood(np.ones((0, 3)))
     with pytest.raises(ValueError, match="at least one sample"):
         mple.fit_pseudolikelihood(np.ones((0, 3)), np.ones((0, 3), bool))
+
+
+def test_a_mask_of_no_site_is_refused_not_fitted():
+    """A pair whose mask is empty predicts nothing (log 1 = 0): all-empty masks would fit any theta at a loss
+    of 0, and one empty row would dilute the mean; both are refused, naming the row."""
+    model = ising.random_model(jax.random.key(0), 3, 0.5, 0.2)
+    x = np.asarray(ising.sample(model, jax.random.key(1), 6))
+    some = np.ones((6, 3), bool)
+    some[4] = False
+    for m, row in ((np.zeros((6, 3), bool), 0), (some, 4)):
+        with pytest.raises(ValueError, match=f"masks row {row} masks no site"):
+            mple.fit_pseudolikelihood(x, m)
+        with pytest.raises(ValueError, match=f"masks row {row} masks no site"):
+            mple.pseudolikelihood_loss(model, x, m)
+
+
+def test_couplings_past_float64_are_refused_without_a_numpy_warning():
+    J = np.array([[0, 1e308, 0], [1e308, 0, 0], [0, 0, 0.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="can reach inf \\(past float64\\)"):
+            ising.ising_model(J, np.zeros(3))
 
 
 def test_closed_form_pseudolikelihood_derivatives_equal_autodiff_on_masks_of_every_size():

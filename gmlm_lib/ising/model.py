@@ -187,10 +187,11 @@ def ising_model(J, h, *, atol: float = 1e-12) -> IsingModel:
     if _is_concrete(J, h):
         Jn, hn = np.asarray(J), np.asarray(h)
         _check_fields(Jn, hn, atol)  # finite, symmetric, zero diagonal: what the constructor checks
-        scale = 0.5 * float(np.abs(Jn).sum()) + float(np.abs(hn).sum())
+        with np.errstate(over="ignore"):  # a sum past float64's range is reported below, not warned about
+            scale = 0.5 * float(np.abs(Jn).sum()) + float(np.abs(hn).sum())
         if scale > MAX_ENERGY:
             raise ValueError(
-                f"the couplings and fields are too large for exact numerics: |E(x)| can reach {scale:.3g}, and "
+                f"the couplings and fields are too large for exact numerics: |E(x)| can reach {scale:.3g}{' (past float64)' if math.isinf(scale) else ''}, and "
                 f"above {MAX_ENERGY:g} float64 log-probabilities lose their last digits (at 1e16 a whole unit), "
                 "so probabilities would come out wrong. Scale J and h down (|E| <= 1e6: sum |J_ij| / 2 + "
                 "sum |h_i|).")

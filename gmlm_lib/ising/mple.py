@@ -12,6 +12,7 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from gmlm_lib.core.precision import require_x64
 from gmlm_lib.ising import masks as masks_lib
@@ -42,10 +43,26 @@ def pseudolikelihood_loss(params: IsingModel, x: jax.Array, masks: jax.Array, ma
     this is the k-pseudolikelihood loss [Definition 3]. Returns ().
 
     x (N, n) in {-1,+1}; masks (N, n) bool. ``max_size`` (static) bounds ``|S|``; see
-    :func:`gmlm_lib.ising.model.log_conditional`. An empty sample has no mean: refused.
+    :func:`gmlm_lib.ising.model.log_conditional`. An empty sample has no mean, and a pair whose mask
+    is empty predicts nothing: both refused.
     """
     _check_not_empty(jnp.asarray(x))
+    _check_masks_mask(masks)
     return -jnp.mean(ising.log_conditional(params, x, masks, max_size=max_size))
+
+
+def _check_masks_mask(masks) -> None:
+    """Refuse a pair whose mask holds no site (checked where ``masks`` is concrete; a traced call is its
+    caller's to check): it conditions on everything and predicts nothing, ``log 1 = 0``, so it would only
+    dilute the mean, and masks that are all empty would fit any theta at a loss of 0."""
+    if isinstance(masks, jax.core.Tracer):
+        return
+    m = np.asarray(masks, dtype=bool)
+    empty = np.flatnonzero(~np.any(m.reshape(-1, m.shape[-1]), axis=-1)) if m.ndim and m.shape[-1] else np.arange(1)
+    if empty.size:
+        raise ValueError(f"masks row {int(empty[0])} masks no site ({empty.size} row(s) do): an empty mask predicts "
+                         "nothing (its term is log 1 = 0) and would only dilute the loss's mean; give every pair at "
+                         "least one masked site (k >= 1).")
 
 
 MIN_RCOND = 1e-12
@@ -285,6 +302,7 @@ def fit_pseudolikelihood(
     masks = jnp.asarray(masks, dtype=bool)
     if masks.shape != x.shape:
         raise ValueError(f"masks must have the shape of x, {x.shape}; got {masks.shape}.")
+    _check_masks_mask(masks)
     _check_fit_args(l2, tol, max_iter)
     max_size = ising.resolve_max_size(masks, max_size)
     return _fit_pl(x, masks, _initial_theta(theta0, n), l2, max_size=max_size, tol=float(tol), max_iter=int(max_iter))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+import warnings
 
 import jax
 import numpy as np
@@ -94,6 +95,10 @@ class Translator:
         if not self.buckets:
             raise ValueError(f"Translator: every bucket of {list(buckets)} exceeds the model's max_len = "
                              f"{self.cfg.max_len}; pass buckets up to {self.cfg.max_len}, e.g. ({self.cfg.max_len},).")
+        if len(self.buckets) < len(buckets):
+            warnings.warn(f"Translator: buckets {[b for b in buckets if b > self.cfg.max_len]} exceed the model's max_len "
+                          f"= {self.cfg.max_len} and are dropped (a source that long cannot be encoded: it is refused, "
+                          f"not clipped); pass buckets up to {self.cfg.max_len}.", stacklevel=2)
         self.key = jax.random.key(seed)
         self.widths = decoding.hypothesis_widths(self.buckets, self.cfg.max_len)  # PaDIR's hypothesis widths
         self.host_output = host_output
@@ -129,7 +134,14 @@ class Translator:
         them) -> output ids (B, width) as a NumPy array: one copy to the device, one program, one copy
         back (none where the program wrote its output into host memory, ``host_output``)."""
         # NumPy in: the compiled decoder takes it on its C++ path (a device_put first costs a dispatch)
-        out = self.device_ids(np.asarray(src, np.int32), method, key)
+        src = np.asarray(src, np.int32)
+        if src.ndim != 2 or src.shape[0] == 0:
+            raise ValueError(f"decode_ids: src must be (B, S) padded sources with B >= 1; got shape {src.shape}.")
+        empty = np.flatnonzero(~np.any(src != V.PAD, axis=-1))
+        if empty.size:
+            raise ValueError(f"decode_ids: source row {int(empty[0])} holds no token (only PAD, or S = 0): an empty "
+                             "source has nothing to translate, and a model would still output a guess; drop it.")
+        out = self.device_ids(src, method, key)
         return np.asarray(out) if self.to_host else jax.device_get(out)
 
     def device_ids(self, src, method: Method, key=None) -> jax.Array:
