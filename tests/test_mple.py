@@ -329,6 +329,16 @@ def test_a_mask_of_no_site_is_refused_not_fitted():
             mple.pseudolikelihood_loss(model, x, m)
 
 
+def test_fit_settings_and_masks_of_the_wrong_kind_are_named():
+    x = np.asarray(ising.sample(ising.random_model(jax.random.key(0), 3, 0.5, 0.2), jax.random.key(1), 6))
+    with pytest.raises(TypeError, match="l2 must be a number; got '0.1'"):
+        mple.fit_pseudolikelihood(x, np.ones((6, 3), bool), l2="0.1")
+    with pytest.raises(ValueError, match="masks must be boolean"):
+        mple.fit_pseudolikelihood(x, np.full((6, 3), 0.5))
+    fit = mple.fit_pseudolikelihood(x, np.ones((6, 3), np.int8), l2=0.1)  # 0/1 integers are masks
+    assert bool(fit.converged)
+
+
 def test_couplings_past_float64_are_refused_without_a_numpy_warning():
     J = np.array([[0, 1e308, 0], [1e308, 0, 0], [0, 0, 0.0]])
     with warnings.catch_warnings():

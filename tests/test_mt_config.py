@@ -160,6 +160,14 @@ def test_an_experiment_names_a_setting_out_of_range(changes, words):
         config.get("multi30k_cpu", changes)
 
 
+@pytest.mark.parametrize("name", ["beam", "seeds", "ar_steps", "test_sentences", "seed"])
+def test_an_experiment_names_a_count_given_as_text_or_a_fraction(name):
+    """A count given as a string or a float is named, not compared (no "'<' not supported")."""
+    for value in ("4", 2.5):
+        with pytest.raises(TypeError, match=f"{name} must be an integer; got {re.escape(repr(value))}"):
+            config.get("multi30k_cpu", {name: value})
+
+
 def test_an_experiments_ranges_include_their_ends():
     edge = config.get("multi30k_cpu", dict(eval_steps=(1,), latency_steps=(1,), train_seconds=0.0, length_penalty=0.0,
                                            train_files=["a.en", "a.de"], test_files=["t.en", "t.de"],

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gmlm_lib.core import checks
 from gmlm_lib.core.precision import require_x64
 from gmlm_lib.ising import masks as masks_lib
 from gmlm_lib.ising import model as ising
@@ -57,7 +58,11 @@ def _check_masks_mask(masks) -> None:
     dilute the mean, and masks that are all empty would fit any theta at a loss of 0."""
     if isinstance(masks, jax.core.Tracer):
         return
-    m = np.asarray(masks, dtype=bool)
+    m = np.asarray(masks)
+    if m.dtype != bool and not (np.issubdtype(m.dtype, np.number) and np.isin(m, (0, 1)).all()):
+        raise ValueError(f"masks must be boolean (True: the site is masked), or 0 and 1; got an array of {m.dtype} "
+                         "holding other values (a value is never rounded to a mask).")
+    m = m.astype(bool)
     empty = np.flatnonzero(~np.any(m.reshape(-1, m.shape[-1]), axis=-1)) if m.ndim and m.shape[-1] else np.arange(1)
     if empty.size:
         raise ValueError(f"masks row {int(empty[0])} masks no site ({empty.size} row(s) do): an empty mask predicts "
@@ -251,6 +256,11 @@ def _check_samples(x: jax.Array) -> None:
 
 def _check_fit_args(l2: float, tol: float, max_iter: int) -> None:
     require_x64("gmlm_lib.ising.mple (fitting)")
+    for name, value in (("l2", l2), ("tol", tol)):
+        if not isinstance(value, jax.core.Tracer):
+            checks.real(value, name)  # a number: a string is named, not compared
+    if not isinstance(max_iter, jax.core.Tracer):
+        checks.integer(max_iter, "max_iter")
     if not l2 >= 0:
         raise ValueError(f"l2 must be >= 0; got {l2}.")
     if not tol > 0:
@@ -299,10 +309,10 @@ def fit_pseudolikelihood(
     _check_samples(x)
     n = x.shape[-1]
     x = ising.check_spins(x, n)
+    _check_masks_mask(masks)
     masks = jnp.asarray(masks, dtype=bool)
     if masks.shape != x.shape:
         raise ValueError(f"masks must have the shape of x, {x.shape}; got {masks.shape}.")
-    _check_masks_mask(masks)
     _check_fit_args(l2, tol, max_iter)
     max_size = ising.resolve_max_size(masks, max_size)
     return _fit_pl(x, masks, _initial_theta(theta0, n), l2, max_size=max_size, tol=float(tol), max_iter=int(max_iter))

@@ -23,7 +23,7 @@ import re
 import typing
 from typing import Any
 
-from gmlm_lib.core import settings
+from gmlm_lib.core import checks, settings
 from gmlm_lib.mt import batching, seq2seq, training
 
 __all__ = ["Experiment", "KINDS", "FIELDS", "PRESETS", "AUTO", "ACCELERATORS", "BACKENDS", "resolve", "get", "from_parameters", "from_yaml"]
@@ -102,6 +102,9 @@ class Experiment:
         """Range checks of every setting, before any work: a bad value is named with its range."""
         # the model's and the trainer's own checks (sizes, rates, warm-up < steps) run at the end
         positive = ("ar_steps", "padir_steps", "beam", "distill_beam", "eval_hyps", "throughput_batch", "seeds")
+        counts = ("train_sentences", "test_sentences", "val_sentences", "latency_sentences", "warmup", "seed")
+        for name in positive + counts:
+            checks.integer(getattr(self, name), name)  # a count: a string or a float is named, never compared
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)!r}.")
