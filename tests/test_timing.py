@@ -130,6 +130,24 @@ def test_compile_clock_counts_each_compilation_once_however_often_it_is_called()
     assert timing.compiles_since(timing.compile_clock())["compilations"] == 0
 
 
+def test_the_compile_log_names_the_line_that_compiled_each_program(tmp_path, monkeypatch):
+    """Each line ends with the caller outside JAX and the standard library (here this test's line), so
+    that array code run op by op shows as many programs from one line; a log of four fields still reads."""
+    log = tmp_path / "compiles.tsv"
+    monkeypatch.setenv(timing.COMPILE_LOG, str(log))
+    timing.compile_clock()
+    x = jnp.arange(7.0) * 3.25  # a one-operation program, compiled by this line
+    jax.jit(lambda y: jnp.cos(y).sum() * 0.5)(x).block_until_ready()
+    fields = [line.split("\t") for line in log.read_text().splitlines()]
+    assert fields and all(len(f) == 5 for f in fields)
+    assert all(f[4].startswith("test_timing.py:") for f in fields), fields
+    assert any(f[4].endswith(":test_the_compile_log_names_the_line_that_compiled_each_program") for f in fields)
+    old = tmp_path / "old.tsv"
+    old.write_text("\n".join("\t".join(f[:4]) for f in fields) + "\n")
+    assert timing.compile_summary(old).startswith(f"{len(fields)} program")
+    assert timing.compile_summary(log).startswith(f"{len(fields)} program")
+
+
 def test_programs_compiled_side_by_side_are_timed_summed_and_as_wall_time(tmp_path, monkeypatch):
     """Four programs compiled by compile_in_parallel: the record's wall seconds (the union of their spans) are
     at least the longest one's seconds, as the compile log writes them, and at most their sum."""

@@ -12,6 +12,7 @@ import os
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import jax
@@ -97,10 +98,26 @@ def covered(spans, start: float, end: float) -> float:
 
 COMPILE_LOG = "GMLM_COMPILE_LOG"
 """The environment variable naming a file to which every process that counts its compilations
-(:func:`compile_clock`) appends one line a program: ``time``, ``pid``, the program's name and the
-seconds it took (compiled, or read from the persistent cache), tab-separated. ``make gpu-run``'s
-batch sets it and writes each chapter's :func:`compile_summary` to its log, so a run stopped at its
-deadline still says which programs its time went to."""
+(:func:`compile_clock`) appends one line a program: ``time``, ``pid``, the program's name, the
+seconds it took (compiled, or read from the persistent cache) and the code that asked for it
+(:func:`_caller`), tab-separated. ``make gpu-run``'s batch sets it and writes each chapter's
+:func:`compile_summary` to its log, so a run stopped at its deadline still says which programs its
+time went to; the caller column says which line of the library or of a chapter's cell made each
+(``sort`` it: array code run op by op shows as many one-operation programs from one line)."""
+
+
+def _caller() -> str:
+    """``file:line:function`` of the innermost frame of the stack outside JAX, Flax, Python's own
+    modules and this one: the library or notebook line whose call compiled a program."""
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        name = frame.filename
+        if name != __file__ and "site-packages" not in name and "dist-packages" not in name \
+                and not name.startswith(_STDLIB):
+            return f"{os.path.basename(name)}:{frame.lineno}:{frame.name}"
+    return "?"
+
+
+_STDLIB = os.path.dirname(os.__file__)
 
 
 def _on_duration(event: str, duration: float, fun_name=None, **_) -> None:
@@ -114,17 +131,17 @@ def _on_duration(event: str, duration: float, fun_name=None, **_) -> None:
         if path:
             try:
                 with open(path, "a") as f:  # one short appended line: whole even with threads compiling
-                    f.write(f"{time.time():.6f}\t{os.getpid()}\t{fun_name}\t{float(duration):.3f}\n")
+                    f.write(f"{time.time():.6f}\t{os.getpid()}\t{fun_name}\t{float(duration):.3f}\t{_caller()}\n")
             except OSError:
                 pass  # the log is a diagnostic: a full or read-only disk must not stop the work
 
 
 def _logged(lines):
     """The compilations of :data:`COMPILE_LOG` lines, as ``(end time, pid, program, seconds)``;
-    lines that are not four tab-separated fields are skipped."""
+    lines that are not four tab-separated fields (five with the caller) are skipped."""
     for line in lines:
         parts = line.rstrip("\n").split("\t")
-        if len(parts) == 4:
+        if len(parts) in (4, 5):
             yield float(parts[0]), parts[1], parts[2], max(0.0, float(parts[3]))
 
 
