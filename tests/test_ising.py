@@ -427,3 +427,22 @@ def test_property_states_of_any_shape_and_value_are_read_or_refused_by_name(rows
             assert _named(err, "x"), str(err)
             continue
         assert x.shape[-1] == 3 and np.isin(x, (-1, 1)).all() and got.shape == (rows,) and np.isfinite(got).all()
+
+
+def test_host_tables_are_copied_to_the_device_without_compiling():
+    """The tables the library makes on the host (states, k-subsets, mask distributions and their block ids)
+    reach the device by a copy: ``jnp.asarray`` of a NumPy array compiles a program a shape in JAX 0.10
+    (``lax.stage``), which the chapters' compile counts showed by the dozen. Fresh shapes, so nothing is cached."""
+    from gmlm_lib.core import timing
+    from gmlm_lib.ising import blocks
+
+    clock = timing.compile_clock()
+    for n in (7, 9):
+        states = ising.enumerate_states(n)
+        dist = masks.uniform_k(n, 3)
+        table = blocks.mask_table(dist, n)
+        fixed = masks.from_weights(np.eye(n, dtype=bool), np.full(n, 1.0 / n))
+    assert timing.compiles_since(clock)["compilations"] == 0
+    assert states.dtype == jnp.int8 and states.shape == (2**9, 9)
+    assert table.ids.shape == (math.comb(9, 3), 2**9) and fixed.weights.shape == (9,)
+    np.testing.assert_allclose(np.asarray(dist.weights).sum(), 1.0, rtol=1e-12)
