@@ -246,7 +246,7 @@ def test_gpu_run_rehearsed_on_the_cpu_at_smoke_size(tmp_path):
                                                               batch.CACHE_ARCHIVE])
     with tarfile.open(out / "run-records.tar.gz") as tar:
         compiled = tar.extractfile("compiles.tsv").read().decode().splitlines()
-    assert compiled and all(len(line.split("\t")) == 4 for line in compiled)
+    assert compiled and all(len(line.split("\t")) == 5 for line in compiled)
     chosen = json.loads((out / "probe.json").read_text())["chosen"]
     assert "chosen XLA_FLAGS: " + chosen["why"] in proc.stdout
     # the chosen flags are added to those of the environment (the tests' own, conftest.py)
@@ -802,8 +802,9 @@ def test_a_process_that_counts_its_compilations_logs_each_program(tmp_path):
     env = {**os.environ, timing.COMPILE_LOG: str(log), "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120)
     rows = [line.split("\t") for line in log.read_text().splitlines()]
-    assert rows and all(len(r) == 4 and float(r[3]) >= 0 for r in rows)
+    assert rows and all(len(r) == 5 and float(r[3]) >= 0 for r in rows)
     assert "jit(tanh_sum)" in [r[2] for r in rows]
+    assert all(r[4] == "<string>:6:<module>" for r in rows)  # the script's line that compiled them
 
 
 def _fake_run(path: Path, seconds: float, status: int) -> list[str]:
