@@ -6,6 +6,7 @@ silently changed."""
 from __future__ import annotations
 
 import gzip
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -268,6 +269,9 @@ def test_a_translator_refuses_buckets_it_cannot_use():
         translate.Translator(model, Vocab(), buckets=(16, 8))
     with pytest.warns(UserWarning, match=r"buckets \[32\] exceed the model's max_len = 16 and are dropped"):
         assert translate.Translator(model, Vocab(), buckets=(8, 16, 32)).buckets == (8, 16)  # 32: beyond max_len
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the default buckets are cut to the model without a warning
+        assert translate.Translator(model, Vocab()).buckets == (16,)
 
 
 def test_a_translator_refuses_an_empty_source_row():

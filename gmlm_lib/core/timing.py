@@ -100,10 +100,11 @@ COMPILE_LOG = "GMLM_COMPILE_LOG"
 """The environment variable naming a file to which every process that counts its compilations
 (:func:`compile_clock`) appends one line a program: ``time``, ``pid``, the program's name, the
 seconds it took (compiled, or read from the persistent cache) and the code that asked for it (the
-innermost frame outside JAX, Flax and Python's own modules, ``file:line:function``), tab-separated. ``make gpu-run``'s batch sets it and writes each chapter's
-:func:`compile_summary` to its log, so a run stopped at its deadline still says which programs its
-time went to; the caller column says which line of the library or of a chapter's cell made each
-(``sort`` it: array code run op by op shows as many one-operation programs from one line)."""
+innermost frame outside JAX, Flax and Python's own modules, ``file:line:function``), tab-separated.
+``make gpu-run``'s batch sets it and writes each chapter's :func:`compile_summary` to its log, so a
+run stopped at its deadline still says which programs its time went to; the caller column says which
+line of the library or of a chapter's cell made each (``sort`` it: array code run op by op shows as
+many one-operation programs from one line)."""
 
 
 def _caller() -> str:

@@ -191,7 +191,8 @@ def ising_model(J, h, *, atol: float = 1e-12) -> IsingModel:
             scale = 0.5 * float(np.abs(Jn).sum()) + float(np.abs(hn).sum())
         if scale > MAX_ENERGY:
             raise ValueError(
-                f"the couplings and fields are too large for exact numerics: |E(x)| can reach {scale:.3g}{' (past float64)' if math.isinf(scale) else ''}, and "
+                f"the couplings and fields are too large for exact numerics: |E(x)| can reach {scale:.3g}"
+                f"{' (past float64)' if math.isinf(scale) else ''}, and "
                 f"above {MAX_ENERGY:g} float64 log-probabilities lose their last digits (at 1e16 a whole unit), "
                 "so probabilities would come out wrong. Scale J and h down (|E| <= 1e6: sum |J_ij| / 2 + "
                 "sum |h_i|).")

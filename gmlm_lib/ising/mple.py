@@ -48,11 +48,11 @@ def pseudolikelihood_loss(params: IsingModel, x: jax.Array, masks: jax.Array, ma
     is empty predicts nothing: both refused.
     """
     _check_not_empty(jnp.asarray(x))
-    _check_masks_mask(masks)
+    _check_masks(masks)
     return -jnp.mean(ising.log_conditional(params, x, masks, max_size=max_size))
 
 
-def _check_masks_mask(masks) -> None:
+def _check_masks(masks) -> None:
     """Refuse a pair whose mask holds no site (checked where ``masks`` is concrete; a traced call is its
     caller's to check): it conditions on everything and predicts nothing, ``log 1 = 0``, so it would only
     dilute the mean, and masks that are all empty would fit any theta at a loss of 0."""
@@ -63,7 +63,9 @@ def _check_masks_mask(masks) -> None:
         raise ValueError(f"masks must be boolean (True: the site is masked), or 0 and 1; got an array of {m.dtype} "
                          "holding other values (a value is never rounded to a mask).")
     m = m.astype(bool)
-    empty = np.flatnonzero(~np.any(m.reshape(-1, m.shape[-1]), axis=-1)) if m.ndim and m.shape[-1] else np.arange(1)
+    if m.ndim == 0 or m.shape[-1] == 0:  # no site to mask at all
+        m = np.zeros((1, 1), bool)
+    empty = np.flatnonzero(~m.reshape(-1, m.shape[-1]).any(axis=-1))
     if empty.size:
         raise ValueError(f"masks row {int(empty[0])} masks no site ({empty.size} row(s) do): an empty mask predicts "
                          "nothing (its term is log 1 = 0) and would only dilute the loss's mean; give every pair at "
@@ -309,7 +311,7 @@ def fit_pseudolikelihood(
     _check_samples(x)
     n = x.shape[-1]
     x = ising.check_spins(x, n)
-    _check_masks_mask(masks)
+    _check_masks(masks)
     masks = jnp.asarray(masks, dtype=bool)
     if masks.shape != x.shape:
         raise ValueError(f"masks must have the shape of x, {x.shape}; got {masks.shape}.")

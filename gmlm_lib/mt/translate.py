@@ -69,18 +69,23 @@ left on the device and copied back with ``jax.device_get``; ``"auto"``, pinned w
 that memory, else the copy."""
 
 
+DEFAULT_BUCKETS = (16, 32, 64)
+"""A :class:`Translator`'s source buckets when none are given (those up to the model's ``max_len``)."""
+
+
 class Translator:
     """``model`` (a trained :class:`gmlm_lib.mt.seq2seq.Seq2Seq`) with its ``vocab``. Sources are
-    padded to the smallest of ``buckets`` (increasing lengths) that holds them; buckets above the
-    model's ``max_len`` are not used (it cannot encode longer sources), and a list with none at or
-    below it is refused. ``host_output``: one of :data:`HOST_OUTPUTS`, the way each decode's output
+    padded to the smallest of ``buckets`` (increasing lengths) that holds them; given buckets above the
+    model's ``max_len`` are dropped with a warning (it cannot encode longer sources), and a list with
+    none at or below it is refused; by default :data:`DEFAULT_BUCKETS` up to ``max_len`` (and
+    ``max_len`` itself when none is). ``host_output``: one of :data:`HOST_OUTPUTS`, the way each decode's output
     comes back (the same ids every way).
 
     A decode copies one array to the device (the padded source: its mask is computed in the program),
     runs one compiled program and brings one array back: at batch 1 on an accelerator each further
     copy, program or host round trip is a fixed cost of the order of the decoder's own work."""
 
-    def __init__(self, model, vocab: V.Vocab, *, buckets=(16, 32, 64), seed: int = 0, host_output: str = "copy"):
+    def __init__(self, model, vocab: V.Vocab, *, buckets=None, seed: int = 0, host_output: str = "copy"):
         if vocab.size != model.cfg.vocab:
             raise ValueError(f"Translator: the vocabulary has {vocab.size:,} pieces but the model was built for "
                              f"{model.cfg.vocab:,} (ModelConfig.vocab); use the SentencePiece model of the run folder "
@@ -90,6 +95,8 @@ class Translator:
         self.graphdef, self.params = nnx.split(decoding.for_inference(model))
         self.flat = decoding.FlatParams.of(self.params)  # what the decoders are called with: no State flattened a call
         self.vocab = vocab
+        if buckets is None:
+            buckets = tuple(b for b in DEFAULT_BUCKETS if b <= self.cfg.max_len) or (self.cfg.max_len,)
         buckets = batching.check_buckets(buckets)
         self.buckets = tuple(b for b in buckets if b <= self.cfg.max_len)  # longer sources cannot be encoded
         if not self.buckets:
@@ -132,8 +139,8 @@ class Translator:
     def decode_ids(self, src: np.ndarray, method: Method, key=None) -> np.ndarray:
         """Padded sources (B, S), PAD beyond each source (as :func:`gmlm_lib.mt.batching.pad` makes
         them) -> output ids (B, width) as a NumPy array: one copy to the device, one program, one copy
-        back (none where the program wrote its output into host memory, ``host_output``)."""
-        # NumPy in: the compiled decoder takes it on its C++ path (a device_put first costs a dispatch)
+        back (none where the program wrote its output into host memory, ``host_output``). A source row of
+        no token (only PAD, or S = 0) is refused: a model would still output a guess."""
         src = np.asarray(src, np.int32)
         if src.ndim != 2 or src.shape[0] == 0:
             raise ValueError(f"decode_ids: src must be (B, S) padded sources with B >= 1; got shape {src.shape}.")
@@ -141,6 +148,12 @@ class Translator:
         if empty.size:
             raise ValueError(f"decode_ids: source row {int(empty[0])} holds no token (only PAD, or S = 0): an empty "
                              "source has nothing to translate, and a model would still output a guess; drop it.")
+        return self._ids(src, method, key)
+
+    def _ids(self, src: np.ndarray, method: Method, key=None) -> np.ndarray:
+        """:meth:`decode_ids` of int32 sources already known to hold a token a row (the text entries refuse
+        empty sentences first), so a batch-1 translation pays no second check."""
+        # NumPy in: the compiled decoder takes it on its C++ path (a device_put first costs a dispatch)
         out = self.device_ids(src, method, key)
         return np.asarray(out) if self.to_host else jax.device_get(out)
 
@@ -228,7 +241,7 @@ class Translator:
         self._check(method)
         texts = self._check_texts(texts, batch_size)
         out: list[str | None] = [None] * len(texts)
-        for chunk, res in self._each_batch(texts, batch_size, lambda s, _, k: self.decode_ids(s, method, k)):
+        for chunk, res in self._each_batch(texts, batch_size, lambda s, _, k: self._ids(np.asarray(s, np.int32), method, k)):
             for i, text in zip(chunk, self.vocab.decode(self._strip(res, method))):
                 out[i] = text
             if progress is not None:
@@ -292,7 +305,7 @@ class Translator:
         self._check_texts([text])
         row = self.vocab.encode([text])[0]
         src, _ = batching.pad([row], self.bucket(len(row)))
-        return self.vocab.decode(self._strip(self.decode_ids(src, method), method))[0]
+        return self.vocab.decode(self._strip(self._ids(np.asarray(src, np.int32), method), method))[0]
 
     def warm_calls(self, method: Method, batch_sizes=(1,), *, passes: bool = False) -> list:
         """One call (no arguments) per (bucket, batch size) of ``method``, each decoding a dummy
@@ -311,7 +324,7 @@ class Translator:
                                                    np.asarray(src, np.int32), np.asarray(mask, bool),
                                                    options=method.padir, widths=self.widths))
                 else:
-                    calls.append(functools.partial(self.decode_ids, src, method))
+                    calls.append(functools.partial(self._ids, np.asarray(src, np.int32), method))
         return calls
 
     def warm_up(self, method: Method, batch_sizes=(1,)):
