@@ -302,3 +302,33 @@ def test_host_transfer_times_the_copy_back_and_its_alternatives(tmp_path):
     done = subprocess.run([sys.executable, str(BENCHMARKS / "host_transfer.py"), "--width", "0"], capture_output=True,
                           text=True, cwd=tmp_path, timeout=120)
     assert done.returncode == 2 and "--width must be >= 1" in done.stderr
+
+
+def test_the_hostile_census_meets_the_targets_of_nothing_silent(tmp_path):
+    """benchmarks/hostile_census.py: a few hundred hostile calls of the library's public functions (bad counts
+    and settings in every swept argument, empty and degenerate input, extreme models, broken files), none
+    silently wrong or accepted, none crashing, at most 5 unclear (issue 127's targets)."""
+    out = tmp_path / "census.json"
+    run_script("hostile_census.py", "--json", str(out), cwd=Path(__file__).resolve().parents[1])
+    rec = json.loads(out.read_text())
+    counts = rec["counts"]
+    assert len(rec["rows"]) >= 250 and sum(counts.values()) == len(rec["rows"])
+    assert rec["missed"] == {} and counts.get("unclear", 0) <= 5, counts
+    for outcome in ("silently wrong", "silently accepted", "crashed"):
+        assert counts.get(outcome, 0) == 0, [r for r in rec["rows"] if r["outcome"] == outcome]
+    # the grading itself: a NaN handed back, a refusal that names no argument, a valid call refused
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("hostile_census", BENCHMARKS / "hostile_census.py")
+    census = sys.modules["hostile_census"] = importlib.util.module_from_spec(spec)  # dataclasses look it up there
+    spec.loader.exec_module(census)
+    assert census.grade(census.Probe("nan", lambda: float("nan")))[0] == "silently wrong"
+    assert census.grade(census.Probe("taken", lambda: 1.0, ("x",)))[0] == "silently accepted"
+    assert census.grade(census.Probe("vague", lambda: int("a"), ("x",)))[0] == "unclear"
+    assert census.grade(census.Probe("named", lambda: checks_integer("a", "x"), ("x",)))[0] == "refused"
+    assert census.grade(census.Probe("refused valid", lambda: checks_integer("a", "x")))[0] == "unclear"
+    assert census.grade(census.Probe("crash", lambda: [][1], ("x",)))[0] == "crashed"
+
+
+def checks_integer(value, name):
+    from gmlm_lib.core import checks
+    return checks.integer(value, name)

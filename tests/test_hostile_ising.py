@@ -37,7 +37,7 @@ def _model(n=3):
     (lambda: ising.log_prob(_model(), np.array([[1, 1]])), ValueError, ["3"]),
     (lambda: ising.clique_plus_independent(4, 5, 1.0, 0.0), ValueError, ["c"]),
     (lambda: ising.clique_plus_independent(4, 0, 1.0, 0.0), ValueError, ["at least one site", "c = 0"]),
-    (lambda: ising.clique_plus_independent(4.0, 2, 1.0, 0.0), TypeError, ["integers", "n=4.0"]),
+    (lambda: ising.clique_plus_independent(4.0, 2, 1.0, 0.0), TypeError, ["n must be an integer", "got 4.0"]),
     (lambda: ising.enumerate_states(21), ValueError, ["n = 21", "n <= 20"]),
 ])
 def test_ising_boundaries(call, error, words):
@@ -256,3 +256,19 @@ def test_the_energy_limit_counts_couplings_and_fields_together():
         for over in ((6e5, [2e5, 2e5 + 1]), (0.0, [5e5, 5e5 + 1]), (1e6 + 1, [0.0, 0.0])):
             with pytest.raises(ValueError, match=r"\|E\(x\)\| can reach 1e\+06"):
                 model(*over)
+
+
+@pytest.mark.parametrize("call, error, name", [
+    (lambda: ising.clique_plus_independent(6, True, 1.0, 0.0), TypeError, "c must be an integer"),
+    (lambda: ising.clique_plus_independent(6.0, 3, 1.0, 0.0), TypeError, "n must be an integer"),
+    (lambda: mple.fit_repeats(KEY, _model(), 10, 1, 1.5), TypeError, "repeats must be an integer"),
+    (lambda: mple.fit_repeats(KEY, _model(), 10, 1, True), TypeError, "repeats must be an integer"),
+    (lambda: mple.fit_repeats(KEY, _model(), 10, 1, None), TypeError, "repeats must be an integer"),
+    (lambda: mple.fit_repeats(KEY, _model(), "10", 1, 2), TypeError, "num_samples must be an integer"),
+    (lambda: mple.fit_repeats(KEY, _model(), 10, 1, 2, capacity=5), ValueError, "capacity must be an integer >= 10"),
+])
+def test_counts_are_refused_by_their_own_name_never_converted(call, error, name):
+    """A count given as a bool, a float, text or None is refused naming the argument, not passed to int()
+    (which took 1.5 as 1 and True as 1, and failed on None in Python's words)."""
+    with pytest.raises(error, match=name):
+        call()

@@ -144,7 +144,7 @@ def test_a_sample_count_within_the_capacity_fits_the_same_data_and_shares_the_pr
     start = timing.compile_clock()
     mple.fit_repeats(jax.random.key(6), m, 300, 2, 3, capacity=400).theta.block_until_ready()
     assert timing.compiles_since(start)["compilations"] == 0
-    with pytest.raises(ValueError, match="capacity must be at least num_samples = 300"):
+    with pytest.raises(ValueError, match="capacity must be an integer >= 300; got 200.*at least num_samples"):
         mple.fit_repeats(jax.random.key(6), m, 300, 2, 3, capacity=200)
 
 

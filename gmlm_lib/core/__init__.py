@@ -11,10 +11,11 @@
 - :mod:`~gmlm_lib.core.precision`: float64 for exact numerics, asked for, never imposed.
 - :mod:`~gmlm_lib.core.settings`: settings read from text, checked and converted by one rule.
 - :mod:`~gmlm_lib.core.checks`: arguments checked at the public boundaries (counts, numbers, masks, shapes, keys).
+- :mod:`~gmlm_lib.core.rng`: JAX random keys from Python integers, one program each per process.
 - :mod:`~gmlm_lib.core.lazy`: lazy submodules for the packages.
 """
 
 from gmlm_lib.core.lazy import attach as _attach
 
-__all__ = ["records", "timing", "devtrace", "progress", "plotting", "tables", "divergences", "precision", "settings", "checks", "unmasking", "lazy"]
+__all__ = ["records", "timing", "devtrace", "progress", "plotting", "tables", "divergences", "precision", "settings", "checks", "unmasking", "rng", "lazy"]
 __getattr__, __dir__ = _attach(__name__, tuple(__all__))

@@ -109,7 +109,7 @@ def mask(x, name: str, expected: tuple | None = None, *, what: str = "", fix: st
     if bad.any():
         raise ValueError(f"{name} must be a boolean mask: every entry True/False or 0/1; got {int(bad.sum())} "
                          f"other entries (e.g. {values[bad].flat[0].item()!r}), which would be read as True.{_fix(fix)}")
-    return jnp.asarray(values.astype(bool))
+    return jax.device_put(values.astype(bool))  # copied: jnp.asarray would compile a program a shape
 
 
 def key(value, name: str = "key") -> jax.Array:

@@ -14,7 +14,7 @@ import numpy as np
 
 
 def _check_law(name: str, a) -> jax.Array:
-    a = jnp.asarray(a)
+    a = a if isinstance(a, jax.Array) else jax.device_put(np.asarray(a))  # copied: jnp.asarray compiles a program
     if a.ndim < 1:
         raise ValueError(f"{name} must be a law: an array (..., S) of probabilities over S states; got a scalar.")
     if not isinstance(a, jax.core.Tracer):

@@ -60,7 +60,7 @@ def matmul_peak(size: int = 2048, dtype="float32", min_time: float = 2.0) -> flo
     """Measured FLOP/s of one jitted ``size x size`` matrix product (2 size^3 flops, fastest call
     over ``min_time`` seconds) on the default device: the practical matmul peak that training
     throughput is compared with."""
-    a = jnp.ones((size, size), dtype)
+    a = jax.device_put(np.ones((size, size), jnp.dtype(dtype)))  # copied: jnp.ones would compile a program
     f = jax.jit(lambda x: x @ x)
     f(a).block_until_ready()
     seconds = fastest_call(lambda: f(a).block_until_ready(), min_time)

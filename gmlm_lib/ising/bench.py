@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gmlm_lib.core.rng import key as random_key
 from gmlm_lib.core.timing import best_times
 from gmlm_lib.ising import model as ising
 from gmlm_lib.ising import numpy_samplers, samplers
@@ -36,7 +37,7 @@ def throughput(n: int, num_chains: int, sampler: str, k: int = 1, *, dtype="floa
     for the independent parallel sampler also ``ceiling_vs_loop`` and ``product_ceiling_vs_loop``
     (see the module docstring). Each contestant is timed for ``min_time`` times the number of
     contestants (3, or 5 with the two floor steps of the ceilings), in 3 interleaved rounds."""
-    key = jax.random.key(seed)
+    key = random_key(seed)
     model = ising.random_model(key, n, 1.0 / np.sqrt(n), 0.3)
     J, h = np.asarray(model.J), np.asarray(model.h)
     x0 = np.ones((num_chains, n), dtype=np.int8)

@@ -592,8 +592,8 @@ def _log_conditional(model: IsingModel, x: jax.Array, mask: jax.Array, m: int) -
 
 
 def _check_clique(n: int, c: int) -> None:
-    if not (isinstance(c, (int, np.integer)) and isinstance(n, (int, np.integer))):
-        raise TypeError(f"n and c must be integers; got n={n!r}, c={c!r}.")
+    checks.integer(n, "n", fix="n is the number of sites.")
+    checks.integer(c, "c", fix="c is the clique's number of sites.")
     if c < 1:
         raise ValueError(f"the clique must have at least one site: c = {c}; use 1 <= c <= n.")
     if c > n:
@@ -660,7 +660,7 @@ def light_mode_states(chains: int, n: int, c: int) -> jax.Array:
     chains = checks.integer(chains, "chains", low=1)
     x = np.ones((chains, int(n)), dtype=np.int8)
     x[:, :c] = -1
-    return jnp.asarray(x)
+    return jax.device_put(x)
 
 
 def in_heavy_mode(xs: jax.Array, c: int) -> jax.Array:

@@ -359,15 +359,14 @@ def fit_repeats(key: jax.Array, model: IsingModel, num_samples: int, k: int, rep
     """
     n = model.n
     k = masks_lib.check_k(k, n)
-    if int(repeats) < 1 or int(num_samples) < 1:
-        raise ValueError(f"repeats and num_samples must be >= 1; got {repeats} and {num_samples}.")
-    capacity = int(num_samples) if capacity is None else int(capacity)
-    if capacity < int(num_samples):
-        raise ValueError(f"capacity must be at least num_samples = {num_samples} (the samples the program holds); "
-                         f"got {capacity}.")
+    repeats = checks.integer(repeats, "repeats", low=1, fix="repeats counts the independent training sets fitted.")
+    num_samples = checks.integer(num_samples, "num_samples", low=1, fix="A fit needs at least one sample.")
+    capacity = num_samples if capacity is None else checks.integer(
+        capacity, "capacity", low=num_samples, fix="capacity is the samples the program holds, at least num_samples.")
     _check_fit_args(0.0, tol, max_iter)
-    return _fit_repeats(jax.random.split(key, int(repeats)), model, jnp.asarray(int(num_samples)), capacity=capacity,
-                        k=k, tol=float(tol), max_iter=int(max_iter))
+    count = jax.device_put(num_samples)  # an operand (weak int32, as jnp.asarray made it), copied: no program
+    return _fit_repeats(jax.random.split(key, repeats), model, count, capacity=capacity, k=k, tol=float(tol),
+                        max_iter=int(max_iter))
 
 
 @partial(jax.jit, static_argnames=("capacity", "k", "tol", "max_iter"))

@@ -547,7 +547,7 @@ def stationary_law(P: jax.Array) -> jax.Array:
     b = np.zeros(S + 1)
     b[-1] = 1.0
     pi, *_ = np.linalg.lstsq(A, b, rcond=None)
-    return jnp.asarray(pi)
+    return jax.device_put(pi)
 
 
 # --- Running many chains ------------------------------------------------------------------------
@@ -662,8 +662,8 @@ def run_chains(
     """Run ``C`` independent chains for ``num_steps`` steps without storing every state.
 
     x0 (C, n) start states. ``observe(xs (C, n)) -> pytree`` is recorded at step 0 and every
-    ``thin`` steps (e.g. the fraction of chains in a set); ``target(xs (C, n)) -> (C,) bool``
-    defines the hitting times. Chain ``c`` at step ``t`` uses :func:`chain_keys`, so results do
+    ``thin`` steps (e.g. the fraction of chains in a set); ``num_steps`` = 0 runs no step (the chains stay
+    at x0, observed at step 0 only); ``target(xs (C, n)) -> (C,) bool`` defines the hitting times. Chain ``c`` at step ``t`` uses :func:`chain_keys`, so results do
     not depend on ``chunk`` or ``thin``. The chains are sharded over ``jax.devices()`` when ``C``
     divides evenly; ``progress`` shows a tqdm bar over chunks.
     ``stop_when_all_hit`` ends the run after the first chunk in which every chain has hit

@@ -18,7 +18,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from gmlm_lib.core import checks
+from gmlm_lib.core import checks, rng
 from gmlm_lib.core.progress import bar as progress_bar
 
 DTYPE = jnp.float32
@@ -88,8 +88,7 @@ def build(cfg: Config, seed: int) -> ParallelDecoder:
     (module construction run eagerly compiles one program per initialiser operation and shape)."""
     if not isinstance(cfg, Config):
         raise TypeError(f"cfg must be a transformer.Config; got {type(cfg).__name__}.")
-    seed = checks.integer(seed, "seed", low=0)
-    return _build(cfg, jax.random.key(seed))
+    return _build(cfg, rng.key(checks.integer(seed, "seed", low=0)))
 
 
 @nnx.jit(static_argnums=0)

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gmlm_lib.core import divergences
+from gmlm_lib.core import divergences, rng
 from gmlm_lib.core.precision import require_x64
 from gmlm_lib.core.unmasking import (RULES, RULES_2025, Rule, dependency, dilated, entropy_bound, factor,  # noqa: F401
                                      make_rule, random_order, selection, threshold, top_k)
@@ -156,7 +156,7 @@ def exact_law(model: IsingModel, rule: Rule, *, on_batch: Callable | None = None
     pass_law = np.zeros(n + 1)
     max_batch = 0
     select_fn, select_args = selection(rule)
-    key = jax.random.key(0)
+    key = rng.key(0)
     for t in range(n + 1):
         if not layer:
             break
@@ -184,8 +184,8 @@ def exact_law(model: IsingModel, rule: Rule, *, on_batch: Callable | None = None
                 mvec[masked] = True
                 width = 1 << (n - 1)  # rows padded to the most a partial state can have: one compilation
                 pad = lambda a: np.concatenate([a, np.repeat(a[:1], width - a.shape[0], 0)])
-                chosen = np.asarray(_select_rows(select_fn, select_args, jnp.asarray(pad(conf)), jnp.asarray(pad(ent)),
-                                                 jnp.broadcast_to(jnp.asarray(mvec), (width, n)), t, key))[:live.size]
+                rows_in = (pad(conf), pad(ent), np.broadcast_to(mvec, (width, n)))  # copied, not staged op by op
+                chosen = np.asarray(_select_rows(select_fn, select_args, *jax.device_put(rows_in), t, key))[:live.size]
                 if np.any(chosen & ~mvec) or not np.all(chosen.any(1)):
                     raise RuntimeError(f"rule {rule.label} chose no masked position or an unmasked one at pass {t}: "
                                        "a rule must return a non-empty subset of the masked positions.")

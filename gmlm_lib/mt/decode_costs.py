@@ -17,7 +17,6 @@ program: the host's side, new input buffers and a call that runs no kernel.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -70,7 +69,7 @@ def _noop(x):
 
 def dispatch_floor(min_time: float = 0.3) -> float:
     """Milliseconds of the fastest call of a trivial jitted function (the per-call overhead of dispatch)."""
-    return _fastest_ms([(jax.jit(_noop), (jnp.int32(0),))], min_time=min_time)[0]
+    return _fastest_ms([(jax.jit(_noop), (jax.device_put(np.int32(0)),))], min_time=min_time)[0]
 
 
 def _empty_call(leaves, src, *rest):
@@ -182,8 +181,8 @@ def unit_costs(ar_model, padir_model, *, widths=(16, 32, 64), hyps=(1, 3), min_t
     pa, pp = decoding.FlatParams.of(pa), decoding.FlatParams.of(pp)
     enc_ar = decoding.jitted(_ar_encode, ga)
     enc_padir = decoding.jitted(_padir_encode, gp, hyps=max(hyps))
-    sources = {w: tuple(jnp.asarray(a) for a in batching.pad([[V.FIRST_PIECE] * w], w)) for w in widths}
-    src16, mask16 = (jnp.asarray(a) for a in batching.pad([[V.FIRST_PIECE] * 16], 16))
+    sources = {w: jax.device_put(tuple(batching.pad([[V.FIRST_PIECE] * w], w))) for w in widths}
+    src16, mask16 = jax.device_put(tuple(batching.pad([[V.FIRST_PIECE] * 16], 16)))
     # the encoders' outputs are the steps' and passes' inputs: compiled side by side first, then run
     encoded = {("ar", w): (lambda w=w: enc_ar(pa, *sources[w])) for w in widths}
     encoded.update({("padir", h): (lambda h=h: decoding.jitted(_padir_encode, gp, hyps=h)(pp, src16, mask16))

@@ -174,7 +174,9 @@ def clear_compiled() -> int:
     many settings (strategies x buckets, batched and then batch 1 for timing) can reach the
     kernel's limit on mappings per process (``vm.max_map_count``, 65,530 by default), where LLVM
     fails with "Cannot allocate memory" and the process dies. Clearing between the phases of such a
-    sweep keeps only one phase's programs alive; the next call of a setting compiles it again."""
+    sweep keeps only one phase's programs alive; the next call of a setting compiles it again. A
+    strategy's decoder of the CPU preset's size (three widths) holds about 540 mappings, so a process
+    reaches the limit past a hundred such programs, where the book's chapters hold a few dozen."""
     held = _COMPILED.clear()
     _SPLITS.clear()
     jax.clear_caches()
@@ -429,7 +431,10 @@ class StrategyOptions:
 
 
 #: the settings of each options class that a compiled decoder takes as arguments (traced), not as
-#: constants: a sweep over T or over a rule's threshold compiles once, not once per value
+#: constants: a sweep over T or over a rule's threshold compiles once, not once per value. ``hyps``
+#: stays a constant: it sets how many rows are decoded (B * hyps), and a count traced up to a compiled
+#: maximum would decode the unused hypotheses too, so the graded batch-1 latency of #hyp 1 would pay
+#: for the widest setting's work
 _NUMERIC = {PadirOptions: ("steps",), StrategyOptions: ("steps", "confidence", "dependency", "factor", "entropy")}
 _SPLITS: dict = {}
 
@@ -625,7 +630,7 @@ def source_keys(key, src, src_mask):
     translation depends on the seed and on its own ids, not on the batch it is decoded in, its place
     there or the padding: the same model, T and hypotheses give the same output at every batch size
     and in every chapter. (B, S) ids and mask."""
-    return _source_keys(key, jnp.asarray(src), jnp.asarray(src_mask))
+    return _source_keys(key, jax.device_put(src), jax.device_put(src_mask))
 
 
 @jax.jit
@@ -892,7 +897,7 @@ def padir(graphdef, params, src, src_mask, key, *, options: PadirOptions, max_le
     longest predicted length (else ``max_len``, the model's), so short sentences cost short passes.
     Each sentence's initial hypotheses come from ``key`` and its own ids (:func:`source_keys`)."""
     enc, enc_mask, lengths = padir_encode(graphdef, params, src, src_mask, hyps=options.hyps)
-    longest = int(jnp.max(lengths))
+    longest = int(np.max(jax.device_get(lengths)))
     width = next((w for w in sorted(buckets) if w >= longest), max_len)
     return padir_refine(graphdef, params, enc, enc_mask, lengths, source_keys(key, src, src_mask), options=options,
                         width=width, return_attention=return_attention)

@@ -25,6 +25,7 @@ import numpy as np
 from flax import nnx
 
 from gmlm_lib.core import checks
+from gmlm_lib.core.rng import key as random_key
 from gmlm_lib.mt import vocab as V
 
 NEG = -1e9  # logit of a masked attention key; exp underflows to exactly 0 in float32
@@ -331,8 +332,7 @@ def build(cfg: ModelConfig, seed: int = 0) -> Seq2Seq:
     (some thirty a model)."""
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"build: cfg must be a ModelConfig; got {type(cfg).__name__}.")
-    seed = checks.integer(seed, "seed")
-    return _build(cfg, jax.random.key(seed))
+    return _build(cfg, random_key(seed))
 
 
 @nnx.jit(static_argnums=0)

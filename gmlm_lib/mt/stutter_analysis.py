@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
@@ -150,7 +149,7 @@ def analyse(translator, texts: list[str], refs: list[str], options, *, batch_siz
     per_pass = np.full((options.steps, len(texts), width), 0, np.int32)
     frames, layers = [], []
     for chunk, src, mask, key in translator.batches(texts, batch_size):
-        out = decoding.padir(translator.graphdef, translator.params, jnp.asarray(src), jnp.asarray(mask), key,
+        out = decoding.padir(translator.graphdef, translator.params, jax.device_put(src), jax.device_put(mask), key,
                              options=options, max_len=translator.cfg.max_len, buckets=translator.buckets,
                              return_attention=True)
         k = len(chunk)

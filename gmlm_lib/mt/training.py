@@ -37,7 +37,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from gmlm_lib.core import checks, records, timing
+from gmlm_lib.core import checks, records, rng, timing
 from gmlm_lib.core.progress import bar as progress_bar
 from gmlm_lib.mt import batching, objectives, programs, runfolder, seq2seq
 from gmlm_lib.mt.runfolder import DAMAGED, RunFolderBusy, RunFolderError
@@ -408,21 +408,16 @@ def validation_loss(eval_fn, params, batches: list[batching.Batch], key, shardin
     return float(loss) if np.ndim(loss) == 0 else loss
 
 
-_FOLD = jax.jit(jax.vmap(jax.random.fold_in, in_axes=(0, None)))
-
-
 def fold_keys(key, data):
     """``jax.random.fold_in(key, data)`` for one key, or for each of a replicated run's keys (S,)."""
-    return jax.random.fold_in(key, data) if key.ndim == 0 else _FOLD(key, data)
+    return rng.fold_in(key, data)
 
 
 def run_keys(cfg: TrainConfig, salt: int | None = None):
     """The run's base key (replica ``r``'s from seed ``cfg.seed + r``; stacked to (S,) with replicas),
     with ``salt`` folded in when given."""
-    keys = [jax.random.key(cfg.seed + r) for r in range(cfg.replicas)]
-    if salt is not None:
-        keys = [jax.random.fold_in(k, salt) for k in keys]
-    return keys[0] if cfg.replicas == 1 else jnp.stack(keys)
+    keys = rng.key(cfg.seed) if cfg.replicas == 1 else rng.keys(cfg.seed, cfg.replicas)
+    return keys if salt is None else rng.fold_in(keys, salt)
 
 
 def host_batch(b: batching.Batch | list[batching.Batch]) -> dict:

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from gmlm_lib.core import checks, timing
+from gmlm_lib.core import checks, rng, timing
 from gmlm_lib.core.progress import bar
 from gmlm_lib.mt import batching, decoding
 from gmlm_lib.mt import vocab as V
@@ -106,7 +106,7 @@ class Translator:
             warnings.warn(f"Translator: buckets {[b for b in buckets if b > self.cfg.max_len]} exceed the model's max_len "
                           f"= {self.cfg.max_len} and are dropped (a source that long cannot be encoded: it is refused, "
                           f"not clipped); pass buckets up to {self.cfg.max_len}.", stacklevel=2)
-        self.key = jax.random.key(seed)
+        self.key = rng.key(seed)
         self.widths = decoding.hypothesis_widths(self.buckets, self.cfg.max_len)  # PaDIR's hypothesis widths
         self.host_output = host_output
 

@@ -12,7 +12,6 @@ import dataclasses
 import math
 from typing import Any
 
-import jax
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -20,6 +19,7 @@ from scipy import stats
 from gmlm_lib.book.findings.reuse import preset_names
 from gmlm_lib.book.findings.rules import grade, grade_interval, listed, seed_sentence_interval, significant
 from gmlm_lib.book.validate import ChapterParams, finite, require
+from gmlm_lib.core import rng
 from gmlm_lib.mt import config
 
 TARGETS = dict(
@@ -429,7 +429,7 @@ def graded(samples: dict, *, eval_steps, eval_hyps: int, beam: int, deep_shallow
     if len(shapes) != 1 or len(next(iter(shapes))) != 2:
         raise ValueError(f"graded: every sample must be one (replicas, resamples) array of one shape; got {sorted(shapes)}.")
     seeds = next(iter(shapes))[0]
-    keys = iter(jax.random.split(key, 3))
+    keys = (rng.fold_in(key, i) for i in range(3))
 
     def verdict(x, bar, at_least, models):
         interval = seed_sentence_interval(x, next(keys)) if seeds >= 2 else None

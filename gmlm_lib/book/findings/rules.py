@@ -78,6 +78,8 @@ def seed_sentence_interval(scores, key, *, draws: int = 10_000, level: float = 0
     import jax
     import numpy as np
 
+    from gmlm_lib.core import rng
+
     values = np.asarray(scores, dtype=np.float64)
     if values.ndim != 2 or values.shape[0] < 2 or values.shape[1] < 1:
         raise ValueError(f"scores must be an (S, B) array with S >= 2 replicas and B >= 1 resamples; got shape "
@@ -89,7 +91,7 @@ def seed_sentence_interval(scores, key, *, draws: int = 10_000, level: float = 0
     if not 0.5 <= _number("level", level) < 1.0:
         raise ValueError(f"level must be in [0.5, 1); got {level}.")
     reps, rows = values.shape
-    pick, resample = jax.random.split(key)
+    pick, resample = rng.fold_in(key, 0), rng.fold_in(key, 1)  # one program each process, whatever the caller
     which = np.asarray(jax.random.randint(pick, (draws, reps), 0, reps))
     column = np.asarray(jax.random.randint(resample, (draws, reps), 0, rows))
     means = values[which, column].mean(axis=1)
