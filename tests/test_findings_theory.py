@@ -380,3 +380,25 @@ def test_the_matrix_free_computations_summarised():
     got = efficiency.findings(1.0, 1.0, {4: (12.5, 3.0), 2: (3.25, 7.5), 16: (1e6, 1.0)})
     assert {k: got[k] for k in ("big_ks", "big_cp_min", "big_cp_max", "big_s_max")} == dict(
         big_ks="2, 4 and 16", big_cp_min=3.25, big_cp_max=1e6, big_s_max=7.5)
+
+
+def test_a_throughput_row_is_met_only_when_every_timing_round_reaches_the_bar():
+    """Rows with the range of their speed-up over the timing rounds: the bar is met when the lowest round
+    reaches it, missed when the highest does not, and a row whose rounds straddle it is said apart."""
+    bar = kgibbs.SPEED_BAR
+    speed = _speed(ip_loop=(25.0, 19.0))
+    speed["speedup_vs_loop_lo"] = speed["speedup_vs_loop"]
+    speed["speedup_vs_loop_hi"] = speed["speedup_vs_loop"]
+    kg = speed.sampler != "independent parallel"
+    speed.loc[kg & (speed.n == 64), "speedup_vs_loop_lo"] = bar - 5.0  # one k-Gibbs size straddles the bar
+    ip = (speed.sampler == "independent parallel") & (speed.n == 1024)
+    speed.loc[ip, "speedup_vs_loop_hi"] = bar + 1.0  # and the independent parallel size below it
+    got = kgibbs.benchmark(speed)
+    assert got["bench_kg_meets"] == "1 of 2 (1 more within timing noise)"
+    assert got["bench_ip_meets"] == "1 of 2 sizes (1 more within timing noise)"
+    assert got["bench_ip_missed"] == "none" and got["bench_ip_ceiling"] == "not needed"
+    assert got["bench_meets"] == "2 of 4 (2 more within timing noise)"
+    speed["speedup_vs_loop_hi"] = speed["speedup_vs_loop"]
+    speed.loc[kg & (speed.n == 64), "speedup_vs_loop_hi"] = bar - 1.0  # every round below: missed, not noise
+    speed.loc[kg & (speed.n == 64), "speedup_vs_loop"] = bar - 1.0
+    assert kgibbs.benchmark(speed)["bench_kg_meets"] == "1 of 2"

@@ -324,11 +324,12 @@ def test_throughput_follows_from_the_measured_times(monkeypatch, name):
     chain), the speed-ups, and each ceiling as the loop's time per step over its floor's time per step.
     Each contestant is timed for ``min_time``, on the documented model (couplings of scale 1/sqrt(n))."""
     times = {"jax": 2.0, "loop": 3.0, "vec": 5.0, "floor": 7.0, "product": 11.0}
+    slower = {"jax": (1.0, 1.5, 1.2), "loop": (1.3, 1.0, 1.1)}  # each round's time over the fastest
     seen = {}
 
     def stand_in(fns, total):
         seen["names"], seen["total"] = sorted(fns), total
-        return {f: times[f] for f in fns}
+        return {f: [times[f] * s for s in slower.get(f, (1.0, 1.0, 1.0))] for f in fns}
 
     real = bench.ising.random_model
 
@@ -336,7 +337,7 @@ def test_throughput_follows_from_the_measured_times(monkeypatch, name):
         seen["scales"] = (coupling_scale, field_scale)
         return real(key, n, coupling_scale, field_scale)
 
-    monkeypatch.setattr(bench, "best_times", stand_in)
+    monkeypatch.setattr(bench, "round_times", stand_in)
     monkeypatch.setattr(bench.ising, "random_model", spy)
     n, chains, k, jax_steps, numpy_steps = 9, 4, 2, 6, 3
     out = bench.throughput(n, chains, name, k, jax_steps=jax_steps, numpy_steps=numpy_steps, min_time=0.5)
@@ -347,6 +348,10 @@ def test_throughput_follows_from_the_measured_times(monkeypatch, name):
     for field, value in want.items():
         assert out[field] == pytest.approx(value)
     assert out["speedup_vs_loop"] == pytest.approx(want["jax"] / want["numpy_loop"])
+    # the range over rounds: each round's two times (round 1: loop 1.0 x, jax 1.5 x its fastest), with the best
+    per_round = [out["speedup_vs_loop"] * lo / fa for fa, lo in zip(slower["jax"], slower["loop"])]
+    assert out["speedup_vs_loop_lo"] == pytest.approx(min(per_round)) and min(per_round) < out["speedup_vs_loop"]
+    assert out["speedup_vs_loop_hi"] == pytest.approx(max(per_round)) and max(per_round) > out["speedup_vs_loop"]
     assert out["speedup_vs_vectorised"] == pytest.approx(want["jax"] / want["numpy_vectorised"])
     if name == "k-gibbs":
         assert seen["names"] == ["jax", "loop", "vec"] and seen["total"] == pytest.approx(1.5)

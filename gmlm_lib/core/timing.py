@@ -34,14 +34,21 @@ def fastest_call(fn, min_time: float) -> float:
             return best
 
 
+def round_times(fns: dict, min_time: float, rounds: int = 3) -> dict:
+    """Fastest call of each ``fns[name]()`` in each of ``rounds`` interleaved rounds of ``min_time / rounds``
+    seconds each; ``{name: [seconds in round r]}``. Why the rounds: a ratio of two timings read from each
+    round shows how far the machine's noise moves it (a verdict against a bar needs that spread)."""
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(fastest_call(fn, min_time / rounds))
+    return times
+
+
 def best_times(fns: dict, min_time: float, rounds: int = 3) -> dict:
     """Fastest call of each ``fns[name]()`` over ``rounds`` interleaved rounds of
     ``min_time / rounds`` seconds each; ``{name: seconds}``."""
-    best = dict.fromkeys(fns, float("inf"))
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            best[name] = min(best[name], fastest_call(fn, min_time / rounds))
-    return best
+    return {name: min(times) for name, times in round_times(fns, min_time, rounds).items()}
 
 
 def machine() -> dict:

@@ -73,15 +73,29 @@ _COLUMNS = ("n", "sampler", "dtype", "speedup_vs_loop", "speedup_vs_vectorised",
             "product_ceiling_vs_loop")
 
 
-def _meets(frame: pd.DataFrame) -> str:
-    return f"{int((frame['speedup_vs_loop'] >= SPEED_BAR).sum())} of {len(frame)}"
+def _rounds(frame: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """The lowest and highest speed-up over the loop of each row across its timing rounds."""
+    one = frame["speedup_vs_loop"]
+    return frame.get("speedup_vs_loop_lo", one), frame.get("speedup_vs_loop_hi", one)
+
+
+def _meets(frame: pd.DataFrame, unit: str = "") -> str:
+    """How many rows reach the bar, "m of n": a row whose speed-up is at the bar in every timing round
+    (``speedup_vs_loop_lo``, where the table has it; else its one speed-up); the rows whose rounds fall
+    on both sides of the bar are counted apart, "(j more within timing noise)", neither met nor missed."""
+    lo, hi = _rounds(frame)
+    met, noise = int((lo >= SPEED_BAR).sum()), int(((lo < SPEED_BAR) & (hi >= SPEED_BAR)).sum())
+    return f"{met} of {len(frame)}{' ' + unit if unit else ''}" + (f" ({noise} more within timing noise)" if noise else "")
 
 
 def benchmark(speed: pd.DataFrame) -> dict:
     """``speed``: one row per (n, sampler, dtype) with the columns of ``_COLUMNS`` (speed-ups as ratios;
     the ceilings NaN for k-Gibbs). Returns ``speed_bar``; float64 ranges against the loop and the
     vectorised NumPy (``bench_min_loop`` ... ``bench_max_vec``); how many rows reach the bar
-    (``bench_meets``, ``bench_meets32``, ``bench_kg_meets``, ``bench_ip_meets``, as "m of n"); the
+    (``bench_meets``, ``bench_meets32``, ``bench_kg_meets``, ``bench_ip_meets``, as "m of n", a row met when
+    every timing round reaches it: optional columns ``speedup_vs_loop_lo`` and ``speedup_vs_loop_hi``, the
+    range over rounds of :func:`gmlm_lib.ising.bench.throughput`; rows whose rounds straddle the bar are
+    said apart as within timing noise); the
     independent parallel sampler's sizes below the bar (``bench_ip_missed``, "none" when it never misses)
     and whether its ceiling is below the bar at every one of them (``bench_ip_ceiling``: "below",
     "above", or "not needed"); and the (dtype, n) where even the matrix product alone is below the bar
@@ -95,7 +109,7 @@ def benchmark(speed: pd.DataFrame) -> dict:
     if f64.empty:
         raise ValueError("the speed table has no float64 rows: nothing to grade.")
     kg64, ip64 = f64[f64.sampler != "independent parallel"], f64[f64.sampler == "independent parallel"]
-    miss = ip64[ip64.speedup_vs_loop < SPEED_BAR]
+    miss = ip64[_rounds(ip64)[1] < SPEED_BAR]  # below the bar in every round
     ip_all = speed[speed.sampler == "independent parallel"]
     blocked = ip_all[ip_all.product_ceiling_vs_loop < SPEED_BAR]
     ceiling = ("not needed" if miss.empty else "below" if bool((miss.ceiling_vs_loop < SPEED_BAR).all())
@@ -106,7 +120,7 @@ def benchmark(speed: pd.DataFrame) -> dict:
         bench_min_vec=float(f64.speedup_vs_vectorised.min()), bench_max_vec=float(f64.speedup_vs_vectorised.max()),
         bench_meets=_meets(f64), bench_meets32=_meets(f32), bench_kg_meets=_meets(kg64),
         bench_kg_min=float(kg64.speedup_vs_loop.min()) if len(kg64) else float("nan"),
-        bench_ip_meets=f"{_meets(ip64)} sizes",
+        bench_ip_meets=_meets(ip64, "sizes"),
         bench_ip_share=f"{(ip64.speedup_vs_loop / ip64.ceiling_vs_loop).min():.0%}" if len(ip64) else "n/a",
         bench_ip_missed=listed([int(v) for v in miss.n]),
         bench_ip_ceiling=ceiling,
