@@ -85,7 +85,8 @@ def _meets(frame: pd.DataFrame, unit: str = "") -> str:
     on both sides of the bar are counted apart, "(j more within timing noise)", neither met nor missed."""
     lo, hi = _rounds(frame)
     met, noise = int((lo >= SPEED_BAR).sum()), int(((lo < SPEED_BAR) & (hi >= SPEED_BAR)).sum())
-    return f"{met} of {len(frame)}{' ' + unit if unit else ''}" + (f" ({noise} more within timing noise)" if noise else "")
+    said = f"{met} of {len(frame)}" + (f" {unit}" if unit else "")
+    return said + (f" ({noise} more within timing noise)" if noise else "")
 
 
 def benchmark(speed: pd.DataFrame) -> dict:
