@@ -29,7 +29,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from gmlm_lib.core import records, timing
+from gmlm_lib.core import records, rng, timing
 from gmlm_lib.mt import batching, training
 
 __all__ = ["update_seconds", "updates_seconds", "compile_updates", "factor", "scaled", "fit", "fit_config", "SIZING_FILE"]
@@ -67,7 +67,7 @@ def updates_seconds(models: dict, *, repeats: int = 10) -> dict:
         _read(loss)
         t0 = time.perf_counter()
         for i in range(repeats):
-            leaves, loss, _ = update(leaves, jax.device_put(j["host"], sharded), training.fold_keys(j["key"], i))
+            leaves, loss, _ = update(leaves, jax.device_put(j["host"], sharded), rng.fold_in(j["key"], i))
             if pending is not None:
                 _read(pending)
             pending = loss

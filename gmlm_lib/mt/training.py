@@ -46,7 +46,7 @@ __all__ = ["TrainConfig", "replica_config", "TRACED", "PROGRAM_FREE", "Program",
            "traced_schedule", "optimizer", "mesh", "make_step", "make_eval", "copy_leaves", "compile_programs",
            "validation_loss",
            "VAL_METRIC", "flops_per_step", "Result", "finished", "program_fields", "fresh_state", "host_batch",
-           "run_keys", "fold_keys", "batch_sharding", "train",
+           "run_keys", "batch_sharding", "train",
            "load", "load_replicas", "RunFolderBusy", "RunFolderError", "DAMAGED"]
 
 
@@ -400,17 +400,12 @@ def validation_loss(eval_fn, params, batches: list[batching.Batch], key, shardin
     total, tokens = 0.0, 0.0
     for i, b in enumerate(batches):
         arrays = b.arrays() if sharding is None else jax.device_put(b.arrays(), sharding)
-        t, n = eval_fn(params, arrays, fold_keys(key, i))
+        t, n = eval_fn(params, arrays, rng.fold_in(key, i))
         total, tokens = total + np.asarray(t, np.float64), tokens + np.asarray(n, np.float64)
     if np.any(tokens == 0):
         raise ValueError("validation_loss: the validation batches hold no target token.")
     loss = total / tokens
     return float(loss) if np.ndim(loss) == 0 else loss
-
-
-def fold_keys(key, data):
-    """``jax.random.fold_in(key, data)`` for one key, or for each of a replicated run's keys (S,)."""
-    return rng.fold_in(key, data)
 
 
 def run_keys(cfg: TrainConfig, salt: int | None = None):
@@ -881,7 +876,7 @@ class _Loop:
         for step in bar:
             parts = [b.at(step) for b in self.batchers]
             batch = jax.device_put(host_batch(parts if cfg.replicas > 1 else parts[0]), self.sharded)
-            leaves, loss_arr, aux = update(leaves, batch, fold_keys(self.base_key, step))
+            leaves, loss_arr, aux = update(leaves, batch, rng.fold_in(self.base_key, step))
             done = step + 1
             self.record.tokens += sum(int(b.tgt_mask.sum()) + int(b.src_mask.sum()) for b in parts)
             if pending is not None:
