@@ -410,6 +410,47 @@ def test_exact_quantities_compile_once_per_shape_not_per_model_or_mask_law():
     assert 1.0 < cp < np.inf
 
 
+def test_mask_laws_of_different_mask_counts_share_a_padded_table_and_its_programs():
+    """Compile once across a sweep over k: the mask table's rows are padded to the next power of 4, so
+    uniform_k(6, 1) (6 masks) and uniform_k(6, 2) (15 masks) both run on 16 rows and the second compiles
+    nothing; the padding rows are skipped, so every quantity equals the one over an unpadded table (and
+    the definition). conditional_given_mask, one row a mask, keeps its own shape."""
+    from gmlm_lib.core import timing
+
+    n = 6
+    m, J, h = _model(3, n)
+
+    def sums(dist):
+        fisher.hessian(m, dist)
+        fisher.score_covariance(m, dist)
+        fisher.all_masks_score_covariance(m, dist)
+        markov.poincare_constant(m, dist, "lanczos")
+        markov.poincare_constant(m, dist, "dense")
+        markov.dirichlet_form_variance(m, dist, jnp.arange(2.0**n))
+
+    sums(masks.uniform_k(n, 2))
+    clock = timing.compile_clock()
+    sums(masks.uniform_k(n, 1))
+    assert timing.compiles_since(clock)["compilations"] == 0
+    for k in (1, 2, 3, n):
+        dist = masks.uniform_k(n, k)
+        padded, plain = blocks.mask_table(dist, n), blocks.mask_table(dist, n, padded=False)
+        count = len(dist.subsets)
+        assert padded.ids.shape[0] == blocks.table_rows(count, n) and plain.ids.shape[0] == count
+        T, p = ising.state_statistics(n), ising.probabilities(m)
+        np.testing.assert_allclose(fisher._hessian(T, p, padded), fisher._hessian(T, p, plain), rtol=0, atol=1e-13)
+        W = np.tile(np.asarray(dist.weights)[None, :], (2**n, 1))
+        np.testing.assert_allclose(fisher.hessian(m, dist), brute.hessian(J, h, np.asarray(dist.subsets), W), atol=TOL)
+        assert blocks.conditional_given_mask(m, dist).shape == (len(dist.subsets), 2**n)
+
+
+def test_table_rows_pads_to_powers_of_four_within_the_memory_cap():
+    assert [blocks.table_rows(k, 8) for k in (1, 2, 4, 5, 16, 17, 70)] == [1, 4, 4, 16, 16, 64, 256]
+    assert {blocks.table_rows(m, 12) for m in (495, 792, 924)} == {1024}
+    over = blocks.PADDED_ENTRIES // 2**16 + 1  # 257 masks at n = 16 would pad to 1024 rows of 65,536 entries
+    assert blocks.table_rows(over, 16) == over and blocks.table_rows(120, 16) == 256
+
+
 @pytest.mark.parametrize("J, h, named", [
     (np.full((3, 3), np.nan), np.zeros(3), "J"),
     (np.zeros((3, 3)), np.array([0.0, np.inf, 0.0]), "h"),

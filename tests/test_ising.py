@@ -444,5 +444,6 @@ def test_host_tables_are_copied_to_the_device_without_compiling():
         fixed = masks.from_weights(np.eye(n, dtype=bool), np.full(n, 1.0 / n))
     assert timing.compiles_since(clock)["compilations"] == 0
     assert states.dtype == jnp.int8 and states.shape == (2**9, 9)
-    assert table.ids.shape == (math.comb(9, 3), 2**9) and fixed.weights.shape == (9,)
+    assert table.ids.shape == (blocks.table_rows(math.comb(9, 3), 9), 2**9) and fixed.weights.shape == (9,)
+    assert int(table.live.sum()) == math.comb(9, 3)
     np.testing.assert_allclose(np.asarray(dist.weights).sum(), 1.0, rtol=1e-12)

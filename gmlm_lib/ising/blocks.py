@@ -10,7 +10,9 @@ Dirichlet form) is a sum over these blocks with weights ``q_S(y) = p(y) w(S | y)
 :func:`mask_table` lists every mask's block numbers and weight, and each sum over masks is one
 ``lax.scan`` over that table with ``2^n`` segments (every block number of every mask fits, whatever
 ``|S|``), so one compiled program serves every model and every mask distribution of the same size
-and mask count.
+and padded mask count: the table's rows are padded to the next power of 4 (:func:`table_rows`), and
+the scan skips the padding rows, so a sweep over ``k`` (``C(n, k)`` masks) compiles a few programs a
+size, not one per ``k``.
 """
 
 from __future__ import annotations
@@ -53,20 +55,48 @@ def check_exact_blocks(n: int, limit: int) -> None:
 class MaskTable(NamedTuple):
     """Every mask of a distribution as arrays, for sums over masks in one jitted program.
 
-    ``ids`` (M, 2^n) int32: the block number of each state under each mask (:func:`block_ids`);
-    ``weights``: (M,) for a fixed ``w(S)``, (M, 2^n) for an adaptive ``w(S | x)``. A pytree: pass it
+    ``ids`` (R, 2^n) int32: the block number of each state under each mask (:func:`block_ids`);
+    ``weights``: (R,) for a fixed ``w(S)``, (R, 2^n) for an adaptive ``w(S | x)``; ``live`` (R,) bool:
+    which rows are masks (the first M) and which padding (:func:`table_rows`; a padding row has weight 0
+    and block 0 for every state, so a weighted sum over rows is the sum over masks). A pytree: pass it
     to jitted functions as an operand, so models and distributions of one shape share a program."""
 
     ids: jax.Array
     weights: jax.Array
+    live: jax.Array
 
 
-def mask_table(dist: MaskDistribution, n: int) -> MaskTable:
-    """``dist`` as a :class:`MaskTable` over the ``2^n`` states, masks in ``dist``'s order."""
+PADDED_ENTRIES = 1 << 24
+"""A mask table is padded only while its ``ids`` hold at most this many entries (64 MiB of int32):
+past it (large ``n`` with many masks) the rows stay the masks, one program per mask count."""
+
+
+def table_rows(masks: int, n: int) -> int:
+    """The rows of the :class:`MaskTable` of ``masks`` masks over ``n`` sites: the next power of 4 (1, 4,
+    16, 64, ...), or ``masks`` itself where that table would pass :data:`PADDED_ENTRIES`. Why powers of
+    4: a sweep over ``k`` meets ``C(n, k)`` masks, a different count for every ``k``; padded, those counts
+    fall on a few rows (n = 12: 12, 66, 220, 495, 792 and 924 masks on 16, 256 and 1024 rows). A padded
+    table holds under 4 times the rows of the masks; the arithmetic stays that of the masks, since
+    :func:`scan_masks` skips the padding rows."""
+    rows = 1
+    while rows < masks:
+        rows *= 4
+    return rows if rows << n <= PADDED_ENTRIES else masks
+
+
+def mask_table(dist: MaskDistribution, n: int, *, padded: bool = True) -> MaskTable:
+    """``dist`` as a :class:`MaskTable` over the ``2^n`` states, masks in ``dist``'s order, then (with
+    ``padded``) padding rows up to :func:`table_rows`. ``padded=False``: one row a mask, for kernels whose
+    output has a row per mask (:func:`conditional_given_mask`)."""
     check_distribution(dist, n)
     s = np.asarray(dist.subsets, dtype=bool)
-    w = dist.weights.T if dist.is_adaptive else dist.weights
-    return MaskTable(jax.device_put(block_ids(s)), jnp.asarray(w, dtype=jnp.float64))
+    w = np.asarray(dist.weights.T if dist.is_adaptive else dist.weights, dtype=np.float64)
+    masks = s.shape[0]
+    pad = table_rows(masks, n) - masks if padded else 0
+    ids = np.pad(block_ids(s), ((0, pad), (0, 0)))
+    w = np.pad(w, ((0, pad),) + ((0, 0),) * (w.ndim - 1))
+    live = np.arange(masks + pad) < masks
+    return MaskTable(*jax.device_put((ids, w, live)))
 
 
 def block_moments(q: jax.Array, values: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -84,13 +114,14 @@ def block_moments(q: jax.Array, values: jax.Array, ids: jax.Array) -> tuple[jax.
 
 def scan_masks(body: Callable, init, table: MaskTable):
     """``sum_m body(ids_m, w_m)`` over the masks of ``table``, starting from ``init``, as one
-    ``lax.scan`` (``w_m`` is a scalar for a fixed ``w``, (2^n,) for an adaptive one). Call it inside a
-    jitted function."""
+    ``lax.scan`` (``w_m`` is a scalar for a fixed ``w``, (2^n,) for an adaptive one); the padding rows
+    are skipped (``lax.cond``), not summed. Call it inside a jitted function."""
 
-    def step(acc, mask):
-        return jax.tree.map(jnp.add, acc, body(*mask)), None
+    def step(acc, row):
+        ids, w, live = row
+        return jax.lax.cond(live, lambda a: jax.tree.map(jnp.add, a, body(ids, w)), lambda a: a, acc), None
 
-    out, _ = jax.lax.scan(step, init, (table.ids, table.weights))
+    out, _ = jax.lax.scan(step, init, (table.ids, table.weights, table.live))
     return out
 
 
@@ -130,7 +161,7 @@ def conditional_given_mask(model, dist: MaskDistribution) -> jax.Array:
     ``[m, b]`` is the probability of state ``b`` within its block given mask ``m`` (0 where the
     block has no weight). For a fixed ``w`` it is the plain conditional ``p(x_S | x_{-S})``;
     for an adaptive ``w`` it differs in general [Lemma 2]."""
-    return _conditional(ising.probabilities(model), mask_table(dist, model.n))
+    return _conditional(ising.probabilities(model), mask_table(dist, model.n, padded=False))
 
 
 def averaged_conditional_expectation(model, dist: MaskDistribution):

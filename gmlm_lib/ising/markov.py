@@ -106,16 +106,23 @@ def _sym_dense(p, sqrt_p, table):
 def _symmetrised(model, dist):
     """The deflated symmetrised operator as a matvec over NumPy vectors, and ``sqrt(p)``."""
     p, table, _ = _exact(model, dist)
-    sqrt_p = jnp.sqrt(p)
-    return (lambda g: np.asarray(_sym_matvec(p, sqrt_p, table, jnp.asarray(g)))), np.asarray(sqrt_p)
+    sqrt_p = _host_sqrt(p)
+    on_device = jax.device_put(sqrt_p)
+    return (lambda g: np.asarray(_sym_matvec(p, on_device, table, jax.device_put(np.asarray(g, np.float64))))), sqrt_p
 
 
 def _dense_symmetrised(model, dist) -> tuple[np.ndarray, np.ndarray]:
     """The deflated symmetrised operator as a dense (2^n, 2^n) NumPy matrix, and ``sqrt(p)``."""
     blocks.check_exact_blocks(model.n, MAX_DENSE_N)
     p, table, _ = _exact(model, dist)
-    sqrt_p = jnp.sqrt(p)
-    return np.asarray(_sym_dense(p, sqrt_p, table)), np.asarray(sqrt_p)
+    sqrt_p = _host_sqrt(p)
+    return np.asarray(_sym_dense(p, jax.device_put(sqrt_p), table)), sqrt_p
+
+
+def _host_sqrt(p: jax.Array) -> np.ndarray:
+    """``sqrt(p)`` on the host (correctly rounded, as on the device): ``jnp.sqrt`` of a device array
+    outside a jitted function compiles a program a shape."""
+    return np.sqrt(np.asarray(p))
 
 
 def second_eigenvalue(model: IsingModel, dist: MaskDistribution, method: str = "lanczos", tol: float = 1e-13) -> float:

@@ -247,8 +247,10 @@ def from_theta(theta: jax.Array, n: int) -> IsingModel:
     return IsingModel.unchecked(J, theta[..., m:])  # symmetric by construction; traceable
 
 
+@jax.jit
 def sufficient_statistics(x: jax.Array) -> jax.Array:
-    """``T(x) = (x_i x_j for i<j, x_i)``. (..., n) -> (..., p), float64, ordered as :func:`to_theta`."""
+    """``T(x) = (x_i x_j for i<j, x_i)``. (..., n) -> (..., p), float64, ordered as :func:`to_theta`.
+    Jitted: one program per shape (op by op, each of its operations would compile one)."""
     x = jnp.asarray(x, dtype=jnp.float64)
     iu, ju = np.triu_indices(x.shape[-1], k=1)
     return jnp.concatenate([x[..., iu] * x[..., ju], x], axis=-1)
