@@ -122,45 +122,46 @@ def minimize_convex(
     derivatives = derivatives or (lambda theta: (jax.grad(fun)(theta), jax.hessian(fun)(theta)))
     armijo = 1e-4
 
-    def direction(theta):
-        return _newton_direction(*derivatives(theta))
-
     def is_converged(theta, g, d, newton):
         return (newton & jnp.all(jnp.isfinite(theta)) & (jnp.max(jnp.abs(g)) <= tol)
                 & (jnp.max(jnp.abs(d)) <= step_tol))
 
     def cond(state):
-        it, _, _, _, _, _, done = state
-        return jnp.logical_and(~done, it < max_iter)
+        it, _, _, _, _, _, done, first = state
+        return first | (~done & (it < max_iter))
 
     def body(state):
-        it, theta, f, g, d, newton, _ = state
+        # The loss and the derivatives appear once each in the compiled loop: the first trip (``first``)
+        # evaluates them at theta0 (a zero direction, so its one line-search step stays at theta0) and
+        # counts no iteration; written out before the loop as well, they compiled twice (three times the loss).
+        it, theta, f, g, d, newton, _, first = state
         slope = g @ d
         polish = jnp.max(jnp.abs(d)) <= step_tol  # full Newton step, judged by the gradient
 
-        def ls_cond(s):
+        def ls_cond(s):  # t = 2 enters once to evaluate the full step, then Armijo's halving
             t, f_new = s
-            return ~polish & ~(f_new <= f + armijo * t * slope) & (t > 1e-12)
+            return (t > 1.5) | (~polish & ~(f_new <= f + armijo * t * slope) & (t > 1e-12))
 
         def ls_body(s):
-            t, _ = s
-            return t / 2, fun(theta + (t / 2) * d)
+            t = s[0] / 2
+            return t, fun(theta + t * d)
 
-        t, f_new = jax.lax.while_loop(ls_cond, ls_body, (jnp.ones_like(f), fun(theta + d)))
+        t, f_new = jax.lax.while_loop(ls_cond, ls_body, (jnp.full_like(f, 2.0), jnp.full_like(f, jnp.inf)))
         new_theta = theta + t * d
-        new_g, new_d, new_newton = direction(new_theta)
-        accepted = jnp.where(polish, jnp.max(jnp.abs(new_g)) < jnp.max(jnp.abs(g)),
-                             f_new <= f + armijo * t * slope)
+        new_g, new_d, new_newton = _newton_direction(*derivatives(new_theta))
+        accepted = first | jnp.where(polish, jnp.max(jnp.abs(new_g)) < jnp.max(jnp.abs(g)),
+                                     f_new <= f + armijo * t * slope)
         keep = lambda new, old: jnp.where(accepted, new, old)  # noqa: E731
         theta, f, g, d = keep(new_theta, theta), keep(f_new, f), keep(new_g, g), keep(new_d, d)
         newton = keep(new_newton, newton)
-        return it + 1, theta, f, g, d, newton, is_converged(theta, g, d, newton) | ~accepted
+        done = is_converged(theta, g, d, newton) | ~accepted | (first & ~jnp.isfinite(f))
+        return it + jnp.where(first, 0, 1), theta, f, g, d, newton, done, jnp.zeros_like(first)
 
     theta0 = jnp.asarray(theta0, dtype=jnp.float64)
-    g0, d0, newton0 = direction(theta0)
-    f0 = fun(theta0)
-    init = (jnp.asarray(0), theta0, f0, g0, d0, newton0, is_converged(theta0, g0, d0, newton0) | ~jnp.isfinite(f0))
-    it, theta, f, g, d, newton, _ = jax.lax.while_loop(cond, body, init)
+    zero, p = jnp.zeros((), theta0.dtype), theta0.shape[0]
+    init = (jnp.asarray(0), theta0, zero, jnp.zeros(p, theta0.dtype), jnp.zeros(p, theta0.dtype), jnp.asarray(False),
+            jnp.asarray(False), jnp.asarray(True))
+    it, theta, f, g, d, newton, _, _ = jax.lax.while_loop(cond, body, init)
     return FitResult(
         theta=theta, loss=f, grad_norm=jnp.max(jnp.abs(g)), step_norm=jnp.max(jnp.abs(d)),
         num_iter=it, converged=is_converged(theta, g, d, newton) & jnp.isfinite(f),
