@@ -432,6 +432,17 @@ def test_graded_deep_shallow_needs_speed_and_quality():
         _graded({k: v for k, v in _samples(36.0, 35.6).items() if k[0] != "AR" or k[1] != "greedy"})
 
 
+def test_the_quality_table_shows_the_seed_spread_only_where_there_are_seeds():
+    """A lone run (the CPU preset's one seed) has no BLEU sd column, and its table is shown all the same:
+    the chapter's full CPU run once stopped here because the table's labels named that column."""
+    rows = [dict(model="AR", decoding="greedy", replica=r, BLEU=36.0 + r, BLEU_lc=37.0, chrF=60.0, stutter=0.2)
+            for r in range(2)]
+    two = padir.present_quality(padir.replica_mean(pd.DataFrame(rows))).to_html()
+    one = padir.present_quality(padir.replica_mean(pd.DataFrame(rows[:1]))).to_html()
+    assert "BLEU sd (seeds)" in two and "0.71" in two and "36.5" in two
+    assert "BLEU sd" not in one and "BLEU lowercased" in one and "36.0" in one and "stutter /100 words" in one
+
+
 def test_replica_mean_averages_each_system_over_its_replicas():
     rows = [dict(model=m, decoding=d, replica=r, BLEU=b + r, BLEU_lc=b + 3, chrF=50.0, stutter=0.1 * r)
             for m, d, b in (("AR", "greedy", 36.0), ("PaDIR distilled", "T=4, #hyp=3", 35.0)) for r in range(3)]

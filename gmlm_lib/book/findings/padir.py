@@ -19,7 +19,7 @@ from scipy import stats
 from gmlm_lib.book.findings.reuse import preset_names
 from gmlm_lib.book.findings.rules import grade, grade_interval, listed, seed_sentence_interval, significant
 from gmlm_lib.book.validate import ChapterParams, finite, require
-from gmlm_lib.core import rng
+from gmlm_lib.core import rng, tables
 from gmlm_lib.mt import config
 
 TARGETS = dict(
@@ -376,6 +376,17 @@ def replica_mean(by_replica: pd.DataFrame) -> pd.DataFrame:
     if by_replica["replica"].nunique() > 1:
         out.insert(1, "BLEU_sd", grouped["BLEU"].std(ddof=1))
     return out.reset_index()
+
+
+def present_quality(quality: pd.DataFrame):
+    """The quality table of :func:`replica_mean` as the chapter shows it (a ``Styler``): BLEU and chrF with
+    one decimal, stutter per 100 words, and the spread between seeds where the table has one (two or more
+    replicas; a lone run's table has no ``BLEU_sd`` column, and its page shows none)."""
+    formats = dict(BLEU="bleu", BLEU_lc="bleu", chrF="bleu", stutter="{:.2f}")
+    labels = dict(BLEU_lc="BLEU lowercased", stutter="stutter /100 words")
+    if "BLEU_sd" in quality.columns:
+        formats["BLEU_sd"], labels["BLEU_sd"] = "{:.2f}", "BLEU sd (seeds)"
+    return tables.present(quality, formats=formats, labels=labels)
 
 
 REPLICA_LATENCY_SENTENCES = 100
