@@ -444,9 +444,10 @@ def test_the_width_index_is_the_smallest_width_holding_the_longest_length_and_th
 
 
 def test_a_traced_number_of_passes_is_refused_where_it_cannot_be_honoured():
-    """_refine takes a traced T (the batch-1 decoder's ``steps`` argument) only without per-pass records
-    (a row a pass) and without unrolled passes (their count is fixed when the program is built)."""
-    with pytest.raises(ValueError, match=r"a traced number of passes needs history=False"):
+    """_refine takes a traced T (the decoders' ``steps`` argument) with per-pass records only when told
+    their rows (``records``: a row a pass, at most that many) and never with unrolled passes (their
+    count is fixed when the program is built)."""
+    with pytest.raises(ValueError, match=r"a traced number of passes with history needs records"):
         decoding._refine(None, None, None, None, None, decoding.PadirOptions(), 8, history=True, steps=3)
     with pytest.raises(ValueError, match=r"unrolled passes need a constant T \(options.steps\), not a traced one"):
         decoding._refine(None, None, None, None, None, decoding.PadirOptions(unroll=True), 8, history=False, steps=3)
@@ -734,13 +735,47 @@ def test_padir_refinement_stops_at_the_first_repeated_prediction_and_at_t_otherw
     for fn, opts, want_steps, want_calls in cases:
         monkeypatch.setattr(decoding, "refine_pass", fn)
         calls.clear()
-        out = jax.jit(lambda p: decoding._padir_refine(g, p, enc, em, lengths, jax.random.key(0), options=opts,
-                                                       width=8, return_attention=False))(p)
+        structure, numbers = decoding._dynamic(opts)  # T traced, as padir_refine compiles it (constant unrolled)
+        out = jax.jit(lambda p: decoding._padir_refine(g, p, enc, em, lengths, jax.random.key(0), numbers,
+                                                       options=structure, width=8, return_attention=False,
+                                                       records=opts.steps))(p)
         jax.effects_barrier()
         assert (int(out["steps"]), len(calls)) == (want_steps, want_calls), (fn.__name__, opts)
         last = V.FIRST_PIECE + 1 if fn is alternating and want_steps % 2 == 0 else V.FIRST_PIECE
         np.testing.assert_array_equal(out["ids"], np.where(np.arange(8) < np.asarray(out["length"])[:, None],
                                                            last, V.PAD))
+
+
+def test_refinement_records_of_several_T_share_one_program_and_decode_as_each_T():
+    """With ``records`` fixed, T is an operand of the recording decoder: T = 2, 4 and 6 compile one
+    program (with attention: one more), each decodes as itself (the ids, steps and records of the
+    default ``records = T`` call), and the rows past the passes run repeat the last one. Fewer records
+    than passes, and other records with unrolled passes, are refused by name."""
+    m = tiny(False)
+    g, p = nnx.split(m)
+    src, sm = ids(31, (3, 8)), jnp.ones((3, 8), bool)
+    decoding.clear_compiled()
+    for steps in (2, 4, 6):
+        opts = decoding.PadirOptions(steps=steps, hyps=2, early_stop=False)
+        alone = decoding.padir(g, p, src, sm, jax.random.key(5), options=opts, max_len=16, buckets=(16,))
+        for attention in (False, True):
+            out = decoding.padir(g, p, src, sm, jax.random.key(5), options=opts, max_len=16, buckets=(16,),
+                                 records=6, return_attention=attention)
+            assert int(out["steps"]) == steps and out["history"].shape[0] == out["pass_best"].shape[0] == 6
+            np.testing.assert_array_equal(out["ids"], alone["ids"])
+            np.testing.assert_array_equal(out["history"][:steps], alone["history"])
+            np.testing.assert_array_equal(out["pass_best"][:steps], alone["pass_best"])
+            for t in range(steps, 6):
+                np.testing.assert_array_equal(out["history"][t], out["ids"])
+    recorded = [f for (_, fn, *rest), f in decoding._COMPILED.items()
+                if fn is decoding._padir_refine and ("records", 6) in rest[0]]
+    assert len(recorded) == 2 and all(f._cache_size() == 1 for f in recorded)  # with and without attention
+    with pytest.raises(ValueError, match="records = 3 is fewer than the 4 passes"):
+        decoding.padir(g, p, src, sm, jax.random.key(5), options=decoding.PadirOptions(steps=4), max_len=16,
+                       records=3)
+    with pytest.raises(ValueError, match="unrolled"):
+        decoding.padir(g, p, src, sm, jax.random.key(5), options=decoding.PadirOptions(steps=4, unroll=True),
+                       max_len=16, records=6)
 
 
 def test_pass_best_row_is_the_decode_stopped_after_that_pass():
@@ -2203,7 +2238,7 @@ def test_a_sweep_over_T_and_thresholds_compiles_one_decoder():
     for (steps, tau), out in got.items():
         opts = decoding.StrategyOptions("threshold", steps=steps, hyps=1, confidence=tau)
         np.testing.assert_array_equal(out, _rule_by_definition(m, src, sm, opts, 8)[0])
-    with pytest.raises(ValueError, match="history=False"):
+    with pytest.raises(ValueError, match="needs records"):
         decoding._refine(m, *decoding._encode_lengths(m, src, sm, 1), jax.random.key(0),
                          decoding.PadirOptions(steps=2, hyps=1), 8, history=True, steps=jnp.int32(2))
 

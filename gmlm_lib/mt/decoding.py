@@ -711,7 +711,7 @@ def _encode_lengths(model, src, src_mask, hyps: int):
 
 
 def padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: PadirOptions, width: int,
-                 return_attention: bool = False):
+                 return_attention: bool = False, records: int | None = None):
     """PaDIR phase 2: T refinement passes over ``B * hyps`` hypotheses of ``width`` positions
     (``width`` >= every length; positions beyond a hypothesis' length are padding that no real
     position attends to). ``key``: (B,) keys, one a sentence (:func:`source_keys`), or one key whose
@@ -727,24 +727,45 @@ def padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Padi
     cross (B, H, width, S + 1))``, each row over real keys summing to one, and ``final_input``
     (B, width), that pass's input hypothesis [Section 3.4, App. L.5].
     The attention pass runs only with ``return_attention`` (a separate compilation), so the
-    default path does the same work as without it."""
-    return jitted(_padir_refine, graphdef, options=options, width=width, return_attention=return_attention)(
-        params, enc, enc_mask, lengths, key)
+    default path does the same work as without it.
+
+    ``records`` (default T): the rows of the per-pass records, at least T; rows past the passes run
+    repeat the last one. T is an operand of the compiled program (``_dynamic``) and ``records`` a
+    constant, so decodes of several T with the same ``records`` share one program a width."""
+    records = pass_records(options, records)
+    structure, numbers = _dynamic(options)
+    return jitted(_padir_refine, graphdef, options=structure, width=width, return_attention=return_attention,
+                  records=records)(params, enc, enc_mask, lengths, key, numbers)
 
 
-def _padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: PadirOptions, width: int,
-                  return_attention: bool):
+def pass_records(options: PadirOptions, records) -> int:
+    """The per-pass records' rows: ``options.steps`` by default; refused by name when fewer than T."""
+    if records is None:
+        return options.steps
+    records = checks.integer(records, "records", low=1)
+    if records < options.steps:
+        raise ValueError(f"records = {records} is fewer than the {options.steps} passes (options.steps) it records; "
+                         f"pass records >= options.steps, or leave it None.")
+    if getattr(options, "unroll", False) and records != options.steps:
+        raise ValueError(f"records = {records} with unrolled passes: an unrolled decode records its "
+                         f"options.steps = {options.steps} passes; leave records None.")
+    return records
+
+
+def _padir_refine(graphdef, params, enc, enc_mask, lengths, key, numbers, *, options: PadirOptions, width: int,
+                  return_attention: bool, records: int):
     return _refine(nnx.merge(graphdef, params), enc, enc_mask, lengths, key, options, width,
-                   history=True, return_attention=return_attention)
+                   history=True, return_attention=return_attention, steps=numbers.get("steps"), records=records)
 
 
 def _refine(model, enc, enc_mask, lengths, key, options: PadirOptions, width: int, *, history: bool,
-            return_attention: bool = False, steps=None) -> dict:
+            return_attention: bool = False, steps=None, records: int | None = None) -> dict:
     """The refinement loop of :func:`padir_refine`; without ``history`` only ``ids``, ``length``,
-    ``score`` and ``steps`` are kept (the same passes, none of the per-pass records), and the number
-    of passes may be ``steps``, a traced int32 (``_dynamic``), instead of ``options.steps``."""
-    if steps is not None and history:
-        raise ValueError("_refine: a traced number of passes needs history=False (the records have a row a pass).")
+    ``score`` and ``steps`` are kept (the same passes, none of the per-pass records). The number
+    of passes may be ``steps``, a traced int32 (``_dynamic``), instead of ``options.steps``; the
+    records then have ``records`` rows (a constant, at least the traced T: checked by the caller)."""
+    if steps is not None and history and records is None:
+        raise ValueError("_refine: a traced number of passes with history needs records (the rows of the records).")
     if steps is not None and options.unroll:
         raise ValueError("_refine: unrolled passes need a constant T (options.steps), not a traced one.")
     T = options.steps if steps is None else steps
@@ -755,7 +776,7 @@ def _refine(model, enc, enc_mask, lengths, key, options: PadirOptions, width: in
     tmask = jnp.arange(width)[None, :] < lengths[:, None]
     hyp = initial_hypothesis(_row_keys(key, b), l, width, tmask, model.cfg.vocab, options.init,
                              full_width=model.cfg.max_len)
-    rows = options.steps if history else 1  # without history the records are one dummy row
+    rows = (records or options.steps) if history else 1  # without history the records are one dummy row
 
     def cond(c):
         t, _, _, _, stop, _, _, _ = c
@@ -786,11 +807,11 @@ def _refine(model, enc, enc_mask, lengths, key, options: PadirOptions, width: in
     out = dict(ids=pred[pick], length=lengths[pick], score=score[pick], steps=steps)
     if not history:
         return out
-    ran = jnp.arange(options.steps) < steps  # passes after an early stop repeat the last one
+    ran = jnp.arange(rows) < steps  # rows after an early stop or past T repeat the last pass
     hist = jnp.where(ran[:, None, None], hist, pred[None])
     hist_score = jnp.where(ran[:, None], hist_score, score[None])
     # each pass's own best hypothesis: what a decode stopped after that pass returns
-    top = jnp.arange(b)[None, :] * l + jnp.argmax(hist_score.reshape(options.steps, b, l), -1)  # (T, B)
+    top = jnp.arange(b)[None, :] * l + jnp.argmax(hist_score.reshape(rows, b, l), -1)  # (rows, B)
     out.update(history=hist[:, pick], pass_best=jnp.take_along_axis(hist, top[..., None], 1),
                pass_best_score=jnp.take_along_axis(hist_score, top, 1))
     if return_attention:  # the final pass again, on its own input, to read its weights (no dropout: the same pass)
@@ -892,15 +913,17 @@ def _strategy_passes(graphdef, params, src, src_mask, numbers, *, options, width
 
 
 def padir(graphdef, params, src, src_mask, key, *, options: PadirOptions, max_len: int, buckets=(),
-          return_attention: bool = False) -> dict:
+          return_attention: bool = False, records: int | None = None) -> dict:
     """Both PaDIR phases; the hypothesis width is the smallest of ``buckets`` that holds the
     longest predicted length (else ``max_len``, the model's), so short sentences cost short passes.
-    Each sentence's initial hypotheses come from ``key`` and its own ids (:func:`source_keys`)."""
+    Each sentence's initial hypotheses come from ``key`` and its own ids (:func:`source_keys`).
+    ``records``: as :func:`padir_refine`."""
+    records = pass_records(options, records)  # refused before the encoder runs
     enc, enc_mask, lengths = padir_encode(graphdef, params, src, src_mask, hyps=options.hyps)
     longest = int(np.max(jax.device_get(lengths)))
     width = next((w for w in sorted(buckets) if w >= longest), max_len)
     return padir_refine(graphdef, params, enc, enc_mask, lengths, source_keys(key, src, src_mask), options=options,
-                        width=width, return_attention=return_attention)
+                        width=width, return_attention=return_attention, records=records)
 
 
 def strip(ids: np.ndarray, *, drop_repeats: bool = False) -> list[list[int]]:

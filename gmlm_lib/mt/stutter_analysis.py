@@ -132,7 +132,7 @@ def summary_table(df: pd.DataFrame, stat: str, resamples: list[np.ndarray], labe
 
 
 def analyse(translator, texts: list[str], refs: list[str], options, *, batch_size: int = 64,
-            progress=None) -> tuple[pd.DataFrame, dict[str, np.ndarray], list[list[int]], np.ndarray]:
+            records: int | None = None, progress=None) -> tuple[pd.DataFrame, dict[str, np.ndarray], list[list[int]], np.ndarray]:
     """Decode ``texts`` with PaDIR ``options`` (a :class:`gmlm_lib.mt.translate.Translator` over a
     PaDIR model), read the attention of the final pass, and describe every adjacent output pair.
 
@@ -142,16 +142,19 @@ def analyse(translator, texts: list[str], refs: list[str], options, *, batch_siz
     heads of each statistic; ``outputs`` the raw output ids (repeats kept); ``per_pass`` (T, N, W)
     row t the best hypothesis after pass t + 1, i.e. what decoding with ``steps = t + 1`` returns
     (``pass_best`` of :func:`gmlm_lib.mt.decoding.padir_refine`; early-stopped rows repeat their last
-    one), padded to the width ``W`` of the largest bucket."""
+    one), padded to the width ``W`` of the largest bucket. ``records`` (default T): its rows, as
+    :func:`gmlm_lib.mt.decoding.padir_refine`'s; analyses of several T with the same ``records``
+    share their compiled programs."""
     ref_ids = translator.vocab.encode(refs)
     width = max(translator.buckets + (translator.cfg.max_len,))
     outputs: list[list[int] | None] = [None] * len(texts)
-    per_pass = np.full((options.steps, len(texts), width), 0, np.int32)
+    records = decoding.pass_records(options, records)
+    per_pass = np.full((records, len(texts), width), 0, np.int32)
     frames, layers = [], []
     for chunk, src, mask, key in translator.batches(texts, batch_size):
         out = decoding.padir(translator.graphdef, translator.params, jax.device_put(src), jax.device_put(mask), key,
                              options=options, max_len=translator.cfg.max_len, buckets=translator.buckets,
-                             return_attention=True)
+                             return_attention=True, records=records)
         k = len(chunk)
         lengths = np.asarray(out["length"])[:k]
         tok = np.asarray(out["ids"])[:k]
