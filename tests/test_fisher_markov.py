@@ -2,6 +2,7 @@
 brute-force definitions in brute.py (n <= 5, to 1e-10), and the theorems as properties."""
 
 import itertools
+import math
 
 import brute
 import jax
@@ -411,10 +412,11 @@ def test_exact_quantities_compile_once_per_shape_not_per_model_or_mask_law():
 
 
 def test_mask_laws_of_different_mask_counts_share_a_padded_table_and_its_programs():
-    """Compile once across a sweep over k: the mask table's rows are padded to the next power of 4, so
-    uniform_k(6, 1) (6 masks) and uniform_k(6, 2) (15 masks) both run on 16 rows and the second compiles
-    nothing; the padding rows are skipped, so every quantity equals the one over an unpadded table (and
-    the definition). conditional_given_mask, one row a mask, keeps its own shape."""
+    """Compile once across a sweep over k: at n = 6 every uniform law's mask table is padded to the widest
+    one's rows (C(6, 3) = 20 masks on 64 rows), so after uniform_k(6, 2) (15 masks) the laws of k = 1, 3 and
+    6 (6, 20 and 1 masks) compile nothing; the padding rows are skipped, so every quantity equals the one
+    over an unpadded table (and the definition). conditional_given_mask, one row a mask, keeps its own
+    shape."""
     from gmlm_lib.core import timing
 
     n = 6
@@ -430,7 +432,8 @@ def test_mask_laws_of_different_mask_counts_share_a_padded_table_and_its_program
 
     sums(masks.uniform_k(n, 2))
     clock = timing.compile_clock()
-    sums(masks.uniform_k(n, 1))
+    for k in (1, 3, n):
+        sums(masks.uniform_k(n, k))
     assert timing.compiles_since(clock)["compilations"] == 0
     for k in (1, 2, 3, n):
         dist = masks.uniform_k(n, k)
@@ -445,8 +448,13 @@ def test_mask_laws_of_different_mask_counts_share_a_padded_table_and_its_program
 
 
 def test_table_rows_pads_to_powers_of_four_within_the_memory_cap():
-    assert [blocks.table_rows(k, 8) for k in (1, 2, 4, 5, 16, 17, 70)] == [1, 4, 4, 16, 16, 64, 256]
+    assert [blocks.table_rows(k, 10) for k in (1, 2, 4, 5, 16, 17, 252)] == [1, 4, 4, 16, 16, 64, 256]
     assert {blocks.table_rows(m, 12) for m in (495, 792, 924)} == {1024}
+    assert blocks.table_rows(12, 12) == 16  # past SHARED_ENTRIES a narrow law keeps its own rows
+    # up to n = 8 every law of at most C(n, n // 2) masks takes the widest law's rows: one shape a size
+    assert {blocks.table_rows(math.comb(6, k), 6) for k in range(7)} == {64}
+    assert {blocks.table_rows(math.comb(8, k), 8) for k in range(9)} == {256} and blocks.table_rows(2**8, 8) == 256
+    assert blocks.table_rows(1, 1) == 1 and blocks.table_rows(2, 2) == 4
     over = blocks.PADDED_ENTRIES // 2**16 + 1  # 257 masks at n = 16 would pad to 1024 rows of 65,536 entries
     assert blocks.table_rows(over, 16) == over and blocks.table_rows(120, 16) == 256
 

@@ -447,3 +447,32 @@ def test_host_tables_are_copied_to_the_device_without_compiling():
     assert table.ids.shape == (blocks.table_rows(math.comb(9, 3), 9), 2**9) and fixed.weights.shape == (9,)
     assert int(table.live.sum()) == math.comb(9, 3)
     np.testing.assert_allclose(np.asarray(dist.weights).sum(), 1.0, rtol=1e-12)
+
+
+def test_host_arrays_reach_the_exact_kernels_without_programs_of_their_own():
+    """In JAX 0.10 ``jnp.asarray`` of a host array, and every operation run outside ``jit`` on a device array,
+    compile a program of their own for each shape: a chapter that passes NumPy arrays to the library would pay
+    one at every shape it meets. Unpacking a concrete theta, converting to float64 and checking a function on
+    the states compile nothing; a loss compiles its own program and the model's kernels, nothing per operation.
+    n = 7 is a size no other test uses, so nothing is cached."""
+    from gmlm_lib.core import precision, timing
+    from gmlm_lib.ising import mple
+
+    theta = np.linspace(-0.3, 0.3, ising.num_params(7))
+    x = np.where(np.arange(70).reshape(10, 7) % 3 == 0, 1, -1).astype(np.int8)
+    clock = timing.compile_clock()
+    model = ising.from_theta(theta, 7)
+    f = precision.float64(np.arange(5))
+    g = ising.check_state_function(np.arange(2**7), 7)
+    assert timing.compiles_since(clock)["compilations"] == 0
+    assert f.dtype == jnp.float64 and g.dtype == jnp.float64 and isinstance(g, jax.Array)
+    np.testing.assert_array_equal(np.asarray(ising.to_theta(model)), theta)
+    traced = jax.jit(lambda t: ising.from_theta(t, 7))(theta)  # the traceable path builds the same model
+    np.testing.assert_array_equal(np.asarray(traced.J), np.asarray(model.J))
+    clock = timing.compile_clock()
+    nll = mple.negative_log_likelihood(model, x)
+    pl = mple.pseudolikelihood_loss(model, x, x > 0)
+    assert timing.compiles_since(clock)["compilations"] <= 4  # log Z, the mean energy; the conditionals, the mean
+    want = float(np.mean(np.asarray(ising.energy(model, x)))) + float(ising.log_partition(model))
+    assert float(nll) == pytest.approx(want, rel=1e-14)
+    assert float(pl) == pytest.approx(-float(np.mean(np.asarray(ising.log_conditional(model, x, x > 0)))), rel=1e-14)

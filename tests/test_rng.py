@@ -55,3 +55,30 @@ def test_making_and_folding_keys_compiles_once_per_process():
         rng.fold_in(rng.key(seed), seed + 1)
         rng.fold_in(rng.keys(seed, 2), 2)
     assert timing.compiles_since(clock)["compilations"] == 0
+
+
+@pytest.mark.parametrize("num", [1, 2, 3])
+def test_split_is_jax_random_split_unpacked(num):
+    key = jax.random.key(21)
+    got = rng.split(key, num)
+    assert isinstance(got, tuple) and len(got) == num and all(k.shape == () for k in got)
+    for mine, theirs in zip(got, jax.random.split(key, num)):
+        np.testing.assert_array_equal(_data(mine), _data(theirs))
+    legacy = jax.random.PRNGKey(4)
+    np.testing.assert_array_equal(np.stack([np.asarray(k) for k in rng.split(legacy, num)]),
+                                  np.asarray(jax.random.split(legacy, num)))
+
+
+def test_split_compiles_once_a_count_and_refuses_bad_arguments():
+    """Unpacking ``jax.random.split``'s array runs a program of its own; ``rng.split`` of another key with the
+    same count compiles nothing more."""
+    rng.split(rng.key(0), 3)
+    clock = timing.compile_clock()
+    a, b, c = rng.split(rng.fold_in(rng.key(5), 1), 3)
+    assert timing.compiles_since(clock)["compilations"] == 0
+    with pytest.raises(ValueError, match="num"):
+        rng.split(jax.random.key(0), 0)
+    with pytest.raises(TypeError, match="num"):
+        rng.split(jax.random.key(0), 2.0)
+    with pytest.raises(TypeError, match="key"):
+        rng.split(np.zeros(3), 2)

@@ -12,7 +12,9 @@ and raise a clear error instead of silently computing in float32.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import dtypes
 
 
@@ -31,3 +33,14 @@ def require_x64(what: str) -> None:
             "chapter does (or set the environment variable JAX_ENABLE_X64=1 before starting Python), or run "
             "the code inside `with jax.enable_x64(True):`."
         )
+
+
+def float64(x) -> jax.Array:
+    """``x`` as a float64 array on the device: a device array (or a tracer) already of float64 as it is,
+    another converted; a host array (NumPy, a list) converted on the host and copied. Why: in JAX 0.10
+    ``jnp.asarray`` of a host array compiles a program of its own a shape and dtype, and so does a
+    conversion of a device array run outside a jitted function; a chapter that passes NumPy arrays to the
+    exact kernels would pay one for every shape it meets."""
+    if isinstance(x, jax.Array):
+        return x if x.dtype == jnp.float64 else jnp.asarray(x, dtype=jnp.float64)
+    return jax.device_put(np.asarray(x, dtype=np.float64))

@@ -6,8 +6,10 @@ first, and each staging and each key operation is a program of its own (``stage`
 integer type it meets. Here each is one jitted function, shared by every caller in the process, its
 integer copied to the device with ``jax.device_put`` (which compiles nothing). The keys are JAX's:
 :func:`key` ``(s)`` equals ``jax.random.key(s)`` and :func:`fold_in` equals ``jax.random.fold_in``
-(tested). A seed outside ``[0, 2**32)`` (negative, or past 32 bits) is passed to ``jax.random.key`` as it
-is, which then stages it as before.
+(tested), and :func:`split` returns ``jax.random.split``'s keys as a tuple, for unpacking, from one
+program (unpacking the array ``jax.random.split`` returns is a program of its own). A seed outside
+``[0, 2**32)`` (negative, or past 32 bits) is passed to ``jax.random.key`` as it is, which then stages it
+as before.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import numpy as np
 
 from gmlm_lib.core import checks
 
-__all__ = ["key", "keys", "fold_in"]
+__all__ = ["key", "keys", "fold_in", "split"]
 
 _KEY = jax.jit(jax.random.key)
 _KEYS = jax.jit(jax.vmap(jax.random.key))
 _FOLD = jax.jit(jax.random.fold_in)
 _FOLD_EACH = jax.jit(jax.vmap(jax.random.fold_in, in_axes=(0, None)))
+_SPLIT = jax.jit(lambda key, num: tuple(jax.random.split(key, num)), static_argnums=1)
 
 
 def key(seed: int) -> jax.Array:
@@ -53,3 +56,13 @@ def fold_in(key: jax.Array, data: int) -> jax.Array:
     if not jax.numpy.issubdtype(key.dtype, jax.dtypes.prng_key) or key.ndim > 1:
         return jax.random.fold_in(key, data)
     return (_FOLD_EACH if key.ndim == 1 else _FOLD)(key, data)
+
+
+def split(key: jax.Array, num: int = 2) -> tuple[jax.Array, ...]:
+    """``tuple(jax.random.split(key, num))``: ``num`` typed keys (shape () each) from one typed key, made by
+    one program a ``num``, for ``a, b = split(key)``. A legacy raw key is split by ``jax.random.split``."""
+    key = checks.key(key)
+    num = checks.integer(num, "num", low=1, fix="split makes num new keys.")
+    if not jax.numpy.issubdtype(key.dtype, jax.dtypes.prng_key) or key.ndim:
+        return tuple(jax.random.split(key, num))
+    return _SPLIT(key, num)

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gmlm_lib.core import checks
+from gmlm_lib.core.precision import float64
 
 __all__ = ["RULES", "RULES_2025", "Rule", "make_rule", "random_order", "top_k", "threshold", "factor",
            "entropy_bound", "dilated", "dependency", "dependency_select", "components", "dilated_passes", "select_with"]
@@ -207,17 +208,17 @@ def selection(rule: Rule) -> tuple[Callable, tuple]:
     sel = rule.select
     if not (isinstance(sel, functools.partial) and sel.func in _SELECTIONS and not sel.keywords):
         return sel, ()
-    n = rule.n
-    param, table, strong = jnp.zeros((), jnp.float64), jnp.zeros(n + 1, jnp.int32), jnp.zeros((n, n), bool)
+    n = rule.n  # the arguments built on the host and copied: on the device each would be a program of its own
+    param, table, strong = float64(0.0), *jax.device_put((np.zeros(n + 1, np.int32), np.zeros((n, n), bool)))
     if sel.func in (_random_select, _top_k_select):
         table = sel.args[0]
     elif sel.func is _dilated_select:
-        table = jnp.concatenate([sel.args[0].astype(jnp.int32), jnp.zeros(1, jnp.int32)])
+        table = jax.device_put(np.concatenate([np.asarray(sel.args[0], np.int32), np.zeros(1, np.int32)]))
     elif sel.func is _dependency_rule_select:
-        strong, param = sel.args[0], jnp.asarray(sel.args[1], jnp.float64)
+        strong, param = sel.args[0], float64(sel.args[1])
     else:
-        param = jnp.asarray(sel.args[0], jnp.float64)
-    return any_select, (jnp.int32(_SELECTIONS.index(sel.func)), param, table, strong)
+        param = float64(sel.args[0])
+    return any_select, (jax.device_put(np.int32(_SELECTIONS.index(sel.func))), param, table, strong)
 
 
 def any_select(which, param, table, strong, conf, ent, masked, t, key):
@@ -259,7 +260,8 @@ def dilated(n: int, B: int) -> Rule:
     n = _check_n(n)
     if isinstance(B, bool) or not isinstance(B, (int, np.integer)) or B < 2 or B & (B - 1):
         raise ValueError(f"B (the DUS block size) must be a power of two >= 2; got {B!r}.")
-    return Rule("dilated", float(B), n, functools.partial(_dilated_select, jnp.asarray(dilated_passes(n, int(B)))))
+    return Rule("dilated", float(B), n, functools.partial(_dilated_select,
+                                                             jax.device_put(np.asarray(dilated_passes(n, int(B))))))
 
 
 def _dilated_select(passes, conf, ent, masked, t, key):
@@ -302,7 +304,7 @@ def dependency(n: int, gamma: float, strong) -> Rule:
     if strong.shape != (n, n) or strong.dtype != bool:
         raise ValueError(f"strong must be an ({n}, {n}) bool matrix (True for dependent pairs); "
                          f"got {strong.dtype} of shape {strong.shape}.")
-    strong = jnp.asarray((strong | strong.T) & ~np.eye(n, dtype=bool))
+    strong = jax.device_put((strong | strong.T) & ~np.eye(n, dtype=bool))  # copied: staged, a program
     return Rule("dependency", gamma, n, functools.partial(_dependency_rule_select, strong, gamma))
 
 

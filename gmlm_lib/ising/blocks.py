@@ -12,17 +12,20 @@ Dirichlet form) is a sum over these blocks with weights ``q_S(y) = p(y) w(S | y)
 ``|S|``), so one compiled program serves every model and every mask distribution of the same size
 and padded mask count: the table's rows are padded to the next power of 4 (:func:`table_rows`), and
 the scan skips the padding rows, so a sweep over ``k`` (``C(n, k)`` masks) compiles a few programs a
-size, not one per ``k``.
+size, not one per ``k``; at the small sizes of the theory chapters (``n <= 8``) every table of a size is
+padded to the rows of the widest one, ``C(n, n // 2)`` masks, so the sweep compiles one.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gmlm_lib.core.precision import float64
 from gmlm_lib.ising import model as ising
 from gmlm_lib.ising.masks import MaskDistribution, check_distribution
 
@@ -70,6 +73,12 @@ PADDED_ENTRIES = 1 << 24
 """A mask table is padded only while its ``ids`` hold at most this many entries (64 MiB of int32):
 past it (large ``n`` with many masks) the rows stay the masks, one program per mask count."""
 
+SHARED_ENTRIES = 1 << 16
+"""While the table of the widest uniform law at ``n`` (``C(n, n // 2)`` masks, padded) holds at most this
+many entries (``n <= 8``), every table of at most that many masks is padded to its rows: every ``k`` of a
+sweep then shares one program a kernel. Past it, the skipped padding rows of a narrow law (``k = 1`` at
+``n = 12``: 1,012 skipped rows for 12 masks) would cost more than the programs they save."""
+
 
 def table_rows(masks: int, n: int) -> int:
     """The rows of the :class:`MaskTable` of ``masks`` masks over ``n`` sites: the next power of 4 (1, 4,
@@ -77,10 +86,19 @@ def table_rows(masks: int, n: int) -> int:
     4: a sweep over ``k`` meets ``C(n, k)`` masks, a different count for every ``k``; padded, those counts
     fall on a few rows (n = 12: 12, 66, 220, 495, 792 and 924 masks on 16, 256 and 1024 rows). A padded
     table holds under 4 times the rows of the masks; the arithmetic stays that of the masks, since
-    :func:`scan_masks` skips the padding rows."""
-    rows = 1
-    while rows < masks:
-        rows *= 4
+    :func:`scan_masks` skips the padding rows. Where the widest uniform law's table is small
+    (:data:`SHARED_ENTRIES`), a table of fewer masks takes its rows too (n = 6: 6, 15, 20 and 1 masks all
+    on 64 rows), so a sweep over ``k`` at that size compiles one program a kernel."""
+    def power_of_4(count):
+        rows = 1
+        while rows < count:
+            rows *= 4
+        return rows
+
+    shared = power_of_4(max(masks, math.comb(n, n // 2)))
+    if shared << n <= SHARED_ENTRIES:
+        return shared
+    rows = power_of_4(masks)
     return rows if rows << n <= PADDED_ENTRIES else masks
 
 
@@ -90,7 +108,8 @@ def mask_table(dist: MaskDistribution, n: int, *, padded: bool = True) -> MaskTa
     output has a row per mask (:func:`conditional_given_mask`)."""
     check_distribution(dist, n)
     s = np.asarray(dist.subsets, dtype=bool)
-    w = np.asarray(dist.weights.T if dist.is_adaptive else dist.weights, dtype=np.float64)
+    w = np.asarray(dist.weights, dtype=np.float64)  # on the host: a transpose of a device array is a program
+    w = w.T if dist.is_adaptive else w
     masks = s.shape[0]
     pad = table_rows(masks, n) - masks if padded else 0
     ids = np.pad(block_ids(s), ((0, pad), (0, 0)))
@@ -176,6 +195,6 @@ def averaged_conditional_expectation(model, dist: MaskDistribution):
     p = ising.probabilities(model)
 
     def apply(F):
-        return apply_operator(p, table, jnp.asarray(F, dtype=jnp.float64))
+        return apply_operator(p, table, float64(F))
 
     return apply

@@ -124,6 +124,12 @@ def sandwich(H: jax.Array, Sigma: jax.Array) -> jax.Array:
             raise ValueError(f"H is numerically singular (condition number {cond:.3g}, float64 resolves up to "
                              f"{1 / np.finfo(np.float64).eps:.3g}): the asymptotic covariance is not computable at this "
                              "model; weaken its couplings (the strongest make the conditionals deterministic).")
+    return _sandwich(H, Sigma)
+
+
+@jax.jit
+def _sandwich(H, Sigma):
+    """:func:`sandwich`'s arithmetic, one program a size (run op by op, each operation would be one)."""
     Hinv = jnp.linalg.inv(H)
     G = Hinv @ Sigma @ Hinv
     return 0.5 * (G + G.T)

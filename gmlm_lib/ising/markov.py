@@ -48,7 +48,7 @@ def transition_matrix(model: IsingModel, dist: MaskDistribution) -> jax.Array:
     """Dense ``P(x, y)``, rows indexed by state number. (2^n, 2^n); n <= :data:`MAX_DENSE_N`.
     Column ``y`` is the operator applied to the indicator of ``y``."""
     blocks.check_exact_blocks(model.n, MAX_DENSE_N)
-    return operator(model, dist)(jnp.eye(2**model.n))
+    return operator(model, dist)(np.eye(2**model.n))  # copied to the device: jnp.eye is a program a size
 
 
 def _exact(model: IsingModel, dist: MaskDistribution, f=None):
@@ -185,10 +185,10 @@ def slowest_mode(model: IsingModel, dist: MaskDistribution, tol: float = 1e-13) 
     if N <= 2 or np.linalg.norm(image) <= 1e-14 * np.linalg.norm(v0):
         # One step samples exactly (e.g. k = n): the deflated operator is zero, lambda_2 = 0,
         # and every centred function is an eigenfunction.
-        return 0.0, jnp.asarray(_centred(v0, p))
+        return 0.0, jax.device_put(_centred(v0, p))
     op = spla.LinearOperator((N, N), matvec=lambda v: matvec(v.ravel()), dtype=np.float64)
     vals, vecs = spla.eigsh(op, k=1, which="LA", tol=tol, v0=v0, maxiter=20 * N)
-    return float(vals[0]), jnp.asarray(_centred(vecs[:, 0] / sqrt_p, p))
+    return float(vals[0]), jax.device_put(_centred(vecs[:, 0] / sqrt_p, p))  # copied, not staged
 
 
 def _centred(f: np.ndarray, p: np.ndarray) -> np.ndarray:

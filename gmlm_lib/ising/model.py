@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gmlm_lib.core import checks
-from gmlm_lib.core.precision import require_x64
+from gmlm_lib.core.precision import float64, require_x64
 
 __all__ = [
     "MAX_EXACT_N",
@@ -175,8 +175,7 @@ def ising_model(J, h, *, atol: float = 1e-12) -> IsingModel:
         if kind not in "biuf":
             raise TypeError(f"{name} must hold numbers; got an array of dtype {np.asarray(value).dtype} (strings are "
                             "not parsed: convert them with np.asarray(..., dtype=float) if you mean numbers).")
-    J = jnp.asarray(J, dtype=jnp.float64)
-    h = jnp.asarray(h, dtype=jnp.float64)
+    J, h = float64(J), float64(h)
     if J.ndim != 2 or J.shape[0] != J.shape[1]:
         raise ValueError(f"J must be a square (n, n) matrix; got shape {J.shape}.")
     n = J.shape[0]
@@ -236,12 +235,19 @@ def to_theta(model: IsingModel) -> jax.Array:
 
 
 def from_theta(theta: jax.Array, n: int) -> IsingModel:
-    """Inverse of :func:`to_theta`: (p,) -> :class:`IsingModel` (no validation; traceable)."""
-    theta = jnp.asarray(theta, dtype=jnp.float64)
-    if theta.shape[-1] != num_params(n):
-        raise ValueError(f"theta must have {num_params(n)} entries for n = {n}; got {theta.shape[-1]}.")
+    """Inverse of :func:`to_theta`: (..., p) -> :class:`IsingModel` (no validation; traceable). A concrete
+    ``theta`` is unpacked on the host and the model copied to the device (op by op on device arrays, the
+    scatter would compile a program of each of its operations a shape)."""
+    if np.shape(theta)[-1] != num_params(n):
+        raise ValueError(f"theta must have {num_params(n)} entries for n = {n}; got {np.shape(theta)[-1]}.")
     iu, ju = np.triu_indices(n, k=1)
     m = len(iu)
+    if checks.concrete(theta):
+        t = np.asarray(theta, dtype=np.float64)
+        J = np.zeros(t.shape[:-1] + (n, n))
+        J[..., iu, ju] = J[..., ju, iu] = t[..., :m]
+        return IsingModel.unchecked(*jax.device_put((J, t[..., m:])))
+    theta = jnp.asarray(theta, dtype=jnp.float64)
     J = jnp.zeros(theta.shape[:-1] + (n, n), dtype=theta.dtype)
     J = J.at[..., iu, ju].set(theta[..., :m]).at[..., ju, iu].set(theta[..., :m])
     return IsingModel.unchecked(J, theta[..., m:])  # symmetric by construction; traceable
@@ -440,8 +446,9 @@ def _sample(p: jax.Array, key: jax.Array, num_samples: int) -> jax.Array:
 
 
 def check_spins(x: jax.Array, n: int, name: str = "x") -> jax.Array:
-    """Validate a batch of states: shape (..., n), entries in {-1, +1}; errors call it ``name``."""
-    x = jnp.asarray(x)
+    """Validate a batch of states: shape (..., n), entries in {-1, +1}; errors call it ``name``. A device
+    array (or a tracer) is returned as it is, a host array as a NumPy array (staged, it would be a program)."""
+    x = x if isinstance(x, jax.Array) else np.asarray(x)
     if x.ndim < 1 or x.shape[-1] != n:
         raise ValueError(f"{name} must have shape (..., {n}) for an n = {n} model; got {x.shape}.")
     if _is_concrete(x):
@@ -462,7 +469,7 @@ def check_model(model, name: str = "model") -> "IsingModel":
 def check_state_function(f, n: int, name: str = "f") -> jax.Array:
     """A function on the ``2^n`` states, one value per state in :func:`enumerate_states` order:
     shape (2^n,), real and finite, returned as float64; otherwise a ``ValueError`` naming ``name``."""
-    f = jnp.asarray(f)
+    f = f if isinstance(f, jax.Array) else np.asarray(f)  # a host array stays on the host until float64 copies it
     if f.shape != (2**n,):
         raise ValueError(f"{name} must hold one value per state, shape ({2**n},) for n = {n} (in enumerate_states "
                          f"order); got {f.shape}.")
@@ -470,12 +477,13 @@ def check_state_function(f, n: int, name: str = "f") -> jax.Array:
         raise TypeError(f"{name} must be real numbers; got dtype {f.dtype}.")
     if _is_concrete(f) and not np.all(np.isfinite(np.asarray(f, dtype=np.float64))):
         raise ValueError(f"{name} holds non-finite values (nan or inf); every state needs a finite value.")
-    return f.astype(jnp.float64)
+    return float64(f)
 
 
 def check_matrix(A, name: str, size: int | None = None) -> jax.Array:
-    """A square, finite, real matrix (``size x size`` when given); otherwise an error naming ``name``."""
-    A = jnp.asarray(A)
+    """A square, finite, real matrix (``size x size`` when given); otherwise an error naming ``name``. A
+    device array (or a tracer) is returned as it is, anything else as a NumPy array (not staged: a program)."""
+    A = A if isinstance(A, jax.Array) else np.asarray(A)
     if A.ndim != 2 or A.shape[0] != A.shape[1] or (size is not None and A.shape[0] != size):
         want = f"({size}, {size})" if size is not None else "square (d, d)"
         raise ValueError(f"{name} must be a {want} matrix; got shape {A.shape}.")
@@ -570,19 +578,24 @@ def log_conditional(model: IsingModel, x: jax.Array, mask: jax.Array, max_size: 
     Returns (B,). The sum runs over ``2^max_size`` completions.
     """
     x = check_spins(x, model.n)
-    squeeze = x.ndim == 1
-    x = jnp.atleast_2d(x)
+    rows = (1, model.n) if x.ndim == 1 else x.shape
     mask = checks.mask(mask, "mask", fix="(one row of n sites per state, or one (n,) row for all)")
-    if mask.shape not in ((model.n,), x.shape):
-        raise ValueError(f"mask must have shape ({model.n},) or {x.shape} (one row a state of x); got {mask.shape}.")
-    mask = jnp.broadcast_to(mask, x.shape)
-    m = resolve_max_size(mask, max_size)
-    out = _log_conditional(model, x, mask, m)
-    return out[0] if squeeze else out
+    if mask.shape not in ((model.n,), rows):
+        raise ValueError(f"mask must have shape ({model.n},) or {rows} (one row a state of x); got {mask.shape}.")
+    return _log_conditional(model, x, mask, resolve_max_size(mask, max_size))
 
 
 @partial(jax.jit, static_argnums=3)
 def _log_conditional(model: IsingModel, x: jax.Array, mask: jax.Array, m: int) -> jax.Array:
+    """:func:`log_conditional` of checked arguments, the row of one state (n,) and a mask shared by the rows
+    broadcast here: inside the program (outside, each is a program of its own a shape)."""
+    squeeze = x.ndim == 1
+    x = jnp.atleast_2d(x)
+    out = _conditional_rows(model, x, jnp.broadcast_to(mask, x.shape), m)
+    return out[0] if squeeze else out
+
+
+def _conditional_rows(model: IsingModel, x: jax.Array, mask: jax.Array, m: int) -> jax.Array:
     idx = mask_to_indices(mask, m)
     lw, lw_obs = _completion_log_weights(model, x, idx, states_from_index(jnp.arange(2**m), m))
     k = jnp.sum(mask, axis=-1)

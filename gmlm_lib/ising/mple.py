@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gmlm_lib.core import checks
-from gmlm_lib.core.precision import require_x64
+from gmlm_lib.core.precision import float64, require_x64
 from gmlm_lib.ising import masks as masks_lib
 from gmlm_lib.ising import model as ising
 from gmlm_lib.ising.model import IsingModel
@@ -30,7 +30,13 @@ def negative_log_likelihood(params: IsingModel, x: jax.Array, masks: jax.Array |
     """
     x = ising.check_spins(x, params.n)
     _check_not_empty(x)
-    return jnp.mean(ising.energy(params, x)) + ising.log_partition(params)
+    return _mean_energy_plus(params, x, ising.log_partition(params))
+
+
+@jax.jit
+def _mean_energy_plus(params, x, log_z):
+    """The mean energy of ``x`` plus ``log Z``, one program a shape (op by op, three)."""
+    return jnp.mean(ising.energy(params, x)) + log_z
 
 
 def _check_not_empty(x: jax.Array) -> None:
@@ -47,9 +53,15 @@ def pseudolikelihood_loss(params: IsingModel, x: jax.Array, masks: jax.Array, ma
     :func:`gmlm_lib.ising.model.log_conditional`. An empty sample has no mean, and a pair whose mask
     is empty predicts nothing: both refused.
     """
-    _check_not_empty(jnp.asarray(x))
+    _check_not_empty(x if isinstance(x, jax.Array) else np.asarray(x))
     _check_masks(masks)
-    return -jnp.mean(ising.log_conditional(params, x, masks, max_size=max_size))
+    return _negative_mean(ising.log_conditional(params, x, masks, max_size=max_size))
+
+
+@jax.jit
+def _negative_mean(values):
+    """``-mean(values)``, one program a shape (op by op, two)."""
+    return -jnp.mean(values)
 
 
 def _check_masks(masks) -> None:
@@ -274,8 +286,8 @@ def _check_fit_args(l2: float, tol: float, max_iter: int) -> None:
 
 def _initial_theta(theta0, n: int) -> jax.Array:
     if theta0 is None:
-        return jnp.zeros(ising.num_params(n))
-    theta0 = jnp.asarray(theta0, dtype=jnp.float64)
+        return jax.device_put(np.zeros(ising.num_params(n)))  # copied: jnp.zeros compiles a program a shape
+    theta0 = float64(theta0)
     if theta0.shape != (ising.num_params(n),):
         raise ValueError(f"theta0 must have shape ({ising.num_params(n)},) for n = {n}; got {theta0.shape}.")
     return theta0
@@ -308,12 +320,12 @@ def fit_pseudolikelihood(
     ``converged``: with few samples the MPLE may not exist (e.g. a site that is constant
     in the data); then pass ``l2 > 0``.
     """
-    x = jnp.asarray(x)
+    x = x if isinstance(x, jax.Array) else np.asarray(x)  # a host array is not staged (a program a shape)
     _check_samples(x)
     n = x.shape[-1]
     x = ising.check_spins(x, n)
     _check_masks(masks)
-    masks = jnp.asarray(masks, dtype=bool)
+    masks = masks.astype(bool) if isinstance(masks, jax.Array) else np.asarray(masks, dtype=bool)
     if masks.shape != x.shape:
         raise ValueError(f"masks must have the shape of x, {x.shape}; got {masks.shape}.")
     _check_fit_args(l2, tol, max_iter)
@@ -332,7 +344,7 @@ def fit_likelihood(
     """MLE ``argmin_theta`` of :func:`negative_log_likelihood` (+ ``l2/2 |theta|^2``)
     [Definition 1], exact ``log Z`` by enumeration (n <= :data:`~gmlm_lib.ising.model.MAX_EXACT_N`).
     x (N, n). Jitted and traceable."""
-    x = jnp.asarray(x)
+    x = x if isinstance(x, jax.Array) else np.asarray(x)  # a host array is not staged (a program a shape)
     _check_samples(x)
     n = x.shape[-1]
     ising.check_exact_n(n)

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gmlm_lib.core.divergences import kl, tv
+from gmlm_lib.core.precision import float64
 from gmlm_lib.ising import model as ising
 
 
@@ -30,7 +31,7 @@ def _n_of(rows: jax.Array) -> int:
 
 def site_marginals(rows: jax.Array) -> jax.Array:
     """``P(y_i = +1 | x)`` for every site. rows (..., 2^n) -> (..., n)."""
-    rows = jnp.asarray(rows, dtype=jnp.float64)
+    rows = float64(rows)
     _n_of(rows)
     return _site_marginals(rows)
 
@@ -44,7 +45,7 @@ def _site_marginals(rows):
 def product_law(marginals: jax.Array) -> jax.Array:
     """The product law with ``P(y_i = +1) = marginals[..., i]``: what one parallel step can
     implement given the state [Proposition 4]. (..., n) -> (..., 2^n)."""
-    m = jnp.asarray(marginals, dtype=jnp.float64)
+    m = float64(marginals)
     if not isinstance(m, jax.core.Tracer):
         values = np.asarray(m)
         if not np.all((values >= -1e-12) & (values <= 1 + 1e-12)):  # NaN fails too
@@ -72,7 +73,7 @@ def closest_product(rows: jax.Array) -> jax.Array:
 def kl_floor(rows: jax.Array) -> jax.Array:
     """``min_Q KL(P(.|x) || Q(.|x))`` over product ``Q``, row by row (the total correlation): how far
     a transition is from any one parallel step [Proposition 4]. (...,)."""
-    rows = jnp.asarray(rows, dtype=jnp.float64)
+    rows = float64(rows)
     _n_of(rows)
     return kl(rows, _closest(rows))  # kl checks that the rows are laws
 
@@ -108,8 +109,7 @@ def min_tv_pair(joint: np.ndarray, grid: int = 801) -> tuple[float, float, float
 def distances(target: jax.Array, learned: jax.Array, weights: jax.Array | None = None) -> dict:
     """Average ``KL(P || Q)`` and ``TV(P, Q)`` of a learned transition ``Q`` and of the floor
     (the closest product) over rows weighted by ``weights`` (default uniform). rows (R, 2^n)."""
-    target = jnp.asarray(target, dtype=jnp.float64)
-    learned = jnp.asarray(learned, dtype=jnp.float64)
+    target, learned = float64(target), float64(learned)
     w = jnp.full(target.shape[0], 1.0 / target.shape[0]) if weights is None else jnp.asarray(weights) / jnp.sum(weights)
     best = closest_product(target)
     return {

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from gmlm_lib.core.precision import float64
 from gmlm_lib.core.divergences import kl, tv  # noqa: F401  (tv: the laws' other distance, kept beside kl)
 from gmlm_lib.ising import blocks, markov
 from gmlm_lib.ising import model as ising
@@ -56,10 +57,10 @@ def conditional_kl_fn(model_or_p, dist: MaskDistribution):
         n = model_or_p.n
         p = ising.probabilities(model_or_p)
     else:
-        p = jnp.asarray(model_or_p, dtype=jnp.float64)
+        p = float64(model_or_p)
         n = int(round(math.log2(p.shape[0])))
     table = blocks.mask_table(dist, n)
-    return lambda q: conditional_kl(p, table, jnp.asarray(q, dtype=jnp.float64))
+    return lambda q: conditional_kl(p, table, float64(q))
 
 
 def _conditional_kl(p, table: blocks.MaskTable, q):
@@ -117,11 +118,12 @@ def lower_bound(key: jax.Array, model: IsingModel, dist: MaskDistribution, *, re
             raise ValueError(f"{name} must be a finite number > 0; got {value!r}.")
     p = ising.probabilities(model)
     table = blocks.mask_table(dist, model.n)
-    values, qs = _ascend(p, table, key, ising.log_weights(model), jnp.float64(learning_rate), jnp.float64(spread),
-                         restarts=int(restarts), steps=int(steps))
-    values = np.asarray(values)
+    settings = jax.device_put((np.float64(learning_rate), np.float64(spread)))  # copied, not staged: no program
+    values, qs = jax.device_get(_ascend(p, table, key, ising.log_weights(model), *settings, restarts=int(restarts),
+                                        steps=int(steps)))
     best = int(np.argmax(values))
-    return LowerBound(float(values[best]), qs[best], values, markov.poincare_constant(model, dist, method="dense"))
+    return LowerBound(float(values[best]), jax.device_put(qs[best]), values,
+                      markov.poincare_constant(model, dist, method="dense"))
 
 
 @partial(jax.jit, static_argnames=("restarts", "steps"))
@@ -157,7 +159,7 @@ def upper_bound(model: IsingModel, dist: MaskDistribution) -> float:
     """``C_P log(1/p_min - 1) / (1 - 2 p_min)`` >= ``C_LS`` >= ``C_AT`` (see the module docstring);
     ``C_P`` by the dense eigensolver. ``inf`` when the chain's gap is not resolvable."""
     _check(model, dist)
-    p_min = float(jnp.min(ising.probabilities(model)))
+    p_min = float(np.min(np.asarray(ising.probabilities(model))))
     cp = markov.poincare_constant(model, dist, method="dense")
     return cp * math.log(1.0 / p_min - 1.0) / (1.0 - 2.0 * p_min)
 

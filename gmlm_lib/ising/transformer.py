@@ -103,8 +103,10 @@ def predict(model: ParallelDecoder, tokens: jax.Array) -> jax.Array:
     return model(tokens)
 
 
+@jax.jit
 def product_log_probs(logits: jax.Array) -> jax.Array:
-    """Per-position log-probabilities (B, L, C) from logits, in float64 for exact distances."""
+    """Per-position log-probabilities (B, L, C) from logits, in float64 for exact distances; jitted, one
+    program a shape (op by op, a conversion and the softmax's operations would each be one)."""
     return jax.nn.log_softmax(jnp.asarray(logits, dtype=jnp.float64), axis=-1)
 
 

@@ -287,7 +287,8 @@ def sampler(model: IsingModel, rule: Rule) -> Unmasker:
     n = model.n
     if rule.n != n:
         raise ValueError(f"rule is for n = {rule.n} positions but the model has n = {n}: build it with n = {n}.")
-    logp = jnp.log(ising.probabilities(model))
+    with np.errstate(divide="ignore"):  # a state of probability 0 has log-probability -inf, as jnp.log gives
+        logp = jax.device_put(np.log(np.asarray(ising.probabilities(model))))  # on the host: no program
     fn, args = selection(rule)
 
     def init() -> UnmaskState:
@@ -427,7 +428,7 @@ def families(key: jax.Array, n: int, *, weak: float = 0.1, strong: float = 1.0, 
     require_x64("gmlm_lib.ising.unmasking.families")
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
         raise ValueError(f"n must be an integer >= 2 (the number of sites); got {n!r}.")
-    k = jax.random.split(key, 3)
+    k = rng.split(key, 3)
     return {
         "independent": ising.ising_model(np.zeros((n, n)), field * np.asarray(jax.random.normal(k[0], (n,)))),
         "weak random": ising.random_model(k[1], n, weak, field),
