@@ -717,11 +717,11 @@ def padir_refine(graphdef, params, enc, enc_mask, lengths, key, *, options: Padi
     position attends to). ``key``: (B,) keys, one a sentence (:func:`source_keys`), or one key whose
     ``fold_in`` with the row's index keys each row. Returns a dict with ``ids`` (B, width) (PAD beyond the chosen length),
     ``length`` (B,), ``score`` (B,) the mean log-probability of the chosen hypothesis, ``steps``
-    (the passes run), ``history`` (T, B, width) the chosen hypothesis' argmax after each pass,
-    ``pass_best`` (T, B, width) and ``pass_best_score`` (T, B): row t is the hypothesis that scores
-    best after pass t + 1 and its score, i.e. what a decode with ``steps = t + 1`` and the same key
-    returns (the chosen one may be another length hypothesis; rows after an early stop repeat the
-    last pass, as do those of ``history``), and, with
+    (the passes run), ``history`` (R, B, width) the chosen hypothesis' argmax after each pass,
+    ``pass_best`` (R, B, width) and ``pass_best_score`` (R, B), with R = ``records``: row t is the
+    hypothesis that scores best after pass t + 1 and its score, i.e. what a decode with
+    ``steps = t + 1`` and the same key returns (the chosen one may be another length hypothesis; rows
+    after an early stop, and rows past T, repeat the last pass, as do those of ``history``), and, with
     ``return_attention``, ``attention``: the chosen hypotheses' weights in the final pass (the one
     whose argmax is the output), a list over decoder layers of ``(self (B, H, width, width),
     cross (B, H, width, S + 1))``, each row over real keys summing to one, and ``final_input``
@@ -746,7 +746,7 @@ def pass_records(options: PadirOptions, records) -> int:
     if records < options.steps:
         raise ValueError(f"records = {records} is fewer than the {options.steps} passes (options.steps) it records; "
                          f"pass records >= options.steps, or leave it None.")
-    if getattr(options, "unroll", False) and records != options.steps:
+    if options.unroll and records != options.steps:
         raise ValueError(f"records = {records} with unrolled passes: an unrolled decode records its "
                          f"options.steps = {options.steps} passes; leave records None.")
     return records

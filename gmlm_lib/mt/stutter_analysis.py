@@ -139,11 +139,11 @@ def analyse(translator, texts: list[str], refs: list[str], options, *, batch_siz
     Returns ``(pairs, per_layer, outputs, per_pass)``: ``pairs`` one row per pair with ``sentence``,
     ``position``, ``token``, ``stutter`` (:func:`token_stutter_labels` against the encoded
     reference) and the :func:`aggregate` columns; ``per_layer[name]`` (P, layers) the mean over
-    heads of each statistic; ``outputs`` the raw output ids (repeats kept); ``per_pass`` (T, N, W)
-    row t the best hypothesis after pass t + 1, i.e. what decoding with ``steps = t + 1`` returns
-    (``pass_best`` of :func:`gmlm_lib.mt.decoding.padir_refine`; early-stopped rows repeat their last
-    one), padded to the width ``W`` of the largest bucket. ``records`` (default T): its rows, as
-    :func:`gmlm_lib.mt.decoding.padir_refine`'s; analyses of several T with the same ``records``
+    heads of each statistic; ``outputs`` the raw output ids (repeats kept); ``per_pass`` (R, N, W),
+    R = ``records``: row t the best hypothesis after pass t + 1, i.e. what decoding with ``steps = t + 1``
+    returns (``pass_best`` of :func:`gmlm_lib.mt.decoding.padir_refine`; early-stopped rows, and rows past
+    T, repeat their last one), padded to the width ``W`` of the largest bucket. ``records`` (default
+    T): its rows, as :func:`gmlm_lib.mt.decoding.padir_refine`'s; analyses of several T with the same ``records``
     share their compiled programs."""
     ref_ids = translator.vocab.encode(refs)
     width = max(translator.buckets + (translator.cfg.max_len,))
