@@ -1518,6 +1518,26 @@ def test_warm_start_copies_the_teacher_and_leaves_the_rest():
         seq2seq.warm_start(padir, other)
 
 
+def test_warm_start_of_a_model_on_a_mesh_compiles_one_program():
+    """A model whose parameters carry a mesh's sharding (as training places them) takes the teacher's arrays
+    as they are: assigning through ``var[...] = value`` scattered into each old array where the shardings
+    differed, two programs a parameter shape (22 for this tiny model)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from gmlm_lib.core import timing
+
+    cfg = dataclasses.replace(tiny(True).cfg, vocab=83)  # a vocabulary no other test compiles
+    ar, padir = seq2seq.build(cfg, seed=3), seq2seq.build(dataclasses.replace(cfg, causal=False), seed=7)
+    graphdef, state = nnx.split(padir)
+    padir = nnx.merge(graphdef, jax.device_put(state, NamedSharding(Mesh(np.array(jax.devices()), ("data",)),
+                                                                    PartitionSpec())))
+    clock = timing.compile_clock()
+    started, _ = seq2seq.warm_start(padir, ar)
+    assert timing.compiles_since(clock)["compilations"] <= 1  # the one copy program
+    src, sm = ids(0, (2, 9)), jnp.ones((2, 9), bool)
+    np.testing.assert_array_equal(started.encode(src, sm)[0], ar.encode(src, sm)[0])
+
+
 def test_padir_trained_from_its_teacher(tmp_path):
     batcher = _toy_batcher()
     teacher = training.train(dataclasses.replace(_cfg("ar"), steps=60, checkpoint_every=60, log_every=10,

@@ -372,7 +372,7 @@ def warm_start(model: Seq2Seq, teacher: Seq2Seq) -> tuple[Seq2Seq, list[str]]:
     # own buffers (training donates them), made by one program rather than one per parameter shape
     copies, zeros = _copy_arrays([value for _, value in copied], [var[...] for var in zeroed])
     for var, value in zip([var for var, _ in copied] + zeroed, copies + zeros):
-        var[...] = value
+        var.set_value(value)  # the array itself: var[...] = value scatters into the old one where shardings differ
     return model, kept
 
 
