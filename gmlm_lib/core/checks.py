@@ -98,7 +98,7 @@ def mask(x, name: str, expected: tuple | None = None, *, what: str = "", fix: st
     if expected is not None:
         shape(arr, name, expected, what=what, fix=fix)
     if arr.dtype == bool:
-        return arr if isinstance(arr, jax.Array) else jax.device_put(arr)  # copied: staging is a program a shape
+        return arr if isinstance(arr, jax.Array) else jax.device_put(arr)  # jnp.asarray: a program a shape
     if not (np.issubdtype(arr.dtype, np.number)):
         raise TypeError(f"{name} must be a boolean array (or 0/1 numbers); got dtype {arr.dtype}.{_fix(fix)}")
     if not concrete(arr):

@@ -304,7 +304,7 @@ def dependency(n: int, gamma: float, strong) -> Rule:
     if strong.shape != (n, n) or strong.dtype != bool:
         raise ValueError(f"strong must be an ({n}, {n}) bool matrix (True for dependent pairs); "
                          f"got {strong.dtype} of shape {strong.shape}.")
-    strong = jax.device_put((strong | strong.T) & ~np.eye(n, dtype=bool))  # copied: staged, a program
+    strong = jax.device_put((strong | strong.T) & ~np.eye(n, dtype=bool))  # copied: jnp.asarray would compile a program
     return Rule("dependency", gamma, n, functools.partial(_dependency_rule_select, strong, gamma))
 
 

@@ -188,7 +188,7 @@ def slowest_mode(model: IsingModel, dist: MaskDistribution, tol: float = 1e-13) 
         return 0.0, jax.device_put(_centred(v0, p))
     op = spla.LinearOperator((N, N), matvec=lambda v: matvec(v.ravel()), dtype=np.float64)
     vals, vecs = spla.eigsh(op, k=1, which="LA", tol=tol, v0=v0, maxiter=20 * N)
-    return float(vals[0]), jax.device_put(_centred(vecs[:, 0] / sqrt_p, p))  # copied, not staged
+    return float(vals[0]), jax.device_put(_centred(vecs[:, 0] / sqrt_p, p))  # copied, no program
 
 
 def _centred(f: np.ndarray, p: np.ndarray) -> np.ndarray:

@@ -447,7 +447,8 @@ def _sample(p: jax.Array, key: jax.Array, num_samples: int) -> jax.Array:
 
 def check_spins(x: jax.Array, n: int, name: str = "x") -> jax.Array:
     """Validate a batch of states: shape (..., n), entries in {-1, +1}; errors call it ``name``. A device
-    array (or a tracer) is returned as it is, a host array as a NumPy array (staged, it would be a program)."""
+    array (or a tracer) is returned as it is, a host array as a NumPy array (``jnp.asarray`` would compile
+    a program for it)."""
     x = x if isinstance(x, jax.Array) else np.asarray(x)
     if x.ndim < 1 or x.shape[-1] != n:
         raise ValueError(f"{name} must have shape (..., {n}) for an n = {n} model; got {x.shape}.")
@@ -482,7 +483,8 @@ def check_state_function(f, n: int, name: str = "f") -> jax.Array:
 
 def check_matrix(A, name: str, size: int | None = None) -> jax.Array:
     """A square, finite, real matrix (``size x size`` when given); otherwise an error naming ``name``. A
-    device array (or a tracer) is returned as it is, anything else as a NumPy array (not staged: a program)."""
+    device array (or a tracer) is returned as it is, anything else as a NumPy array (``jnp.asarray`` would
+    compile a program)."""
     A = A if isinstance(A, jax.Array) else np.asarray(A)
     if A.ndim != 2 or A.shape[0] != A.shape[1] or (size is not None and A.shape[0] != size):
         want = f"({size}, {size})" if size is not None else "square (d, d)"

@@ -118,7 +118,7 @@ def lower_bound(key: jax.Array, model: IsingModel, dist: MaskDistribution, *, re
             raise ValueError(f"{name} must be a finite number > 0; got {value!r}.")
     p = ising.probabilities(model)
     table = blocks.mask_table(dist, model.n)
-    settings = jax.device_put((np.float64(learning_rate), np.float64(spread)))  # copied, not staged: no program
+    settings = jax.device_put((np.float64(learning_rate), np.float64(spread)))  # copied: jnp.asarray compiles a program
     values, qs = jax.device_get(_ascend(p, table, key, ising.log_weights(model), *settings, restarts=int(restarts),
                                         steps=int(steps)))
     best = int(np.argmax(values))
