@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["integer", "real", "mask", "shape", "key", "concrete"]
+__all__ = ["integer", "real", "mask", "shape", "key", "concrete", "array"]
 
 
 def _fix(fix: str) -> str:
@@ -37,6 +37,12 @@ def _fix(fix: str) -> str:
 def concrete(x) -> bool:
     """True when ``x``'s values can be read (it is not a tracer inside ``jit``/``vmap``/``grad``)."""
     return not isinstance(x, jax.core.Tracer)
+
+
+def array(x):
+    """``x`` as it is when it is a JAX array (or a tracer), else as a NumPy array: read where it lies. Why:
+    ``jnp.asarray`` of a host array compiles a program of its own for each shape and dtype (JAX 0.10)."""
+    return x if isinstance(x, jax.Array) else np.asarray(x)
 
 
 def integer(value, name: str, *, low: int | None = None, high: int | None = None, fix: str = "") -> int:
@@ -94,7 +100,7 @@ def mask(x, name: str, expected: tuple | None = None, *, what: str = "", fix: st
     :func:`shape`). Under a trace a non-boolean dtype is refused (its values cannot be read)."""
     if isinstance(x, str) or x is None:
         raise TypeError(f"{name} must be a boolean array; got {type(x).__name__}.{_fix(fix)}")
-    arr = x if isinstance(x, jax.Array) else np.asarray(x)
+    arr = array(x)
     if expected is not None:
         shape(arr, name, expected, what=what, fix=fix)
     if arr.dtype == bool:

@@ -308,7 +308,7 @@ def states_from_index(index: jax.Array, n: int) -> jax.Array:
 def index_from_states(x: jax.Array) -> jax.Array:
     """Inverse of :func:`states_from_index`. (..., n) -> (...,) int64. One compiled program a shape (run
     op by op it would dispatch seven)."""
-    return _index_from_states(x if isinstance(x, jax.Array) else np.asarray(x))
+    return _index_from_states(checks.array(x))
 
 
 @jax.jit
@@ -449,7 +449,7 @@ def check_spins(x: jax.Array, n: int, name: str = "x") -> jax.Array:
     """Validate a batch of states: shape (..., n), entries in {-1, +1}; errors call it ``name``. A device
     array (or a tracer) is returned as it is, a host array as a NumPy array (``jnp.asarray`` would compile
     a program for it)."""
-    x = x if isinstance(x, jax.Array) else np.asarray(x)
+    x = checks.array(x)
     if x.ndim < 1 or x.shape[-1] != n:
         raise ValueError(f"{name} must have shape (..., {n}) for an n = {n} model; got {x.shape}.")
     if _is_concrete(x):
@@ -470,7 +470,7 @@ def check_model(model, name: str = "model") -> "IsingModel":
 def check_state_function(f, n: int, name: str = "f") -> jax.Array:
     """A function on the ``2^n`` states, one value per state in :func:`enumerate_states` order:
     shape (2^n,), real and finite, returned as float64; otherwise a ``ValueError`` naming ``name``."""
-    f = f if isinstance(f, jax.Array) else np.asarray(f)  # a host array stays on the host until float64 copies it
+    f = checks.array(f)  # a host array stays on the host until float64 copies it
     if f.shape != (2**n,):
         raise ValueError(f"{name} must hold one value per state, shape ({2**n},) for n = {n} (in enumerate_states "
                          f"order); got {f.shape}.")
@@ -485,7 +485,7 @@ def check_matrix(A, name: str, size: int | None = None) -> jax.Array:
     """A square, finite, real matrix (``size x size`` when given); otherwise an error naming ``name``. A
     device array (or a tracer) is returned as it is, anything else as a NumPy array (``jnp.asarray`` would
     compile a program)."""
-    A = A if isinstance(A, jax.Array) else np.asarray(A)
+    A = checks.array(A)
     if A.ndim != 2 or A.shape[0] != A.shape[1] or (size is not None and A.shape[0] != size):
         want = f"({size}, {size})" if size is not None else "square (d, d)"
         raise ValueError(f"{name} must be a {want} matrix; got shape {A.shape}.")
@@ -593,16 +593,12 @@ def _log_conditional(model: IsingModel, x: jax.Array, mask: jax.Array, m: int) -
     broadcast here: inside the program (outside, each is a program of its own a shape)."""
     squeeze = x.ndim == 1
     x = jnp.atleast_2d(x)
-    out = _conditional_rows(model, x, jnp.broadcast_to(mask, x.shape), m)
-    return out[0] if squeeze else out
-
-
-def _conditional_rows(model: IsingModel, x: jax.Array, mask: jax.Array, m: int) -> jax.Array:
+    mask = jnp.broadcast_to(mask, x.shape)
     idx = mask_to_indices(mask, m)
     lw, lw_obs = _completion_log_weights(model, x, idx, states_from_index(jnp.arange(2**m), m))
     k = jnp.sum(mask, axis=-1)
-    out = lw_obs - jax.nn.logsumexp(lw, axis=-1) + (m - k) * jnp.log(2.0)
-    return jnp.where(k > m, jnp.nan, out)
+    out = jnp.where(k > m, jnp.nan, lw_obs - jax.nn.logsumexp(lw, axis=-1) + (m - k) * jnp.log(2.0))
+    return out[0] if squeeze else out
 
 
 # --- The clique-plus-independent model (Eq. 6) --------------------------------------------------

@@ -53,7 +53,7 @@ def pseudolikelihood_loss(params: IsingModel, x: jax.Array, masks: jax.Array, ma
     :func:`gmlm_lib.ising.model.log_conditional`. An empty sample has no mean, and a pair whose mask
     is empty predicts nothing: both refused.
     """
-    _check_not_empty(x if isinstance(x, jax.Array) else np.asarray(x))
+    _check_not_empty(checks.array(x))
     _check_masks(masks)
     return _negative_mean(ising.log_conditional(params, x, masks, max_size=max_size))
 
@@ -320,7 +320,7 @@ def fit_pseudolikelihood(
     ``converged``: with few samples the MPLE may not exist (e.g. a site that is constant
     in the data); then pass ``l2 > 0``.
     """
-    x = x if isinstance(x, jax.Array) else np.asarray(x)  # kept on the host: jnp.asarray compiles a program a shape
+    x = checks.array(x)
     _check_samples(x)
     n = x.shape[-1]
     x = ising.check_spins(x, n)
@@ -344,7 +344,7 @@ def fit_likelihood(
     """MLE ``argmin_theta`` of :func:`negative_log_likelihood` (+ ``l2/2 |theta|^2``)
     [Definition 1], exact ``log Z`` by enumeration (n <= :data:`~gmlm_lib.ising.model.MAX_EXACT_N`).
     x (N, n). Jitted and traceable."""
-    x = x if isinstance(x, jax.Array) else np.asarray(x)  # kept on the host: jnp.asarray compiles a program a shape
+    x = checks.array(x)
     _check_samples(x)
     n = x.shape[-1]
     ising.check_exact_n(n)
