@@ -2388,14 +2388,16 @@ def test_compile_all_compiles_every_system_and_bucket_before_a_sweep():
         tr.warm_calls(translate.Method("padir"), passes=True)
 
 
-def test_the_confidence_rules_share_one_decoder_and_each_decodes_as_its_own():
-    """Threshold, factor and entropy strategies lower to one decoder program (the rule an operand,
-    decoding.SHARED_RULES), and each decodes as its own options do unjitted, the settings read from the
-    options (test_2025_rules_follow_their_definitions holds each rule to its definition)."""
+def test_the_2025_rules_share_one_decoder_and_each_decodes_as_its_own():
+    """Threshold, factor, entropy and dilated strategies at any setting (DUS's block size included) lower to
+    one decoder program (the rule and its setting operands, decoding.SHARED_RULES), and each decodes as its own
+    options do unjitted, the settings read from the options (test_2025_rules_follow_their_definitions holds
+    each rule to its definition)."""
     tr, texts = _padir_translator()
     src, mask = batching.pad(tr.vocab.encode(texts[:6]), 16)
     text = set()
-    for name, setting in (("threshold", 0.6), ("factor", 1.5), ("entropy", 0.4)):
+    for name, setting in (("threshold", 0.6), ("factor", 1.5), ("entropy", 0.4), ("dilated", 2), ("dilated", 4),
+                          ("dilated", 16)):
         options = decoding.StrategyOptions.for_rule(name, setting, steps=3, hyps=2)
         structure, numbers = decoding._dynamic(options)
         assert structure.name == "threshold" and int(numbers["rule"]) == decoding.SHARED_RULES.index(name)
@@ -2408,6 +2410,31 @@ def test_the_confidence_rules_share_one_decoder_and_each_decodes_as_its_own():
         own = decoding._strategy_refine(model, enc, enc_mask, lengths, options, width)["ids"]
         np.testing.assert_array_equal(np.asarray(shared)[:, :width], np.asarray(own))
     assert len(text) == 1
+
+
+def test_the_dependency_strategys_refill_is_an_operand_of_one_decoder():
+    """The dependency-aware strategy with either refill ("prediction", "mask") lowers to one decoder program
+    (refill an operand), each decoding as its own options do unjitted; the two differ on these inputs, so the
+    operand is read."""
+    tr, texts = _padir_translator()
+    src, mask = batching.pad(tr.vocab.encode(texts[:6]), 16)
+    text, outputs = set(), []
+    for refill in ("prediction", "mask"):
+        options = decoding.StrategyOptions("dependency", steps=3, hyps=2, confidence=0.9, dependency=0.5,
+                                           refill=refill)
+        structure, numbers = decoding._dynamic(options)
+        assert structure.refill == "prediction" and bool(numbers["refill"]) == (refill == "mask")
+        fn = decoding.jitted(decoding._padir_ids, tr.graphdef, options=structure, widths=tr.widths)
+        text.add(fn._plain.lower(tr.params, src, mask, tr.key, numbers).as_text(debug_info=False))
+        shared = decoding.padir_ids(tr.graphdef, tr.flat, src, mask, tr.key, options=options, widths=tr.widths)
+        model = nnx.merge(tr.graphdef, tr.params)
+        enc, enc_mask, lengths = decoding._encode_lengths(model, jnp.asarray(src), jnp.asarray(mask), options.hyps)
+        width = tr.widths[int(decoding._width_index(tr.widths, lengths))]
+        own = decoding._strategy_refine(model, enc, enc_mask, lengths, options, width)["ids"]
+        np.testing.assert_array_equal(np.asarray(shared)[:, :width], np.asarray(own))
+        outputs.append(np.asarray(shared))
+    assert len(text) == 1
+    assert not np.array_equal(*outputs)
 
 
 def test_batches_group_sources_of_similar_length_within_a_bucket():

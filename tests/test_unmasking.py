@@ -6,6 +6,7 @@ import math
 
 import brute
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -435,14 +436,35 @@ def test_mutual_information_sum_by_hand_on_a_model_whose_sites_differ():
     assert um.mutual_information_sum(model) == pytest.approx(want, abs=1e-12)
 
 
-def test_select_with_gives_the_rules_own_selection_and_refuses_a_rule_without_a_real_parameter():
+def test_select_with_gives_the_rules_own_selection_and_refuses_a_rule_without_one_numeric_parameter():
     from gmlm_lib.core import unmasking
 
     for name, build in (("threshold", um.threshold), ("factor", um.factor), ("entropy", um.entropy_bound)):
         assert unmasking.select_with(name) is build(3, 0.5).select.func
-    for name in ("top_k", "dilated", "dependency"):
-        with pytest.raises(ValueError, match="select_with takes a rule with a real parameter"):
+    for name in ("random", "top_k", "dependency"):
+        with pytest.raises(ValueError, match="select_with takes a rule with one numeric parameter"):
             unmasking.select_with(name)
+
+
+@pytest.mark.parametrize("n", [1, 3, 5, 8, 9, 13])
+def test_dilated_order_with_the_block_an_operand_selects_as_the_dilated_rule(n):
+    """select_with("dilated"), the block size B a traced int32 (the translation decoder's operand, one program
+    for every B), chooses exactly as dilated(n, B) for every B and every set of masked positions, including
+    a partial last block and blocks wider than n (where its passes are not dense: the order is the same)."""
+    from gmlm_lib.core import unmasking
+
+    select = jax.jit(lambda B, masked: unmasking.select_with("dilated")(B, jnp.zeros(n), jnp.zeros(n), masked, 0, None))
+    masks = np.array([[(m >> i) & 1 for i in range(n)] for m in range(1, 2 ** n, max(1, 2 ** n // 300))], bool)
+    for B in (2, 4, 8, 16):
+        want = unmasking.dilated(n, B).select
+        order = np.asarray(unmasking.dilated_order(n, np.int32(B)))
+        _, dense = np.unique(order, return_inverse=True)
+        np.testing.assert_array_equal(dense.reshape(-1), unmasking.dilated_passes(n, B))
+        for masked in masks:
+            got = np.asarray(select(jnp.int32(B), masked))
+            np.testing.assert_array_equal(got, np.asarray(want(jnp.zeros(n), jnp.zeros(n), masked, 0, None)))
+            assert got.any() and not (got & ~masked).any()
+    assert select._cache_size() == 1
 
 
 # --- The error of every pass (batch_correlations) ------------------------------------------------

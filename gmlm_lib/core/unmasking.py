@@ -39,7 +39,8 @@ from gmlm_lib.core import checks
 from gmlm_lib.core.precision import float64
 
 __all__ = ["RULES", "RULES_2025", "Rule", "make_rule", "random_order", "top_k", "threshold", "factor",
-           "entropy_bound", "dilated", "dependency", "dependency_select", "components", "dilated_passes", "select_with"]
+           "entropy_bound", "dilated", "dependency", "dependency_select", "components", "dilated_passes", "dilated_order",
+           "select_with"]
 
 RULES = ("random", "top_k", "threshold", "factor", "entropy", "dilated", "dependency")
 """The rule names :func:`make_rule` accepts. The 2025 rules are ``threshold``, ``factor``,
@@ -182,19 +183,16 @@ def _entropy_select(gamma, conf, ent, masked, t, key):
     return _first(-ent, masked, count)
 
 
-#: the selections of the rules whose one parameter is a real number, that parameter first
-_PARAMETRIC = {"threshold": _threshold_select, "factor": _factor_select, "entropy": _entropy_select}
-
-
 def select_with(name: str) -> Callable:
     """``select(param, conf, ent, masked, t, key)``: the selection of rule ``name`` (``threshold``,
-    ``factor`` or ``entropy``) with its parameter as an argument, which may be a traced array, so
-    one compiled decoder serves every value of a swept parameter (``tau``, ``f``, ``gamma``) instead
-    of one compilation per value. The same function :func:`make_rule`'s rule binds its checked
-    parameter to; the caller checks the value (e.g. :class:`gmlm_lib.mt.decoding.StrategyOptions`)."""
+    ``factor``, ``entropy`` or ``dilated``) with its parameter as an argument, which may be a traced
+    array, so one compiled decoder serves every value of a swept parameter (``tau``, ``f``, ``gamma``, the
+    block size ``B`` as int32) instead of one compilation per value. For the first three the same
+    function :func:`make_rule`'s rule binds its checked parameter to, for ``dilated`` the same selections
+    (:func:`dilated_order`); the caller checks the value (e.g. :class:`gmlm_lib.mt.decoding.StrategyOptions`)."""
     if name not in _PARAMETRIC:
-        raise ValueError(f"select_with takes a rule with a real parameter, one of {tuple(_PARAMETRIC)}; got {name!r} "
-                         f"(the others fix a count, a block size or dependent pairs: use make_rule).")
+        raise ValueError(f"select_with takes a rule with one numeric parameter, one of {tuple(_PARAMETRIC)}; got "
+                         f"{name!r} (the others fix a schedule of counts or dependent pairs: use make_rule).")
     return _PARAMETRIC[name]
 
 
@@ -265,8 +263,31 @@ def dilated(n: int, B: int) -> Rule:
 
 
 def _dilated_select(passes, conf, ent, masked, t, key):
-    first = jnp.min(jnp.where(masked, passes, masked.shape[0] + 1))
+    first = jnp.min(jnp.where(masked, passes, jnp.iinfo(jnp.int32).max))
     return masked & (passes == first)
+
+
+def dilated_order(n: int, B) -> jax.Array:
+    """(n,) int32: the DUS pass of each of ``n`` positions with blocks of ``B = 2^L`` (a Python int or a
+    traced int32; checked by the caller), computed on the device: block ``b`` takes passes
+    ``b (L + 1) .. b (L + 1) + L``, offset ``j > 0`` in pass ``L - v(j)``. :func:`dilated_passes` with the
+    empty passes of a partial last block kept: the same order, so every selection of the rule is the same,
+    and ``B`` may be an operand (one compiled decoder for every block size)."""
+    i = jnp.arange(n, dtype=jnp.int32)
+    B = jnp.asarray(B, jnp.int32)
+    levels = jax.lax.population_count(B - 1)  # L = log2 B
+    j = i % B
+    zeros = jax.lax.population_count((j & -j) - 1)  # trailing zero bits of j > 0
+    return (i // B) * (levels + 1) + jnp.where(j == 0, 0, levels - zeros)
+
+
+def _dilated_block_select(B, conf, ent, masked, t, key):
+    return _dilated_select(dilated_order(masked.shape[0], B), conf, ent, masked, t, key)
+
+
+#: the selections of the rules with one numeric parameter (a real, or DUS's block size), that parameter first
+_PARAMETRIC = {"threshold": _threshold_select, "factor": _factor_select, "entropy": _entropy_select,
+               "dilated": _dilated_block_select}
 
 
 def components(strong, masked):

@@ -168,8 +168,8 @@ def host_sharding():
 def clear_compiled() -> int:
     """Drop every compiled decoder (this module's and JAX's caches); returns how many were held.
 
-    Why: each static setting (a strategy's name, hypotheses and refill; T and thresholds are
-    arguments, see ``_dynamic``), input width and batch shape is its own executable, and on the
+    Why: each static setting (a strategy's kind and hypotheses; T, thresholds, block size and refill
+    are arguments, see ``_dynamic``), input width and batch shape is its own executable, and on the
     CPU backend every executable keeps its machine code in memory mappings of its own. A sweep over
     many settings (strategies x buckets, batched and then batch 1 for timing) can reach the
     kernel's limit on mappings per process (``vm.max_map_count``, 65,530 by default), where LLVM
@@ -435,48 +435,64 @@ class StrategyOptions:
 #: stays a constant: it sets how many rows are decoded (B * hyps), and a count traced up to a compiled
 #: maximum would decode the unused hypotheses too, so the graded batch-1 latency of #hyp 1 would pay
 #: for the widest setting's work
-_NUMERIC = {PadirOptions: ("steps",), StrategyOptions: ("steps", "confidence", "dependency", "factor", "entropy")}
+_NUMERIC = {PadirOptions: ("steps",),
+            StrategyOptions: ("steps", "confidence", "dependency", "factor", "entropy", "block")}
+_INTEGER = ("steps", "block")
 _SPLITS: dict = {}
 
 
+def _settings(options) -> dict:
+    """The settings of ``options`` a compiled decoder takes as operands, as host scalars: the numeric ones
+    (``_NUMERIC``; none when ``unroll``, where T shapes the program), and for a :class:`StrategyOptions` its
+    ``refill`` (``True``: ``"mask"``) and, for a rule of :data:`SHARED_RULES`, which rule (``rule``)."""
+    kind = type(options)
+    if getattr(options, "unroll", False):
+        return {}
+    values = {name: (np.int32 if name in _INTEGER else np.float32)(getattr(options, name)) for name in _NUMERIC[kind]}
+    if kind is StrategyOptions:
+        values["refill"] = np.bool_(options.refill == "mask")
+        if options.name in SHARED_RULES:  # one program for the four: the rule an operand
+            values["rule"] = np.int32(SHARED_RULES.index(options.name))
+    return values
+
+
 def _dynamic(options):
-    """``(structure, numbers)``: ``options`` with its numeric settings (``_NUMERIC``: T, and a
-    strategy's thresholds) at their class defaults, the static part a decoder is compiled for,
-    and those settings as device scalars (``steps`` int32, the others float32), the decoder's
-    arguments. Why: each static setting is its own executable, and a frontier over T and a
-    threshold grid compiled one decoder (a ``lax.switch`` over every hypothesis width) per value;
-    on an accelerator compiling costs seconds, running milliseconds. The scalars are made once per
-    options (uncommitted, so they follow the other arguments to their device)."""
+    """``(structure, numbers)``: ``options`` with the settings a decoder takes as operands (:func:`_settings`:
+    T, a strategy's thresholds, block size, refill and rule) at their class defaults, the static part a
+    decoder is compiled for, and those settings as device scalars, the decoder's arguments. Why: each
+    static setting is its own executable, and a frontier over T and a threshold grid compiled one decoder
+    (a ``lax.switch`` over every hypothesis width) per value; on an accelerator compiling costs seconds,
+    running milliseconds. The scalars are made once per options (uncommitted, so they follow the other
+    arguments to their device)."""
     split = _SPLITS.get(options)
     if split is None:  # once per options: a batch-1 decode pays a dictionary lookup, not a validation
-        kind = type(options)
-        numeric = () if getattr(options, "unroll", False) else _NUMERIC[kind]  # unrolled: T shapes the program
-        kept = {f.name: getattr(options, f.name) for f in dataclasses.fields(kind) if f.name not in numeric}
-        numbers = {name: jax.device_put((np.int32 if name == "steps" else np.float32)(getattr(options, name)))
-                   for name in numeric}  # copied, not staged by jnp.asarray (a program each)
-        if kind is StrategyOptions and options.name in SHARED_RULES:  # one program for the three: the rule an operand
+        kind, values = type(options), _settings(options)
+        kept = {f.name: getattr(options, f.name) for f in dataclasses.fields(kind) if f.name not in values}
+        if "rule" in values:
             kept["name"] = SHARED_RULES[0]
-            numbers["rule"] = jax.device_put(np.int32(SHARED_RULES.index(options.name)))
+        numbers = {name: jax.device_put(v) for name, v in values.items()}  # copied, not staged (a program each)
         split = _SPLITS[options] = (kind(**kept), numbers)
     return split
 
 
-SHARED_RULES = ("threshold", "factor", "entropy")
+SHARED_RULES = ("threshold", "factor", "entropy", "dilated")
 """The rule strategies that share one compiled decoder, which rule an operand (``numbers["rule"]``):
-each chooses a pass's positions from the confidences and entropies alone, with one real setting."""
+each chooses a pass's positions from the confidences, the entropies or the positions alone, with one
+numeric setting (:data:`RULE_SETTING`), also an operand."""
 
 
 def _shared_rule_select(numbers):
     """``select(conf, ent, masked, t, key)`` of the shared rule ``numbers["rule"]`` (an index into
     :data:`SHARED_RULES`) with its setting from ``numbers``: every rule's choice computed and the named
     one kept, by elementwise selects (a branch would read its index back to the host on a GPU, each pass)."""
-    settings = [numbers["confidence"], numbers["factor"], numbers["entropy"]]
 
     def select(conf, ent, masked, t, key):
-        chosen = [unmasking.select_with(name)(value, conf, ent, masked, t, key)
-                  for name, value in zip(SHARED_RULES, settings)]
-        which = numbers["rule"]
-        return jnp.where(which == 0, chosen[0], jnp.where(which == 1, chosen[1], chosen[2]))
+        chosen = [unmasking.select_with(name)(numbers[RULE_SETTING[name]], conf, ent, masked, t, key)
+                  for name in SHARED_RULES]
+        kept = chosen[-1]
+        for index in range(len(SHARED_RULES) - 2, -1, -1):
+            kept = jnp.where(numbers["rule"] == index, chosen[index], kept)
+        return kept
 
     return select
 
@@ -552,9 +568,7 @@ def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, wi
     strategy's numeric settings as traced scalars (``_dynamic``); ``None`` takes them from
     ``options``."""
     if numbers is None:
-        numbers = {name: getattr(options, name) for name in _NUMERIC[StrategyOptions]}
-        if options.name in SHARED_RULES:
-            numbers["rule"] = SHARED_RULES.index(options.name)
+        numbers = _settings(options)
     b, l = lengths.shape
     lengths = lengths.reshape(-1)
     cross, enc_mask = hypothesis_cross_kv(model, enc, enc_mask, l)
@@ -565,9 +579,7 @@ def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, wi
     dependency = options.name == "dependency"
     rule_based = options.name in RULE_STRATEGIES
     attention = options.name in ("dependency", "dependency_entropy")
-    if options.name == "dilated":
-        select = unmasking.make_rule("dilated", width, options.block).select
-    elif options.name in SHARED_RULES:  # threshold, factor or entropy: numbers["rule"] says which
+    if options.name in SHARED_RULES:  # threshold, factor, entropy or dilated: numbers["rule"] says which
         select = _shared_rule_select(numbers)
 
     def cond(c):
@@ -612,7 +624,7 @@ def _strategy_refine(model, enc, enc_mask, lengths, options: StrategyOptions, wi
         quota = _ceil_div(n * (t + 1), T) - done.sum(-1)
         new = jax.vmap(_commit, in_axes=(0, 0, 0, 0, None))(jnp.exp(logp), dep, open_, quota, numbers["confidence"])
         done = done | new
-        refill = tokens if options.refill == "prediction" else jnp.where(tmask, V.MASK, V.PAD)
+        refill = jnp.where(numbers["refill"], jnp.where(tmask, V.MASK, V.PAD), tokens)  # True: "mask"
         return t + 1, jnp.where(done, tokens, refill), logp, done, tokens, used
 
     init = (jnp.int32(0), hyp, jnp.zeros(hyp.shape, jnp.float32), jnp.zeros(hyp.shape, bool), hyp,
