@@ -2388,6 +2388,21 @@ def test_compile_all_compiles_every_system_and_bucket_before_a_sweep():
         tr.warm_calls(translate.Method("padir"), passes=True)
 
 
+def _lowered_and_decoded(tr, src, mask, options):
+    """``options``' compiled decoder as lowered text (its structure's program, the operands at their values)
+    and its output, checked equal to the unjitted ``_strategy_refine`` of ``options`` itself."""
+    structure, numbers = decoding._dynamic(options)
+    fn = decoding.jitted(decoding._padir_ids, tr.graphdef, options=structure, widths=tr.widths)
+    text = fn._plain.lower(tr.params, src, mask, tr.key, numbers).as_text(debug_info=False)
+    shared = np.asarray(decoding.padir_ids(tr.graphdef, tr.flat, src, mask, tr.key, options=options, widths=tr.widths))
+    model = nnx.merge(tr.graphdef, tr.params)
+    enc, enc_mask, lengths = decoding._encode_lengths(model, jnp.asarray(src), jnp.asarray(mask), options.hyps)
+    width = tr.widths[int(decoding._width_index(tr.widths, lengths))]
+    own = decoding._strategy_refine(model, enc, enc_mask, lengths, options, width)["ids"]
+    np.testing.assert_array_equal(shared[:, :width], np.asarray(own))
+    return text, shared
+
+
 def test_the_2025_rules_share_one_decoder_and_each_decodes_as_its_own():
     """Threshold, factor, entropy and dilated strategies at any setting (DUS's block size included) lower to
     one decoder program (the rule and its setting operands, decoding.SHARED_RULES), and each decodes as its own
@@ -2401,14 +2416,7 @@ def test_the_2025_rules_share_one_decoder_and_each_decodes_as_its_own():
         options = decoding.StrategyOptions.for_rule(name, setting, steps=3, hyps=2)
         structure, numbers = decoding._dynamic(options)
         assert structure.name == "threshold" and int(numbers["rule"]) == decoding.SHARED_RULES.index(name)
-        fn = decoding.jitted(decoding._padir_ids, tr.graphdef, options=structure, widths=tr.widths)
-        text.add(fn._plain.lower(tr.params, src, mask, tr.key, numbers).as_text(debug_info=False))
-        shared = decoding.padir_ids(tr.graphdef, tr.flat, src, mask, tr.key, options=options, widths=tr.widths)
-        model = nnx.merge(tr.graphdef, tr.params)
-        enc, enc_mask, lengths = decoding._encode_lengths(model, jnp.asarray(src), jnp.asarray(mask), options.hyps)
-        width = tr.widths[int(decoding._width_index(tr.widths, lengths))]
-        own = decoding._strategy_refine(model, enc, enc_mask, lengths, options, width)["ids"]
-        np.testing.assert_array_equal(np.asarray(shared)[:, :width], np.asarray(own))
+        text.add(_lowered_and_decoded(tr, src, mask, options)[0])
     assert len(text) == 1
 
 
@@ -2424,15 +2432,9 @@ def test_the_dependency_strategys_refill_is_an_operand_of_one_decoder():
                                            refill=refill)
         structure, numbers = decoding._dynamic(options)
         assert structure.refill == "prediction" and bool(numbers["refill"]) == (refill == "mask")
-        fn = decoding.jitted(decoding._padir_ids, tr.graphdef, options=structure, widths=tr.widths)
-        text.add(fn._plain.lower(tr.params, src, mask, tr.key, numbers).as_text(debug_info=False))
-        shared = decoding.padir_ids(tr.graphdef, tr.flat, src, mask, tr.key, options=options, widths=tr.widths)
-        model = nnx.merge(tr.graphdef, tr.params)
-        enc, enc_mask, lengths = decoding._encode_lengths(model, jnp.asarray(src), jnp.asarray(mask), options.hyps)
-        width = tr.widths[int(decoding._width_index(tr.widths, lengths))]
-        own = decoding._strategy_refine(model, enc, enc_mask, lengths, options, width)["ids"]
-        np.testing.assert_array_equal(np.asarray(shared)[:, :width], np.asarray(own))
-        outputs.append(np.asarray(shared))
+        lowered, decoded = _lowered_and_decoded(tr, src, mask, options)
+        text.add(lowered)
+        outputs.append(decoded)
     assert len(text) == 1
     assert not np.array_equal(*outputs)
 
