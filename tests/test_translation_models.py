@@ -3,6 +3,7 @@
 import collections
 import dataclasses
 import functools
+import itertools
 import json
 import os
 import pathlib
@@ -448,9 +449,11 @@ def test_a_traced_number_of_passes_is_refused_where_it_cannot_be_honoured():
     their rows (``records``: a row a pass, at most that many) and never with unrolled passes (their
     count is fixed when the program is built)."""
     with pytest.raises(ValueError, match=r"a traced number of passes with history needs records"):
-        decoding._refine(None, None, None, None, None, decoding.PadirOptions(), 8, history=True, steps=3)
+        decoding._refine(None, None, None, None, None, decoding.PadirOptions(), 8, history=True,
+                         numbers={"steps": 3})
     with pytest.raises(ValueError, match=r"unrolled passes need a constant T \(options.steps\), not a traced one"):
-        decoding._refine(None, None, None, None, None, decoding.PadirOptions(unroll=True), 8, history=False, steps=3)
+        decoding._refine(None, None, None, None, None, decoding.PadirOptions(unroll=True), 8, history=False,
+                         numbers={"steps": 3})
 
 
 def test_unrolled_passes_decode_as_the_loop_does_with_no_loop_in_the_program():
@@ -489,8 +492,9 @@ def test_unrolled_passes_decode_as_the_loop_does_with_no_loop_in_the_program():
         fn = decoding.jitted(decoding._padir_ids, g, options=structure, widths=widths)
         text[unroll] = fn._plain.lower(p, src, sm, jax.random.key(0), numbers).as_text()
         assert ("steps" in numbers) != unroll and (structure.steps == 5) == unroll  # T: argument or constant
-    # the loop: one in each width's branch; unrolled: none
-    assert text[False].count("stablehlo.while") == len(widths) and text[True].count("stablehlo.while") == 0
+    # looped: one in each width's branch, beside the random start's draw (the start an operand there, and
+    # threefry lowered to loops on a CPU); unrolled: none
+    assert text[False].count("stablehlo.while") >= len(widths) and text[True].count("stablehlo.while") == 0
     assert translate.Method("padir", padir=dataclasses.replace(masked, unroll=True)).label == \
         "PaDIR T=5, #hyp=2, unrolled"
     with pytest.raises(TypeError, match="PadirOptions.unroll must be True or False"):
@@ -2260,7 +2264,8 @@ def test_a_sweep_over_T_and_thresholds_compiles_one_decoder():
         np.testing.assert_array_equal(out, _rule_by_definition(m, src, sm, opts, 8)[0])
     with pytest.raises(ValueError, match="needs records"):
         decoding._refine(m, *decoding._encode_lengths(m, src, sm, 1), jax.random.key(0),
-                         decoding.PadirOptions(steps=2, hyps=1), 8, history=True, steps=jnp.int32(2))
+                         decoding.PadirOptions(steps=2, hyps=1), 8, history=True,
+                         numbers={"steps": jnp.int32(2)})
 
 
 @pytest.mark.slow  # compiles a decoder per setting
@@ -2390,7 +2395,8 @@ def test_compile_all_compiles_every_system_and_bucket_before_a_sweep():
 
 def _lowered_and_decoded(tr, src, mask, options):
     """``options``' compiled decoder as lowered text (its structure's program, the operands at their values)
-    and its output, checked equal to the unjitted ``_strategy_refine`` of ``options`` itself."""
+    and its output, checked equal to the unjitted decoder (``_strategy_refine``, ``_refine``) of ``options``
+    itself, whose settings are Python constants."""
     structure, numbers = decoding._dynamic(options)
     fn = decoding.jitted(decoding._padir_ids, tr.graphdef, options=structure, widths=tr.widths)
     text = fn._plain.lower(tr.params, src, mask, tr.key, numbers).as_text(debug_info=False)
@@ -2398,7 +2404,11 @@ def _lowered_and_decoded(tr, src, mask, options):
     model = nnx.merge(tr.graphdef, tr.params)
     enc, enc_mask, lengths = decoding._encode_lengths(model, jnp.asarray(src), jnp.asarray(mask), options.hyps)
     width = tr.widths[int(decoding._width_index(tr.widths, lengths))]
-    own = decoding._strategy_refine(model, enc, enc_mask, lengths, options, width)["ids"]
+    if isinstance(options, decoding.StrategyOptions):
+        own = decoding._strategy_refine(model, enc, enc_mask, lengths, options, width)["ids"]
+    else:
+        keys = decoding.source_keys(tr.key, src, mask)
+        own = decoding._refine(model, enc, enc_mask, lengths, keys, options, width, history=False)["ids"]
     np.testing.assert_array_equal(shared[:, :width], np.asarray(own))
     return text, shared
 
@@ -2437,6 +2447,26 @@ def test_the_dependency_strategys_refill_is_an_operand_of_one_decoder():
         outputs.append(decoded)
     assert len(text) == 1
     assert not np.array_equal(*outputs)
+
+
+def test_plain_padirs_initial_hypothesis_remasking_and_early_stop_are_operands_of_one_decoder():
+    """PaDIR's init ("random", "mask"), stutter re-masking and early stop, in every combination, lower to one
+    decoder program (operands, as T), each decoding as its own options do unjitted; init and re-masking change
+    the output on these inputs, so their operands are read (the early stop changes only the passes run:
+    test_padir_refinement_stops_at_the_first_repeated_prediction_and_at_t_otherwise reads its operand).
+    Unrolled options stay constants of their program."""
+    tr, texts = _padir_translator()
+    src, mask = batching.pad(tr.vocab.encode(texts[:6]), 16)
+    text, outputs = set(), {}
+    for init, remask, early in itertools.product(("random", "mask"), (True, False), (True, False)):
+        options = decoding.PadirOptions(steps=3, hyps=2, init=init, remask_stutter=remask, early_stop=early)
+        lowered, outputs[init, remask, early] = _lowered_and_decoded(tr, src, mask, options)
+        text.add(lowered)
+    assert len(text) == 1
+    assert not np.array_equal(outputs["random", True, True], outputs["mask", True, True])
+    assert not np.array_equal(outputs["random", True, False], outputs["random", False, False])
+    unrolled = decoding._dynamic(decoding.PadirOptions(steps=3, init="mask", unroll=True))
+    assert unrolled == (decoding.PadirOptions(steps=3, init="mask", unroll=True), {})
 
 
 def test_batches_group_sources_of_similar_length_within_a_bucket():

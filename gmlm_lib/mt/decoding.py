@@ -443,12 +443,17 @@ _SPLITS: dict = {}
 
 def _settings(options) -> dict:
     """The settings of ``options`` a compiled decoder takes as operands, as host scalars: the numeric ones
-    (``_NUMERIC``; none when ``unroll``, where T shapes the program), and for a :class:`StrategyOptions` its
-    ``refill`` (``True``: ``"mask"``) and, for a rule of :data:`SHARED_RULES`, which rule (``rule``)."""
+    (``_NUMERIC``), for a :class:`PadirOptions` its ``init`` (``True``: ``"mask"``), ``remask_stutter`` and
+    ``early_stop``, for a :class:`StrategyOptions` its ``refill`` (``True``: ``"mask"``) and, for a rule of
+    :data:`SHARED_RULES`, which rule (``rule``). None when ``unroll``: an unrolled decoder is compiled for
+    its settings (its T shapes the program)."""
     kind = type(options)
     if getattr(options, "unroll", False):
         return {}
     values = {name: (np.int32 if name in _INTEGER else np.float32)(getattr(options, name)) for name in _NUMERIC[kind]}
+    if kind is PadirOptions:  # True: "mask"; the stutter re-masking and the early stop on or off
+        values.update(init=np.bool_(options.init == "mask"), remask_stutter=np.bool_(options.remask_stutter),
+                      early_stop=np.bool_(options.early_stop))
     if kind is StrategyOptions:
         values["refill"] = np.bool_(options.refill == "mask")
         if options.name in SHARED_RULES:  # one program for the four: the rule an operand
@@ -661,18 +666,19 @@ def _row_keys(key, rows: int):
     return key if key.ndim == 1 else jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.arange(rows, dtype=jnp.uint32))
 
 
-def initial_hypothesis(keys, hyps: int, width: int, mask, vocab_size, init: str, full_width: int | None = None):
+def initial_hypothesis(keys, hyps: int, width: int, mask, vocab_size, init, full_width: int | None = None):
     """(B * hyps, width) ids: uniform random pieces (or ``[MASK]``) where ``mask``, PAD elsewhere. Row
     ``b``'s ``hyps`` hypotheses are drawn from ``keys[b]`` at ``full_width`` positions (default
     ``width``) and cut to ``width``, so with the same ``full_width`` a sentence starts from the same
-    pieces whatever width its batch refines it at. ``keys``: (B,)."""
+    pieces whatever width its batch refines it at. ``keys``: (B,). ``init``: ``"random"`` or ``"mask"``,
+    or a boolean (traced or not), true for ``[MASK]``."""
+    if isinstance(init, str):
+        init = init == "mask"
+    if isinstance(init, (bool, np.bool_)) and init:
+        return jnp.where(mask, V.MASK, V.PAD)
     full = width if full_width is None else max(full_width, width)
-    if init == "mask":
-        fill = jnp.full(mask.shape, V.MASK, jnp.int32)
-    else:
-        draw = jax.vmap(lambda k: jax.random.randint(k, (hyps, full), V.FIRST_PIECE, vocab_size, jnp.int32))(keys)
-        fill = draw[:, :, :width].reshape(mask.shape)
-    return jnp.where(mask, fill, V.PAD)
+    draw = jax.vmap(lambda k: jax.random.randint(k, (hyps, full), V.FIRST_PIECE, vocab_size, jnp.int32))(keys)
+    return jnp.where(mask, jnp.where(init, V.MASK, draw[:, :, :width].reshape(mask.shape)), V.PAD)
 
 
 def stutter_positions(ids, mask):
@@ -767,26 +773,30 @@ def pass_records(options: PadirOptions, records) -> int:
 def _padir_refine(graphdef, params, enc, enc_mask, lengths, key, numbers, *, options: PadirOptions, width: int,
                   return_attention: bool, records: int):
     return _refine(nnx.merge(graphdef, params), enc, enc_mask, lengths, key, options, width,
-                   history=True, return_attention=return_attention, steps=numbers.get("steps"), records=records)
+                   history=True, return_attention=return_attention, numbers=numbers, records=records)
 
 
 def _refine(model, enc, enc_mask, lengths, key, options: PadirOptions, width: int, *, history: bool,
-            return_attention: bool = False, steps=None, records: int | None = None) -> dict:
+            return_attention: bool = False, numbers=None, records: int | None = None) -> dict:
     """The refinement loop of :func:`padir_refine`; without ``history`` only ``ids``, ``length``,
-    ``score`` and ``steps`` are kept (the same passes, none of the per-pass records). The number
-    of passes may be ``steps``, a traced int32 (``_dynamic``), instead of ``options.steps``; the
-    records then have ``records`` rows (a constant, at least the traced T: checked by the caller)."""
-    if steps is not None and history and records is None:
+    ``score`` and ``steps`` are kept (the same passes, none of the per-pass records). ``numbers``
+    (:func:`_settings`, traced: ``_dynamic``) replace the settings of ``options`` they name: the number of
+    passes T, ``init``, ``remask_stutter`` and ``early_stop``; with a traced T the records have ``records``
+    rows (a constant, at least T: checked by the caller)."""
+    numbers = numbers or {}
+    if "steps" in numbers and history and records is None:
         raise ValueError("_refine: a traced number of passes with history needs records (the rows of the records).")
-    if steps is not None and options.unroll:
+    if "steps" in numbers and options.unroll:
         raise ValueError("_refine: unrolled passes need a constant T (options.steps), not a traced one.")
-    T = options.steps if steps is None else steps
+    T = numbers.get("steps", options.steps)
+    early_stop = numbers.get("early_stop", options.early_stop)
+    remask = numbers.get("remask_stutter", options.remask_stutter)
     b, l = lengths.shape
     lengths = lengths.reshape(-1)
     # cross-attention keys and values of the encoder states repeated per hypothesis: projected once for all T passes
     cross, enc_mask = hypothesis_cross_kv(model, enc, enc_mask, l)
     tmask = jnp.arange(width)[None, :] < lengths[:, None]
-    hyp = initial_hypothesis(_row_keys(key, b), l, width, tmask, model.cfg.vocab, options.init,
+    hyp = initial_hypothesis(_row_keys(key, b), l, width, tmask, model.cfg.vocab, numbers.get("init", options.init),
                              full_width=model.cfg.max_len)
     rows = (records or options.steps) if history else 1  # without history the records are one dummy row
 
@@ -797,8 +807,8 @@ def _refine(model, enc, enc_mask, lengths, key, options: PadirOptions, width: in
     def body(c):
         t, hyp, prev, _, _, hist, hist_score, last_in = c
         pred, score = refine_pass(model, hyp, tmask, enc_mask, cross)
-        stop = jnp.all(pred == prev) if options.early_stop else jnp.bool_(False)
-        nxt = jnp.where(stutter_positions(pred, tmask), V.MASK, pred) if options.remask_stutter else pred
+        stop = jnp.all(pred == prev) & early_stop
+        nxt = jnp.where(stutter_positions(pred, tmask) & remask, V.MASK, pred)
         if history:
             hist, hist_score = hist.at[t].set(pred), hist_score.at[t].set(score)
         return t + 1, nxt, pred, score, stop, hist, hist_score, (hyp if return_attention else last_in)
@@ -896,7 +906,7 @@ def _padir_ids(graphdef, params, src, src_mask, key, numbers, *, options, widths
                 ids = _strategy_refine(model, enc, enc_mask, lengths, options, width, numbers)["ids"]
             else:
                 ids = _refine(model, enc, enc_mask, lengths, _source_keys(key, src, src_mask), options, width,
-                              history=False, steps=numbers.get("steps"))["ids"]  # none unrolled: T is constant
+                              history=False, numbers=numbers)["ids"]  # none when unrolled: T is constant
             return jnp.pad(ids, ((0, 0), (0, widths[-1] - width)), constant_values=V.PAD)
         return run
 

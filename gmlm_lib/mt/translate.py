@@ -347,8 +347,9 @@ class Translator:
 def compile_all(systems, batch_sizes=(1,), *, passes: bool = False) -> float:
     """Compile the programs of every ``(translator, method)`` of ``systems`` (an iterable of pairs)
     for every bucket and each of ``batch_sizes``, all side by side
-    (:func:`gmlm_lib.core.timing.compile_in_parallel`; methods that differ only in a traced number,
-    T or a threshold, share one program, which JAX compiles once), and return the wall seconds.
+    (:func:`gmlm_lib.core.timing.compile_in_parallel`; methods that differ only in a traced setting,
+    such as T, a threshold or PaDIR's initial hypothesis, share one program, which JAX compiles once),
+    and return the wall seconds.
     With ``passes``: the pass-count programs of :meth:`Translator.passes` instead. Why: a chapter
     that compares many strategies compiles one program per strategy, bucket and batch size, each
     for seconds on a GPU; compiled before a sweep they cost about one of them, not all in turn."""
