@@ -675,7 +675,7 @@ def initial_hypothesis(keys, hyps: int, width: int, mask, vocab_size, init, full
     if isinstance(init, str):
         init = init == "mask"
     if isinstance(init, (bool, np.bool_)) and init:
-        return jnp.where(mask, V.MASK, V.PAD)
+        return jnp.where(mask, np.int32(V.MASK), np.int32(V.PAD))
     full = width if full_width is None else max(full_width, width)
     draw = jax.vmap(lambda k: jax.random.randint(k, (hyps, full), V.FIRST_PIECE, vocab_size, jnp.int32))(keys)
     return jnp.where(mask, jnp.where(init, V.MASK, draw[:, :, :width].reshape(mask.shape)), V.PAD)
