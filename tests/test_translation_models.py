@@ -2400,7 +2400,8 @@ def _lowered_and_decoded(tr, src, mask, options):
     structure, numbers = decoding._dynamic(options)
     fn = decoding.jitted(decoding._padir_ids, tr.graphdef, options=structure, widths=tr.widths)
     text = fn._plain.lower(tr.params, src, mask, tr.key, numbers).as_text(debug_info=False)
-    shared = np.asarray(decoding.padir_ids(tr.graphdef, tr.flat, src, mask, tr.key, options=options, widths=tr.widths))
+    shared = np.asarray(decoding.padir_ids(tr.graphdef, tr.flat, src, mask, tr.key, options=options,
+                                           widths=tr.widths))
     model = nnx.merge(tr.graphdef, tr.params)
     enc, enc_mask, lengths = decoding._encode_lengths(model, jnp.asarray(src), jnp.asarray(mask), options.hyps)
     width = tr.widths[int(decoding._width_index(tr.widths, lengths))]

@@ -453,7 +453,8 @@ def test_dilated_order_with_the_block_an_operand_selects_as_the_dilated_rule(n):
     a partial last block and blocks wider than n (where its passes are not dense: the order is the same)."""
     from gmlm_lib.core import unmasking
 
-    select = jax.jit(lambda B, masked: unmasking.select_with("dilated")(B, jnp.zeros(n), jnp.zeros(n), masked, 0, None))
+    pick = unmasking.select_with("dilated")
+    select = jax.jit(lambda B, masked: pick(B, jnp.zeros(n), jnp.zeros(n), masked, 0, None))
     masks = np.array([[(m >> i) & 1 for i in range(n)] for m in range(1, 2 ** n, max(1, 2 ** n // 300))], bool)
     for B in (2, 4, 8, 16):
         want = unmasking.dilated(n, B).select

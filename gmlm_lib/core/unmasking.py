@@ -39,8 +39,8 @@ from gmlm_lib.core import checks
 from gmlm_lib.core.precision import float64
 
 __all__ = ["RULES", "RULES_2025", "Rule", "make_rule", "random_order", "top_k", "threshold", "factor",
-           "entropy_bound", "dilated", "dependency", "dependency_select", "components", "dilated_passes", "dilated_order",
-           "select_with"]
+           "entropy_bound", "dilated", "dependency", "dependency_select", "components", "dilated_passes",
+           "dilated_order", "select_with"]
 
 RULES = ("random", "top_k", "threshold", "factor", "entropy", "dilated", "dependency")
 """The rule names :func:`make_rule` accepts. The 2025 rules are ``threshold``, ``factor``,
