@@ -106,6 +106,30 @@ def test_distances_average_the_rows_with_their_weights():
         assert got == pytest.approx(want, rel=1e-12)
 
 
+def test_distances_and_a_samplers_cast_compile_no_program_of_their_own():
+    """In JAX 0.10 every operation run outside ``jit`` compiles a program of its own for each shape:
+    distances averages its rows on the host once the divergences are compiled (5 rows of n = 3, a shape no
+    other test uses), and a float32 sampler of a float64 model casts it on the host, the same rounding."""
+    from gmlm_lib.core import timing
+
+    rng = np.random.default_rng(11)
+    target, learned = rng.dirichlet(np.ones(8), size=(2, 5))
+    best = product.closest_product(target)
+    divergences.kl(target, learned), divergences.kl(target, best), divergences.tv(target, learned)
+    clock = timing.compile_clock()
+    got = product.distances(target, learned, np.arange(1.0, 6.0))
+    assert timing.compiles_since(clock)["compilations"] == 0
+    assert got["kl_learned"] == pytest.approx(np.arange(1.0, 6.0) @ np.asarray(divergences.kl(target, learned)) / 15,
+                                              rel=1e-13)
+    model = ising.random_model(jax.random.key(3), 5, 0.4, 0.2)
+    clock = timing.compile_clock()
+    fast = samplers._cast(model, jnp.float32)
+    assert timing.compiles_since(clock)["compilations"] == 0 and samplers._cast(model, jnp.float64) is model
+    assert fast.J.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(fast.J), np.asarray(jnp.asarray(model.J).astype(jnp.float32)))
+    np.testing.assert_array_equal(np.asarray(fast.h), np.asarray(model.h).astype(np.float32))
+
+
 def test_min_tv_to_its_own_product_is_zero_to_the_refined_grid():
     """An exact product law at an off-grid point: each refinement spans +-4 steps of the grid
     before it, so after three the spacing is (8/800)^2 / 800 ~ 1.2e-7 on each axis, far below the

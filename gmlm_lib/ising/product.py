@@ -110,11 +110,13 @@ def distances(target: jax.Array, learned: jax.Array, weights: jax.Array | None =
     """Average ``KL(P || Q)`` and ``TV(P, Q)`` of a learned transition ``Q`` and of the floor
     (the closest product) over rows weighted by ``weights`` (default uniform). rows (R, 2^n)."""
     target, learned = float64(target), float64(learned)
-    w = jnp.full(target.shape[0], 1.0 / target.shape[0]) if weights is None else jnp.asarray(weights) / jnp.sum(weights)
+    # the weights and the averages on the host, in float64: on the device each operation is a program of its own
+    w = np.full(target.shape[0], 1.0 / target.shape[0]) if weights is None else np.asarray(weights, np.float64)
+    w = w / w.sum()
     best = closest_product(target)
     return {
-        "kl_learned": float(w @ kl(target, learned)),
-        "kl_floor": float(w @ kl(target, best)),
-        "tv_learned": float(w @ tv(target, learned)),
-        "tv_closest_product": float(w @ tv(target, best)),
+        "kl_learned": float(w @ np.asarray(kl(target, learned))),
+        "kl_floor": float(w @ np.asarray(kl(target, best))),
+        "tv_learned": float(w @ np.asarray(tv(target, learned))),
+        "tv_closest_product": float(w @ np.asarray(tv(target, best))),
     }

@@ -118,7 +118,12 @@ def _cast(model: IsingModel, dtype) -> IsingModel:
     dtype = jnp.dtype(dtype)
     if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
         raise ValueError(f"dtype must be float32 or float64; got {dtype}.")
-    return IsingModel.unchecked(model.J.astype(dtype), model.h.astype(dtype))
+    if model.J.dtype == dtype and model.h.dtype == dtype:
+        return model
+    if isinstance(model.J, jax.core.Tracer) or isinstance(model.h, jax.core.Tracer):
+        return IsingModel.unchecked(model.J.astype(dtype), model.h.astype(dtype))
+    # converted on the host and copied (the same rounding): on the device, a program for each shape and dtype
+    return IsingModel.unchecked(*jax.device_put((np.asarray(model.J).astype(dtype), np.asarray(model.h).astype(dtype))))
 
 
 def _joint_update(model: IsingModel, m: int, dtype=jnp.float64):
@@ -270,7 +275,7 @@ def _block_sampler(model: IsingModel, dist: MaskDistribution, name: str) -> Samp
     m = int(subsets.sum(1).max())
     if m > MAX_JOINT_K:
         raise ValueError(f"a mask has {m} sites: 2^{m} completions per step; use masks of at most {MAX_JOINT_K} sites.")
-    blocks = ising.mask_to_indices(jnp.asarray(subsets), m)  # (M, m) padded with n
+    blocks = ising.mask_to_indices(subsets, m)  # (M, m) padded with n, built on the host
     log_w = jnp.log(jnp.asarray(dist.weights))  # (M,) or (2^n, M)
     patterns, plain = _joint_update(model, m)
 

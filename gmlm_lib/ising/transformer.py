@@ -139,7 +139,7 @@ def train(model: ParallelDecoder, batches: Iterator[tuple[np.ndarray, np.ndarray
     losses, start = [], time.perf_counter()
     for t in progress_bar(range(1, steps + 1), progress=progress, desc="training", leave=False):
         tokens, targets = next(batches)
-        loss = step(model, opt, jnp.asarray(tokens, jnp.int32), jnp.asarray(targets, jnp.int32))
+        loss = step(model, opt, np.asarray(tokens, np.int32), np.asarray(targets, np.int32))  # cast on the host
         if t % log_every == 0 or t == steps:
             losses.append((t, float(loss)))
             if on_log is not None:
