@@ -266,3 +266,19 @@ def test_the_host_output_reads_as_the_way_taken_and_both_times():
                 dict(choice="copy", ms=dict(copy=float("nan")))):
         with pytest.raises(ValueError, match="choice must be what decode_costs.choose_host_output returned"):
             padir.host_output_text(bad)
+
+
+def test_the_ablations_table_shows_the_seed_spread_only_where_there_are_seeds():
+    """A lone replica (the CPU preset's one seed) has no seed columns, and its table is shown all the same:
+    the chapter's full CPU run once stopped here because the table's formats named those columns."""
+    rows = {"baseline": [35.0, 0.9, 0.0, np.nan, 35.4, 0.61, 60.0, 3.0, 7.0, 9.0],
+            "no distillation": [33.5, 0.9, -1.5, 0.001, 33.0, 1.10, 58.0, 3.1, 7.2, 9.5]}
+    columns = ["BLEU", "± 95%", "Δ BLEU", "p vs baseline", "BLEU, seeds", "sd (seeds)", "chrF", "stutter /100 words",
+               "median ms", "p99 ms"]
+    two = pd.DataFrame.from_dict(rows, orient="index", columns=columns).rename_axis("variant")
+    one = two.drop(columns=list(ablations.SEED_COLUMNS))
+    shown_two, shown_one = ablations.present_table(two).to_html(), ablations.present_table(one).to_html()
+    assert "sd (seeds)" in shown_two and "0.61" in shown_two and "-1.5" in shown_two
+    assert "seeds" not in shown_one and "35.0" in shown_one and "60.0" in shown_one and "-1.5" in shown_one
+    with pytest.raises(KeyError, match="formats names column 'p99 ms'"):  # the others are still checked
+        ablations.present_table(one.drop(columns=["p99 ms"]))

@@ -15,10 +15,11 @@ import pandas as pd
 from gmlm_lib.book.findings.rules import ALPHA, compare, grade, holm, listed
 from gmlm_lib.book.findings.reuse import ReuseParams
 from gmlm_lib.book.validate import count, finite
+from gmlm_lib.core import tables
 
 __all__ = ["ACCELERATOR_SECONDS", "ACCELERATOR_STEPS", "BUDGET_MIN", "CPU_STEPS", "Params", "RESERVED", "STEPS_FLOOR",
            "VARIANTS", "WORDS", "choice_verdict", "rates", "grid", "budget_text", "steps_findings", "findings",
-           "family", "family_findings", "front", "front_findings"]
+           "family", "family_findings", "front", "front_findings", "present_table"]
 
 BUDGET_MIN = 120.0
 """The chapter's budget: training and evaluation, minutes."""
@@ -30,6 +31,19 @@ VARIANTS = {"stage": "1 training stage", "pos": "no positional attention", "dist
 WORDS = {-1: "the baseline's choice is better", 1: "the variant is better here", 0: "no significant difference"}
 """How the variant compares with the baseline (:func:`~gmlm_lib.book.findings.rules.compare` of the variant
 minus the baseline)."""
+
+
+TABLE_FORMATS = {"BLEU": "bleu", "± 95%": "bleu", "Δ BLEU": "{:+.1f}", "p vs baseline": "p", "BLEU, seeds": "bleu",
+                 "sd (seeds)": "{:.2f}", "chrF": "bleu", "stutter /100 words": "{:.2f}", "median ms": "ms", "p99 ms": "ms"}
+SEED_COLUMNS = ("BLEU, seeds", "sd (seeds)")
+"""The one table's columns over the replicas (two or more: the accelerator preset; the CPU preset trains one)."""
+
+
+def present_table(table: pd.DataFrame):
+    """The chapter's one table as it shows it (a ``Styler``; the baseline's own p-value shown as missing),
+    with the spread between seeds where the table has it: a lone replica's table has no seed columns."""
+    formats = {name: f for name, f in TABLE_FORMATS.items() if name not in SEED_COLUMNS or name in table.columns}
+    return tables.present(table, missing="baseline", formats=formats)
 
 
 def _check(table: pd.DataFrame, columns) -> None:
