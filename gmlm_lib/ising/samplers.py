@@ -120,10 +120,11 @@ def _cast(model: IsingModel, dtype) -> IsingModel:
         raise ValueError(f"dtype must be float32 or float64; got {dtype}.")
     if model.J.dtype == dtype and model.h.dtype == dtype:
         return model
-    if isinstance(model.J, jax.core.Tracer) or isinstance(model.h, jax.core.Tracer):
+    if not (checks.concrete(model.J) and checks.concrete(model.h)):
         return IsingModel.unchecked(model.J.astype(dtype), model.h.astype(dtype))
     # converted on the host and copied (the same rounding): on the device, a program for each shape and dtype
-    return IsingModel.unchecked(*jax.device_put((np.asarray(model.J).astype(dtype), np.asarray(model.h).astype(dtype))))
+    J, h = (np.asarray(a).astype(dtype) for a in (model.J, model.h))
+    return IsingModel.unchecked(*jax.device_put((J, h)))
 
 
 def _joint_update(model: IsingModel, m: int, dtype=jnp.float64):

@@ -34,7 +34,8 @@ minus the baseline)."""
 
 
 TABLE_FORMATS = {"BLEU": "bleu", "± 95%": "bleu", "Δ BLEU": "{:+.1f}", "p vs baseline": "p", "BLEU, seeds": "bleu",
-                 "sd (seeds)": "{:.2f}", "chrF": "bleu", "stutter /100 words": "{:.2f}", "median ms": "ms", "p99 ms": "ms"}
+                 "sd (seeds)": "{:.2f}", "chrF": "bleu", "stutter /100 words": "{:.2f}", "median ms": "ms",
+                 "p99 ms": "ms"}
 SEED_COLUMNS = ("BLEU, seeds", "sd (seeds)")
 """The one table's columns over the replicas (two or more: the accelerator preset; the CPU preset trains one)."""
 
