@@ -167,6 +167,41 @@ def test_fit_repeats_compiles_once_for_models_of_one_size():
     assert timing.compiles_since(start)["compilations"] > 0  # the count sees a compilation when there is one
 
 
+def test_a_sweep_over_k_below_n_shares_one_program_through_max_k():
+    """[Definition 3; Figures 1-2] With max_k, the mask size is an operand: k = 1 and k = 2 run one program,
+    and each fit is the one compiled for its own k (the padded completions change nothing but rounding); the
+    MLE (k = n) takes no max_k, and a max_k outside [k, n - 1] is refused by name."""
+    from gmlm_lib.core import timing
+
+    m = ising.random_model(jax.random.key(0), 4, 0.4, 0.3)
+    own = {k: mple.fit_repeats(jax.random.key(5), m, 200, k, 3) for k in (1, 2)}
+    mple.fit_repeats(jax.random.key(5), m, 200, 2, 3, max_k=3).theta.block_until_ready()
+    start = timing.compile_clock()
+    for k in (1, 2):
+        shared = mple.fit_repeats(jax.random.key(5), m, 200, k, 3, max_k=3)
+        np.testing.assert_allclose(np.asarray(shared.theta), np.asarray(own[k].theta), atol=1e-9)
+        assert np.array_equal(np.asarray(shared.converged), np.asarray(own[k].converged))
+    assert timing.compiles_since(start)["compilations"] == 0
+    assert not np.allclose(np.asarray(own[1].theta), np.asarray(own[2].theta))  # k reaches the program
+    for k, max_k in ((2, 1), (2, 4), (4, 4)):
+        with pytest.raises(ValueError, match="max_k must be an integer in"):
+            mple.fit_repeats(jax.random.key(5), m, 200, k, 3, max_k=max_k)
+
+
+def test_repeat_samples_is_the_training_set_every_k_of_that_repeat_fits():
+    """repeat_samples(key, model, N, R, r) draws again the samples of fit_repeats' repeat r: exactly those of
+    its keys, and the MLE on them is fit_repeats' k = n fit of that repeat."""
+    m = ising.random_model(jax.random.key(0), 4, 0.4, 0.3)
+    data_key = jax.random.split(jax.random.split(jax.random.key(5), 4)[2])[0]
+    x = mple.repeat_samples(jax.random.key(5), m, 300, 4, 2)
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(ising.sample(m, data_key, 300)))
+    full = mple.fit_repeats(jax.random.key(5), m, 300, 4, 4)
+    np.testing.assert_allclose(np.asarray(mple.fit_likelihood(x).theta), np.asarray(full.theta[2]), atol=1e-8)
+    for r in (-1, 4):
+        with pytest.raises(ValueError, match="r must be an integer in"):
+            mple.repeat_samples(jax.random.key(5), m, 300, 4, r)
+
+
 def test_newton_counts_its_iterations_and_stops_at_max_iter(data):
     """num_iter is the number of Newton iterations taken; max_iter = 1 allows exactly one."""
     _, _, _, x = data

@@ -29,9 +29,14 @@ def uniform_k_subsets(key: jax.Array, num: int, n: int, k: int) -> jax.Array:
     """
     k = check_k(k, n)
     num = checks.integer(num, "num", low=0)
-    u = jax.random.uniform(checks.key(key), (num, n))
-    ranks = jnp.argsort(jnp.argsort(u, axis=-1), axis=-1)
-    return ranks < k
+    return k_smallest(checks.key(key), num, n, k)
+
+
+def k_smallest(key: jax.Array, num: int, n: int, k) -> jax.Array:
+    """:func:`uniform_k_subsets` of checked arguments, with ``k`` a Python int or a traced integer (inside a
+    program whose mask size is an operand, :func:`gmlm_lib.ising.mple.fit_repeats`). Returns (num, n) bool."""
+    u = jax.random.uniform(key, (num, n))
+    return jnp.argsort(jnp.argsort(u, axis=-1), axis=-1) < k
 
 
 def all_k_subsets(n: int, k: int) -> jax.Array:

@@ -354,7 +354,8 @@ def fit_likelihood(
 
 
 def fit_repeats(key: jax.Array, model: IsingModel, num_samples: int, k: int, repeats: int, *,
-                capacity: int | None = None, tol: float = 1e-8, max_iter: int = 50) -> FitResult:
+                capacity: int | None = None, max_k: int | None = None, tol: float = 1e-8,
+                max_iter: int = 50) -> FitResult:
     """k-MPLE [Definition 3; Figures 1-2] on ``repeats`` independent training sets, in one compiled program.
 
     Repeat ``r`` draws ``num_samples`` exact i.i.d. samples from ``model`` with a key that
@@ -369,25 +370,53 @@ def fit_repeats(key: jax.Array, model: IsingModel, num_samples: int, k: int, rep
     ``capacity`` compiles one program per ``k``, not one per ``(N, k)``; the first ``num_samples``
     draws of a larger capacity are the draws of ``num_samples`` alone (JAX's counter-based random
     bits), and the rows past them get weight 0, so the fits are those of the smaller data sets.
+
+    ``max_k`` (``k <= max_k < n``; default ``k``; only for ``k < n``): the largest mask the compiled program
+    holds. The mask size is then an operand as well: a sweep over several ``k < n`` that passes the largest
+    as ``max_k`` compiles one program for them all (each pseudolikelihood term then sums over ``2^max_k``
+    completions, padded as in :func:`gmlm_lib.ising.model.log_conditional`: the same fits up to rounding, at
+    the larger enumeration's cost). ``k = n`` is the MLE, a program of its own.
     """
     n = model.n
     k = masks_lib.check_k(k, n)
+    mle = k == n
+    max_k = k if max_k is None else checks.integer(
+        max_k, "max_k", low=k, high=n - 1, fix="max_k bounds the masks of a sweep over k < n (k = n is the MLE: "
+        "leave max_k out there).")
     repeats = checks.integer(repeats, "repeats", low=1, fix="repeats counts the independent training sets fitted.")
     num_samples = checks.integer(num_samples, "num_samples", low=1, fix="A fit needs at least one sample.")
     capacity = num_samples if capacity is None else checks.integer(
         capacity, "capacity", low=num_samples, fix="capacity is the samples the program holds, at least num_samples.")
     _check_fit_args(0.0, tol, max_iter)
-    count = jax.device_put(num_samples)  # an operand (weak int32, as jnp.asarray made it), copied: no program
-    return _fit_repeats(jax.random.split(key, repeats), model, count, capacity=capacity, k=k, tol=float(tol),
-                        max_iter=int(max_iter))
+    # operands (weak int32, as jnp.asarray made them), copied: no program
+    count, size = jax.device_put((num_samples, 0 if mle else k))
+    return _fit_repeats(jax.random.split(key, repeats), model, count, size, capacity=capacity,
+                        max_k=None if mle else max_k, tol=float(tol), max_iter=int(max_iter))
 
 
-@partial(jax.jit, static_argnames=("capacity", "k", "tol", "max_iter"))
-def _fit_repeats(keys, model, count, *, capacity, k, tol, max_iter):
+def repeat_samples(key: jax.Array, model: IsingModel, num_samples: int, repeats: int, r: int) -> jax.Array:
+    """The training set of repeat ``r`` of :func:`fit_repeats` with the same ``key``, ``num_samples`` and
+    ``repeats`` (every ``k`` fits it), drawn again outside the fits: (num_samples, n). For checking one
+    repeat's fit against another estimator on the same data."""
+    repeats = checks.integer(repeats, "repeats", low=1, fix="repeats counts the independent training sets fitted.")
+    r = checks.integer(r, "r", low=0, high=repeats - 1, fix="r numbers a repeat of fit_repeats, from 0.")
+    num_samples = checks.integer(num_samples, "num_samples", low=1, fix="A training set holds at least one sample.")
+    return _repeat_samples(checks.key(key), model, jax.device_put(r), repeats=repeats, num_samples=num_samples)
+
+
+@partial(jax.jit, static_argnames=("repeats", "num_samples"))
+def _repeat_samples(key, model, r, *, repeats, num_samples):
+    data_key, _ = jax.random.split(jax.random.split(key, repeats)[r])
+    return ising.sample(model, data_key, num_samples)
+
+
+@partial(jax.jit, static_argnames=("capacity", "max_k", "tol", "max_iter"))
+def _fit_repeats(keys, model, count, k, *, capacity, max_k, tol, max_iter):
     """:func:`fit_repeats`'s fits, one per key of ``keys`` (R,), on the first ``count`` of ``capacity``
-    samples. One jitted function at module level, with the model and the sample count operands, so
-    that every model of the same size (with the same capacity, k, repeats and settings) reuses one
-    compiled program."""
+    samples, with masks of ``k`` sites (an operand up to ``max_k``; ``max_k`` None: the MLE). One jitted
+    function at module level, with the model, the sample count and the mask size operands, so that every
+    model of the same size (with the same capacity, max_k, repeats and settings) reuses one compiled
+    program."""
     n = model.n
     weights = (jnp.arange(capacity) < count) / count
 
@@ -395,10 +424,10 @@ def _fit_repeats(keys, model, count, *, capacity, k, tol, max_iter):
         data_key, mask_key = jax.random.split(rkey)
         x = ising.sample(model, data_key, capacity)
         theta0 = jnp.zeros(ising.num_params(n), dtype=model.J.dtype)
-        if k == n:
+        if max_k is None:
             return _fit_ml(x, theta0, 0.0, tol=tol, max_iter=max_iter, weights=weights)
-        m = masks_lib.uniform_k_subsets(jax.random.fold_in(mask_key, k), capacity, n, k)
-        return _fit_pl(x, m, theta0, 0.0, max_size=k, tol=tol, max_iter=max_iter, weights=weights)
+        m = masks_lib.k_smallest(jax.random.fold_in(mask_key, k), capacity, n, k)
+        return _fit_pl(x, m, theta0, 0.0, max_size=max_k, tol=tol, max_iter=max_iter, weights=weights)
 
     # one fit after another (lax.map), not vmap: a vmapped Newton loop runs every fit until the slowest
     # converges and compiles a larger program; the sequential one compiles in about half the time
