@@ -411,6 +411,34 @@ def test_exact_quantities_compile_once_per_shape_not_per_model_or_mask_law():
     assert 1.0 < cp < np.inf
 
 
+def test_a_fixed_law_as_adaptive_rows_is_the_same_law_and_shares_the_adaptive_programs():
+    """[Definitions 7-8] as_adaptive writes a fixed w(S) as equal rows w(S | x): every exact quantity is the fixed
+    law's to rounding, and after an adaptive law over the same subsets has compiled its kernels, the fixed law
+    in this form compiles nothing (in its own (M,) form it compiles them again). Too large a table is refused."""
+    from gmlm_lib.core import timing
+
+    n = 5
+    m, _, _ = _model(4, n)
+    fixed = masks.uniform_k(n, 2)
+    rows = masks.as_adaptive(fixed)
+    assert rows.is_adaptive and rows.weights.shape == (2**n, fixed.subsets.shape[0])
+    assert masks.as_adaptive(rows) is rows
+
+    def kernels(dist):
+        return (fisher.hessian(m, dist), fisher.loss_hessian_autodiff(m, dist), markov.poincare_constant(m, dist),
+                markov.poincare_constant(m, dist, "dense"), blocks.conditional_given_mask(m, dist))
+
+    kernels(_adaptive_dist(n))  # an adaptive law over the same 2-subsets
+    clock = timing.compile_clock()
+    as_rows = kernels(rows)
+    assert timing.compiles_since(clock)["compilations"] == 0
+    for a, b in zip(as_rows, kernels(fixed)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-12)
+    assert timing.compiles_since(clock)["compilations"] > 0  # the (M,) form: programs of their own
+    with pytest.raises(ValueError, match=r"as_adaptive: a table of 2\^20 x 184756 = 193,730,707,456 weights"):
+        masks.as_adaptive(masks.MaskDistribution.unchecked(np.zeros((184_756, 20), bool), np.ones(184_756) / 184_756))
+
+
 def test_mask_laws_of_different_mask_counts_share_a_padded_table_and_its_programs():
     """Compile once across a sweep over k: at n = 6 every uniform law's mask table is padded to the widest
     one's rows (C(6, 3) = 20 masks on 64 rows), so after uniform_k(6, 2) (15 masks) the laws of k = 1, 3 and

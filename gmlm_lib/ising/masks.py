@@ -165,6 +165,26 @@ def adaptive(subsets, rule) -> MaskDistribution:
     return MaskDistribution.unchecked(*jax.device_put((s, w)))
 
 
+MAX_TABLE = 2**24
+"""The most numbers :func:`as_adaptive` writes (a table of 128 MiB in float64)."""
+
+
+def as_adaptive(dist: MaskDistribution) -> MaskDistribution:
+    """``dist`` as rows per state (2^n, M), the form of :func:`adaptive`: the same law (a fixed ``w(S)`` is an
+    adaptive one whose rows are all equal), and an adaptive ``dist`` unchanged. Why: a fixed ``w`` (M,) and an
+    adaptive one (2^n, M) are two shapes, so every exact kernel compiles twice for a comparison of fixed and
+    adaptive rules over the same subsets, and once when all are in this form (values equal up to rounding).
+    A table of more than :data:`MAX_TABLE` numbers is refused."""
+    if dist.is_adaptive:
+        return dist
+    n, m = dist.n, dist.subsets.shape[0]
+    if 2**n * m > MAX_TABLE:
+        raise ValueError(f"as_adaptive: a table of 2^{n} x {m} = {2**n * m:,} weights is more than MAX_TABLE = "
+                         f"{MAX_TABLE:,}; keep the fixed distribution (its kernels take (M,) weights).")
+    w = np.asarray(dist.weights, dtype=np.float64)  # on the host: a broadcast of a device array is a program
+    return MaskDistribution.unchecked(dist.subsets, jax.device_put(np.tile(w, (2**n, 1))))
+
+
 def check_distribution(dist: MaskDistribution, n: int) -> None:
     """Raise when ``dist`` does not fit an ``n``-site model."""
     if dist.n != n:
