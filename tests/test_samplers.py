@@ -183,6 +183,29 @@ def test_uniform_subset_is_uniform():
     assert np.max(np.abs(counts - expected)) / np.sqrt(expected) < 4.5
 
 
+def test_a_run_of_chains_compiles_its_start_and_its_chunks_only():
+    """Compile once: a run's start (the cast to int8, the first hitting times and step 0's observation) is one
+    program and each chunk length one more; stacking the observations compiles nothing (host side), so a
+    first run at a new shape with two chunk lengths (9 steps, then 3) compiles exactly three programs, and
+    an observation of several operations adds none of its own. The observations are the stacked pieces."""
+    from gmlm_lib.core import timing
+
+    model = ising.clique_plus_independent(6, 3, 1.0, 0.5)
+    s = samplers.k_gibbs(model, 3)
+    x0 = np.tile(np.array([-1, -1, -1, 1, 1, 1]), (23, 1))  # a host array of int64: cast inside the start program
+    plus = lambda xs: jnp.all(xs[:, :3] > 0, axis=1)  # noqa: E731
+    observe = lambda xs: jnp.mean(plus(xs)) + jnp.std(xs.astype(jnp.float32))  # noqa: E731
+    key = jax.random.key(4)
+    clock = timing.compile_clock()
+    run = samplers.run_chains(key, s, x0, 12, target=plus, observe=observe, chunk=9)
+    assert timing.compiles_since(clock)["compilations"] == 3
+    assert isinstance(run.observations, np.ndarray) and run.observations.shape == (13,)
+    assert run.final.dtype == jnp.int8 and run.recorded_steps.tolist() == list(range(13))
+    again = samplers.run_chains(key, s, jnp.asarray(x0, jnp.int8), 12, target=plus, observe=observe, chunk=12)
+    np.testing.assert_array_equal(np.asarray(again.final), np.asarray(run.final))
+    np.testing.assert_allclose(again.observations, run.observations)
+
+
 def test_runner_hitting_times_and_determinism():
     """[Figure 3]"""
     model = ising.clique_plus_independent(6, 3, 1.0, 0.5)

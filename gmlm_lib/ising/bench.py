@@ -54,7 +54,8 @@ def throughput(n: int, num_chains: int, sampler: str, k: int = 1, *, dtype="floa
         vec = lambda: numpy_samplers.independent_parallel_vectorised(J, h, x0.copy(), numpy_steps, rng)  # noqa: E731
     else:
         raise ValueError(f"sampler must be 'k-gibbs' or 'independent-parallel'; got {sampler!r}.")
-    xj = jnp.asarray(x0)
+    # laid out once as run_chains lays out chains (a host copy, not jnp.asarray: that compiles a program)
+    xj = jax.device_put(x0, samplers.chain_sharding(num_chains))
     run = lambda: jax.block_until_ready(samplers.run_chains(key, s, xj, jax_steps, chunk=jax_steps).final)  # noqa: E731
     run()  # compile
     fns = {"jax": run, "loop": loop, "vec": vec}
@@ -90,7 +91,7 @@ def parallel_step_floor(key: jax.Array, model: ising.IsingModel, x: jax.Array, n
     The next ``x`` is one comparison of the two per site, so neither is hoisted out of the scan.
     With ``random_words=False`` only the product: the next ``x`` is the sign of the field
     (+1 where it is positive). The callable returns the final ``x``."""
-    J = model.J.astype(dtype)
+    J = jax.device_put(np.asarray(model.J, dtype=dtype))  # cast on the host: on the device a program of its own
 
     @jax.jit
     def floor(key, x, J):

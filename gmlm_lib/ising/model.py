@@ -665,15 +665,17 @@ def clique_magnetisation_law(c: int, J: float, h: float) -> np.ndarray:
     return w / w.sum()
 
 
-def light_mode_states(chains: int, n: int, c: int) -> jax.Array:
+def light_mode_states(chains: int, n: int, c: int) -> np.ndarray:
     """``chains`` copies of the light mode's start of :func:`clique_plus_independent` [Eq. 8]: the
     clique sites ``0..c-1`` at -1, the other sites at +1. Returns (chains, n) int8, the start from
-    which the paper's Figure 3 and its hitting times are measured."""
+    which the paper's Figure 3 and its hitting times are measured, on the host: a sampler's run lays it
+    out over the devices (:func:`gmlm_lib.ising.samplers.run_chains`), where a device array would be split
+    by a program of its own."""
     _check_clique(n, c)
     chains = checks.integer(chains, "chains", low=1)
     x = np.ones((chains, int(n)), dtype=np.int8)
     x[:, :c] = -1
-    return jax.device_put(x)
+    return x
 
 
 def in_heavy_mode(xs: jax.Array, c: int) -> jax.Array:

@@ -563,7 +563,7 @@ class ChainRun(NamedTuple):
     """Result of :func:`run_chains`.
 
     ``final`` (C, n) last states; ``observations``: the pytree ``observe`` returned, stacked over
-    the recorded steps ``0, thin, 2 thin, ...`` (leading axis ``num_steps // thin + 1``);
+    the recorded steps ``0, thin, 2 thin, ...`` (leading axis ``num_steps // thin + 1``; NumPy arrays);
     ``hitting_time`` (C,) int32, the first step at which ``target`` held (0 if it held at the
     start), ``-1`` if it never did within ``num_steps``; ``recorded_steps`` the step numbers.
     """
@@ -619,10 +619,12 @@ def _hit_update(target, hit, xs, t):
     return jnp.where((hit < 0) & target(xs), t, hit).astype(jnp.int32)
 
 
-@partial(jax.jit, static_argnums=0)
-def _first_hits(target, x0):
-    """The hitting times after step 0 (-1 for a chain not yet in ``target``), in one program."""
-    return _hit_update(target, jnp.full(x0.shape[0], -1, dtype=jnp.int32), x0, 0)
+@partial(jax.jit, static_argnums=(0, 1))
+def _start(target, observe, x0):
+    """The start states as int8, the hitting times after step 0 (-1 for a chain not yet in ``target``) and the
+    observation of step 0, in one program (outside one, each operation would be a program of its own)."""
+    x0 = x0.astype(jnp.int8)
+    return x0, _hit_update(target, jnp.full(x0.shape[0], -1, dtype=jnp.int32), x0, 0), observe(x0)
 
 
 def chain_keys(key: jax.Array, t, num_chains: int) -> jax.Array:
@@ -675,11 +677,11 @@ def run_chains(
     ``stop_when_all_hit`` ends the run after the first chunk in which every chain has hit
     ``target``: the hitting times are then complete and the observations stop there.
     """
-    x0 = jnp.asarray(x0)
+    x0 = checks.array(x0)
     n = sampler.n
     if x0.ndim != 2 or x0.shape[1] != n:
         raise ValueError(f"x0 must be a (num_chains, {n}) batch of start states; got shape {x0.shape}.")
-    x0 = ising.check_spins(x0, n, "x0").astype(jnp.int8)
+    x0 = ising.check_spins(x0, n, "x0")
     key = checks.key(key)
     num_steps = checks.integer(num_steps, "num_steps", low=0)
     thin = checks.integer(thin, "thin", low=1)
@@ -691,8 +693,8 @@ def run_chains(
     if sharding is not None:
         x0 = jax.device_put(x0, sharding)
     observe = observe or _no_observation
-    carry = (x0, _first_hits(target, x0))
-    first = observe(x0)
+    x0, hits, first = _start(target, observe, x0)
+    carry = (x0, hits)
     starts = np.arange(0, num_steps, thin)
     per_chunk = max(1, int(chunk) // thin)
     pieces, done = [], 0
@@ -710,9 +712,10 @@ def run_chains(
     else:
         done = len(starts)
     bar.close()
-    stacked = jax.tree.map(lambda a, *rest: jnp.concatenate([a[None], *rest]), first, *pieces) if pieces else jax.tree.map(
-        lambda a: a[None], first
-    )
+    # stacked on the host (the observations are read there; on the device each piece's copy and the
+    # concatenation would be programs of their own a shape)
+    stacked = jax.tree.map(lambda a, *rest: np.concatenate([np.asarray(a)[None], *map(np.asarray, rest)]),
+                           first, *pieces)
     return ChainRun(
         carry[0], stacked, carry[1] if target is not None else None, np.arange(0, done * thin + 1, thin)
     )
