@@ -183,9 +183,11 @@ def test_a_sweep_over_k_below_n_shares_one_program_through_max_k():
         assert np.array_equal(np.asarray(shared.converged), np.asarray(own[k].converged))
     assert timing.compiles_since(start)["compilations"] == 0
     assert not np.allclose(np.asarray(own[1].theta), np.asarray(own[2].theta))  # k reaches the program
-    for k, max_k in ((2, 1), (2, 4), (4, 4)):
-        with pytest.raises(ValueError, match="max_k must be an integer in"):
+    for k, max_k in ((2, 1), (2, 4)):
+        with pytest.raises(ValueError, match=rf"max_k must be an integer in \[2, 3\]; got {max_k}"):
             mple.fit_repeats(jax.random.key(5), m, 200, k, 3, max_k=max_k)
+    with pytest.raises(ValueError, match="max_k = 4 with k = n = 4: k = n fits the MLE"):
+        mple.fit_repeats(jax.random.key(5), m, 200, 4, 3, max_k=4)
 
 
 def test_repeat_samples_is_the_training_set_every_k_of_that_repeat_fits():

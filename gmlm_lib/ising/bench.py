@@ -91,7 +91,7 @@ def parallel_step_floor(key: jax.Array, model: ising.IsingModel, x: jax.Array, n
     The next ``x`` is one comparison of the two per site, so neither is hoisted out of the scan.
     With ``random_words=False`` only the product: the next ``x`` is the sign of the field
     (+1 where it is positive). The callable returns the final ``x``."""
-    J = jax.device_put(np.asarray(model.J, dtype=dtype))  # cast on the host: on the device a program of its own
+    J = samplers._cast(model, dtype).J  # cast as the samplers cast (on the host: no program of its own)
 
     @jax.jit
     def floor(key, x, J):

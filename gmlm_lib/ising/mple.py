@@ -380,9 +380,11 @@ def fit_repeats(key: jax.Array, model: IsingModel, num_samples: int, k: int, rep
     n = model.n
     k = masks_lib.check_k(k, n)
     mle = k == n
+    if mle and max_k is not None:
+        raise ValueError(f"max_k = {max_k!r} with k = n = {n}: k = n fits the MLE through the likelihood, with no "
+                         "masks to bound; leave max_k out there (it serves a sweep over k < n).")
     max_k = k if max_k is None else checks.integer(
-        max_k, "max_k", low=k, high=n - 1, fix="max_k bounds the masks of a sweep over k < n (k = n is the MLE: "
-        "leave max_k out there).")
+        max_k, "max_k", low=k, high=n - 1, fix="max_k bounds the masks of a sweep over k < n.")
     repeats = checks.integer(repeats, "repeats", low=1, fix="repeats counts the independent training sets fitted.")
     num_samples = checks.integer(num_samples, "num_samples", low=1, fix="A fit needs at least one sample.")
     capacity = num_samples if capacity is None else checks.integer(
@@ -406,8 +408,13 @@ def repeat_samples(key: jax.Array, model: IsingModel, num_samples: int, repeats:
 
 @partial(jax.jit, static_argnames=("repeats", "num_samples"))
 def _repeat_samples(key, model, r, *, repeats, num_samples):
-    data_key, _ = jax.random.split(jax.random.split(key, repeats)[r])
+    data_key, _ = _repeat_keys(jax.random.split(key, repeats)[r])
     return ising.sample(model, data_key, num_samples)
+
+
+def _repeat_keys(rkey):
+    """A repeat's data key and mask key (:func:`fit_repeats`; :func:`repeat_samples` draws the same data)."""
+    return jax.random.split(rkey)
 
 
 @partial(jax.jit, static_argnames=("capacity", "max_k", "tol", "max_iter"))
@@ -421,7 +428,7 @@ def _fit_repeats(keys, model, count, k, *, capacity, max_k, tol, max_iter):
     weights = (jnp.arange(capacity) < count) / count
 
     def one(rkey, model):
-        data_key, mask_key = jax.random.split(rkey)
+        data_key, mask_key = _repeat_keys(rkey)
         x = ising.sample(model, data_key, capacity)
         theta0 = jnp.zeros(ising.num_params(n), dtype=model.J.dtype)
         if max_k is None:
